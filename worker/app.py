@@ -1,0 +1,461 @@
+"""The one place that wires the stages together and owns the worker's lifecycle.
+
+consume → decode → window → label (token-budget batches) → publish in input order → delivery acks →
+offset tracker → store/commit contiguous offsets. Stop: finish the window, flush, commit, close.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from contextlib import ExitStack, suppress
+from dataclasses import dataclass, field
+from threading import Event
+
+from confluent_kafka import KafkaError, KafkaException, Message
+from prometheus_client import CollectorRegistry
+
+from schemas.sentiment_result import ModelRef
+from worker.batcher import BatchWindow
+from worker.config import WorkerSettings
+from worker.consumer import PartitionKey, ReviewConsumer
+from worker.decode import DecodedReview, DecodeFailure, decode_review
+from worker.health import HealthServer, HealthState
+from worker.inference import Classifier, InferenceFailure, WindowStats, label_texts
+from worker.metrics import WorkerMetrics, create_metrics
+from worker.offsets import OffsetTracker
+from worker.producer import OutboundRecord, ResultPublisher, SourcePosition
+from worker.records import InputMessage, dead_letter_record, result_record
+
+log = logging.getLogger(__name__)
+
+_IDLE_POLL_S = 0.2
+_METRICS_EVERY_S = 1.0
+_BROKER_CHECK_EVERY_S = 10.0
+
+
+class StartupError(RuntimeError):
+    """The worker cannot start as configured; the message says what to change."""
+
+
+@dataclass
+class RunSummary:
+    """What one run did; `results + dead_letters == consumed` after a clean stop."""
+
+    consumed: int = 0
+    results: int = 0
+    dead_letters: int = 0
+    dead_letters_by_kind: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    stop_reason: str = ""
+    unacknowledged_at_stop: int = 0
+
+    @property
+    def messages_per_second(self) -> float:
+        return (self.results + self.dead_letters) / self.seconds if self.seconds > 0 else 0.0
+
+
+class SentimentWorker:
+    """A consumer-group member that labels reviews and publishes one record per input offset."""
+
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        classifier: Classifier,
+        model: ModelRef,
+        *,
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._settings = settings
+        self._classifier = classifier
+        self._model = model
+        self._registry = registry if registry is not None else CollectorRegistry()
+        self._metrics: WorkerMetrics = create_metrics(self._registry)
+        self._clock = clock
+        self._health = HealthState(settings.liveness_timeout_s, clock)
+        self._stop = Event()
+        self._tracker = OffsetTracker()
+        self._window: BatchWindow[InputMessage] = self._new_window()
+        self._stored: dict[PartitionKey, int] = {}
+        self._last_done_timestamp_ms: dict[PartitionKey, int] = {}
+        self._summary = RunSummary()
+        self._consumer: ReviewConsumer | None = None
+        self._publisher: ResultPublisher | None = None
+        self._partition_counts: dict[str, int] = {}
+        self.http_address: tuple[str, int] | None = None
+
+    # ----- public -----
+    @property
+    def registry(self) -> CollectorRegistry:
+        return self._registry
+
+    @property
+    def health(self) -> HealthState:
+        return self._health
+
+    def request_stop(self) -> None:
+        """Asks the loop to stop; safe from a signal handler (it only sets an event)."""
+        self._stop.set()
+
+    def run(self, *, max_messages: int | None = None, idle_exit_s: float | None = None) -> RunSummary:
+        """Runs until stopped, `max_messages` inputs are done, or `idle_exit_s` passes with no input."""
+        started = self._clock()
+        with ExitStack() as stack:
+            self._start(stack)
+            self._summary.stop_reason = self._loop(max_messages, idle_exit_s)
+            self._drain()
+        self._summary.seconds = self._clock() - started
+        return self._summary
+
+    # ----- lifecycle -----
+    def _start(self, stack: ExitStack) -> None:
+        s = self._settings
+        self._metrics.model.info(
+            {"name": self._model.name, "version": self._model.version, "device": _device_of(self._classifier)}
+        )
+        if s.http_port:
+            server = HealthServer(s.http_host, s.http_port, self._registry, self._health)
+            stack.callback(server.close)
+            self.http_address = server.address
+            log.info("metrics and health on http://%s:%d (/metrics /healthz /readyz)", *server.address)
+        self._publisher = ResultPublisher(s.librdkafka_common())
+        for topic in (s.output_topic, s.dlq_topic):
+            try:
+                self._partition_counts[topic] = self._publisher.partition_count(topic)
+            except KafkaException as exc:
+                raise StartupError(
+                    f"{exc.args[0]} (bootstrap servers: {s.bootstrap_servers}). Nothing was consumed."
+                ) from exc
+        self._health.broker_reachable = True
+        self._warm_up()
+        self._consumer = ReviewConsumer(
+            s.librdkafka_common(),
+            group_id=s.group_id,
+            topic=s.input_topic,
+            commit_interval_ms=s.commit_interval_ms,
+            max_poll_interval_ms=s.max_poll_interval_ms,
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+        # Closing leaves the group; its revoke callback flushes and commits what is acknowledged.
+        stack.callback(self._consumer.close)
+        self._consumer.subscribe()
+        log.info(
+            "consuming %s as group %s → results to %s, dead letters to %s",
+            s.input_topic,
+            s.group_id,
+            s.output_topic,
+            s.dlq_topic,
+        )
+
+    def _warm_up(self) -> None:
+        started = self._clock()
+        self._classifier.token_ids(["这个商品很好，物流也快"])
+        label_texts(
+            self._classifier, ["这个商品很好，物流也快", "太差了"], max_batch_size=2, max_batch_tokens=4096
+        )
+        self._health.model_warm = True
+        log.info("model %s warmed up in %.2f s", self._model.name, self._clock() - started)
+
+    def _loop(self, max_messages: int | None, idle_exit_s: float | None) -> str:
+        consumer, publisher = self._require_stages()
+        last_input_at = self._clock()
+        next_metrics_at = 0.0
+        next_broker_check_at = self._clock() + _BROKER_CHECK_EVERY_S
+        while True:
+            publisher.raise_for_error()
+            if self._stop.is_set():
+                return "stop requested"
+            now = self._clock()
+            self._health.loop_turned()
+            budget = self._settings.max_window_messages - len(self._window)
+            if max_messages is not None:
+                budget = min(budget, max_messages - self._summary.consumed)
+            if budget > 0:
+                timeout = self._window.remaining_wait_s() if len(self._window) else _IDLE_POLL_S
+                messages = consumer.consume(budget, timeout)
+            else:
+                messages = []
+                publisher.poll(0.05)
+            for message in messages:
+                self._accept(message)
+            if messages:
+                last_input_at = self._clock()
+            limit_reached = max_messages is not None and self._summary.consumed >= max_messages
+            if len(self._window) and (self._window.is_due() or limit_reached):
+                self._process_window(self._window.take())
+            publisher.poll(0)
+            self._handle_deliveries()
+            now = self._clock()
+            if now >= next_metrics_at:
+                self._update_gauges()
+                next_metrics_at = now + _METRICS_EVERY_S
+            if now >= next_broker_check_at:
+                self._check_broker()
+                next_broker_check_at = now + _BROKER_CHECK_EVERY_S
+            done = self._summary.results + self._summary.dead_letters
+            if max_messages is not None and done >= max_messages:
+                return f"processed {done} messages (--max-messages)"
+            idle = not messages and not len(self._window) and publisher.pending() == 0
+            if idle_exit_s is not None and idle and now - last_input_at >= idle_exit_s:
+                return f"no input for {idle_exit_s:g} s (--idle-exit-s)"
+
+    def _drain(self) -> None:
+        """Stop order: finish the gathered window, flush the producer, commit, (then close the consumer)."""
+        consumer, publisher = self._require_stages()
+        self._health.stopping = True
+        self._metrics.ready.set(0)
+        deadline = self._clock() + self._settings.shutdown_timeout_s
+        if len(self._window):
+            self._process_window(self._window.take())
+        remaining = publisher.flush(max(0.0, deadline - self._clock()))
+        self._handle_deliveries()
+        consumer.commit_now(dict(self._stored))
+        self._metrics.offsets_committed.inc()
+        self._summary.unacknowledged_at_stop = remaining
+        if remaining:
+            log.warning(
+                "stopping with %d outputs not acknowledged after %.0f s: their inputs stay uncommitted and "
+                "will be processed again",
+                remaining,
+                self._settings.shutdown_timeout_s,
+            )
+        publisher.raise_for_error()
+
+    # ----- per message and per window -----
+    def _accept(self, message: Message) -> None:
+        err = message.error()
+        if err is not None:
+            self._on_consume_error(err)
+            return
+        topic, partition, offset = message.topic(), message.partition(), message.offset()
+        ts_type, ts = message.timestamp()
+        position = SourcePosition(topic, partition, offset, ts if ts_type and ts >= 0 else None)
+        value = message.value()
+        self._tracker.track(topic, partition, offset)
+        self._window.add(InputMessage(position, message.key(), value, self._clock()), len(value or b""))
+        self._summary.consumed += 1
+        self._metrics.messages_consumed.labels(topic).inc()
+        self._health.broker_reachable = True
+
+    def _process_window(self, items: list[InputMessage]) -> None:
+        """Labels a window and publishes exactly one record per input, in input order."""
+        s, (_, publisher) = self._settings, self._require_stages()
+        decoded: list[DecodedReview | DecodeFailure] = [
+            decode_review(
+                item.value,
+                input_format=s.input_format,
+                max_value_bytes=s.max_value_bytes,
+                max_text_chars=s.max_text_chars,
+                max_json_depth=s.max_json_depth,
+                default_id=item.default_id,
+            )
+            for item in items
+        ]
+        texts = [d.text for d in decoded if isinstance(d, DecodedReview)]
+        outputs, stats = label_texts(
+            self._classifier, texts, max_batch_size=s.max_batch_size, max_batch_tokens=s.max_batch_tokens
+        )
+        self._observe_window(stats)
+        labels = self._classifier.labels
+        now = self._clock()
+        predictions = iter(outputs)
+        for item, review in zip(items, decoded, strict=True):
+            record: OutboundRecord
+            if isinstance(review, DecodeFailure):
+                record = self._dead_letter(item, review.kind, review.reason)
+            else:
+                output = next(predictions)
+                if isinstance(output, InferenceFailure):
+                    record = self._dead_letter(item, output.kind, output.reason)
+                else:
+                    record = result_record(
+                        item,
+                        review,
+                        output,
+                        labels=labels,
+                        model=self._model,
+                        topic=s.output_topic,
+                        partition=self._output_partition(s.output_topic, item.position.partition),
+                        now=now,
+                    )
+            publisher.publish(record)
+        self._metrics.in_flight_messages.set(self._tracker.outstanding())
+
+    def _dead_letter(self, item: InputMessage, kind: object, reason: str) -> OutboundRecord:
+        s = self._settings
+        return dead_letter_record(
+            item,
+            kind,  # type: ignore[arg-type]
+            reason,
+            topic=s.dlq_topic,
+            partition=self._output_partition(s.dlq_topic, item.position.partition),
+            worker_id=s.worker_id,
+        )
+
+    def _output_partition(self, topic: str, source_partition: int) -> int | None:
+        if self._settings.output_partitioning == "key":
+            return None
+        # Same partition number as the input (modulo): one input partition → one output partition, so the
+        # idempotent producer's per-partition ordering keeps input order end to end.
+        return source_partition % self._partition_counts[topic]
+
+    def _handle_deliveries(self) -> None:
+        """Acks delivered records in the tracker and stores the offsets that became committable."""
+        consumer, publisher = self._require_stages()
+        now_ms = time.time() * 1000.0
+        for delivery in publisher.take_deliveries():
+            record, src = delivery.record, delivery.record.source
+            if delivery.error is not None:
+                self._metrics.delivery_failures.labels(record.topic).inc()
+                continue  # never acked: its offset and everything after it in the partition stay uncommitted
+            self._tracker.ack(src.topic, src.partition, src.offset)
+            if record.kind == "result":
+                self._summary.results += 1
+                self._metrics.results_published.labels(record.topic).inc()
+            else:
+                self._summary.dead_letters += 1
+                by_kind = self._summary.dead_letters_by_kind
+                by_kind[record.kind] = by_kind.get(record.kind, 0) + 1
+                self._metrics.dead_letters.labels(record.kind).inc()
+            if src.timestamp_ms is not None:
+                self._metrics.end_to_end_latency_seconds.observe(
+                    max(0.0, (now_ms - src.timestamp_ms) / 1000.0)
+                )
+                self._last_done_timestamp_ms[(src.topic, src.partition)] = src.timestamp_ms
+        committable = self._tracker.committable()
+        if committable:
+            consumer.store(committable)
+            self._stored.update(committable)
+
+    # ----- rebalance callbacks (run inside consume(), on the loop's thread) -----
+    def _on_assign(self, partitions: list[PartitionKey]) -> None:
+        self._metrics.rebalances.labels("assigned").inc()
+        log.info("assigned %s", _fmt(partitions))
+        self._set_assigned_count(partitions, added=True)
+
+    def _on_revoke(self, partitions: list[PartitionKey]) -> None:
+        """Finish and commit the work of revoked partitions; their not-yet-labelled messages are dropped
+        uncommitted, so the next owner reads them again (no loss, no duplicate)."""
+        self._metrics.rebalances.labels("revoked").inc()
+        consumer, publisher = self._require_stages()
+        self._drop_window_items(partitions)
+        remaining = publisher.flush(self._settings.shutdown_timeout_s)
+        self._handle_deliveries()
+        final = {key: self._stored[key] for key in partitions if key in self._stored}
+        try:
+            consumer.commit_now(final)
+            self._metrics.offsets_committed.inc()
+        except KafkaException as exc:
+            log.warning("commit on revoke failed (%s); the next owner may redo some work", exc)
+        self._forget(partitions)
+        log.info(
+            "revoked %s (committed %s; %d outputs still unacknowledged)", _fmt(partitions), final, remaining
+        )
+        self._set_assigned_count(partitions, added=False)
+
+    def _on_lost(self, partitions: list[PartitionKey]) -> None:
+        """Lost partitions may already belong to another member: drop their work, commit nothing."""
+        self._metrics.rebalances.labels("lost").inc()
+        self._drop_window_items(partitions)
+        self._forget(partitions)
+        log.warning("lost %s: dropped their in-flight work without committing", _fmt(partitions))
+        self._set_assigned_count(partitions, added=False)
+
+    def _drop_window_items(self, partitions: Iterable[PartitionKey]) -> None:
+        gone = set(partitions)
+        kept = [
+            item for item in self._window.take() if (item.position.topic, item.position.partition) not in gone
+        ]
+        for item in kept:
+            self._window.add(item, len(item.value or b""))
+
+    def _forget(self, partitions: list[PartitionKey]) -> None:
+        self._tracker.forget(partitions)
+        for key in partitions:
+            self._stored.pop(key, None)
+            self._last_done_timestamp_ms.pop(key, None)
+            for gauge in (self._metrics.consumer_lag_messages, self._metrics.consumer_lag_seconds):
+                with suppress(KeyError):
+                    gauge.remove(key[0], str(key[1]))
+
+    def _set_assigned_count(self, partitions: list[PartitionKey], *, added: bool) -> None:
+        # The consumer adds assigned partitions before this callback and removes revoked ones after it.
+        consumer, _ = self._require_stages()
+        owned = consumer.assignment if added else consumer.assignment - set(partitions)
+        self._health.assigned_partitions = len(owned)
+        self._metrics.ready.set(1 if self._health.readiness()[0] else 0)
+
+    # ----- observability -----
+    def _observe_window(self, stats: WindowStats) -> None:
+        m = self._metrics
+        if stats.batches:
+            m.tokenization_seconds.observe(stats.tokenize_seconds)
+            m.padding_efficiency.set(stats.padding_efficiency)
+        for batch in stats.batches:
+            m.batch_size.observe(batch.size)
+            m.batch_tokens.observe(batch.padded_tokens)
+            m.inference_seconds.observe(batch.seconds)
+
+    def _update_gauges(self) -> None:
+        consumer, _ = self._require_stages()
+        now_ms = time.time() * 1000.0
+        self._metrics.last_poll_timestamp_seconds.set(now_ms / 1000.0)
+        self._metrics.in_flight_messages.set(self._tracker.outstanding())
+        self._metrics.ready.set(1 if self._health.readiness()[0] else 0)
+        for (topic, partition), lag in consumer.lag_messages().items():
+            self._metrics.consumer_lag_messages.labels(topic, str(partition)).set(lag)
+            done_ts = self._last_done_timestamp_ms.get((topic, partition))
+            if lag == 0:
+                self._metrics.consumer_lag_seconds.labels(topic, str(partition)).set(0)
+            elif done_ts is not None:
+                self._metrics.consumer_lag_seconds.labels(topic, str(partition)).set(
+                    (now_ms - done_ts) / 1000.0
+                )
+
+    def _check_broker(self) -> None:
+        _, publisher = self._require_stages()
+        try:
+            publisher.partition_count(self._settings.output_topic, timeout_s=2.0)
+            self._health.broker_reachable = True
+        except KafkaException:
+            self._health.broker_reachable = False
+
+    def _on_consume_error(self, err: KafkaError) -> None:
+        if err.code() == KafkaError._PARTITION_EOF:
+            return
+        if err.fatal():
+            raise KafkaException(err)
+        if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
+            self._health.broker_reachable = False
+            log.warning("broker unreachable (%s); librdkafka keeps retrying", err.str())
+        elif err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            log.error(
+                "input topic %r does not exist yet (%s): create it with `sentiment-worker topics create`",
+                self._settings.input_topic,
+                err.str(),
+            )
+        else:
+            log.warning("consumer error: %s", err.str())
+
+    # ----- helpers -----
+    def _new_window(self) -> BatchWindow[InputMessage]:
+        s = self._settings
+        return BatchWindow(max_messages=s.max_window_messages, max_wait_ms=s.max_wait_ms, clock=self._clock)
+
+    def _require_stages(self) -> tuple[ReviewConsumer, ResultPublisher]:
+        if self._consumer is None or self._publisher is None:
+            raise RuntimeError("the worker is not started")
+        return self._consumer, self._publisher
+
+
+def _device_of(classifier: Classifier) -> str:
+    device = getattr(classifier, "device", None)
+    return str(getattr(device, "paddle_device", device) or "unknown")
+
+
+def _fmt(partitions: list[PartitionKey]) -> str:
+    return ", ".join(f"{t}[{p}]" for t, p in sorted(partitions)) or "nothing"

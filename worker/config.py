@@ -1,0 +1,190 @@
+"""The one settings object of the worker.
+
+Read once at the entry point (`load_settings`) and passed down; no other module reads the environment.
+Every setting is an environment variable `SENTIMENT_<NAME>` and a key of the optional config file
+(`SENTIMENT_CONFIG_FILE` or `--config`; JSON, or TOML when the name ends in `.toml`).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any, Literal
+
+import tomllib
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+DEFAULT_MODEL_DIR = "models/default"
+
+
+class WorkerSettings(BaseSettings):
+    """Everything the worker can be told. Units are in the names."""
+
+    model_config = SettingsConfigDict(env_prefix="SENTIMENT_", frozen=True, extra="forbid")
+
+    # --- Kafka ---
+    bootstrap_servers: str = Field("localhost:9092", description="Kafka bootstrap servers, comma-separated.")
+    input_topic: str = Field("reviews", description="Topic the reviews are read from.")
+    output_topic: str = Field("reviews-sentiment", description="Topic the results are published to.")
+    dlq_topic: str = Field("reviews-dlq", description="Dead-letter topic for inputs that cannot be labelled.")
+    group_id: str = Field("sentiment-worker", description="Consumer group; replicas share it.")
+    worker_id: str = Field(
+        default_factory=socket.gethostname, description="Identifies this replica in dead letters and logs."
+    )
+    input_format: Literal["json", "text"] = Field(
+        "json", description='json: {"text": ..., "id": ...}; text: the whole value is the review.'
+    )
+    output_partitioning: Literal["source", "key"] = Field(
+        "source",
+        description="source: a result goes to the output partition numbered like its input partition "
+        "(modulo the output partition count), which keeps per-partition order end to end; "
+        "key: librdkafka's partitioner on the input key.",
+    )
+    security_protocol: str | None = Field(None, description="librdkafka security.protocol, e.g. SASL_SSL.")
+    sasl_mechanism: str | None = Field(None, description="librdkafka sasl.mechanism, e.g. SCRAM-SHA-512.")
+    sasl_username: str | None = Field(None, description="SASL user name.")
+    sasl_password: SecretStr | None = Field(None, description="SASL password (never logged).")
+    kafka_extra: dict[str, str | int | float | bool] = Field(
+        default_factory=dict,
+        description="Extra librdkafka properties for consumer and producer, e.g. ssl.ca.location.",
+    )
+
+    # --- batching ---
+    max_batch_size: int = Field(32, ge=1, description="Most reviews in one inference batch.")
+    max_batch_tokens: int = Field(
+        4096, ge=16, description="Most padded tokens (batch size x longest sequence) in one inference batch."
+    )
+    max_window_messages: int = Field(
+        256, ge=1, description="Most messages gathered before a window is labelled and published."
+    )
+    max_wait_ms: int = Field(
+        50, ge=0, description="Longest a window waits for more messages, timed from its first message."
+    )
+
+    # --- input limits ---
+    max_text_chars: int = Field(10_000, ge=1, description="Longer texts are dead-lettered (text_too_long).")
+    max_value_bytes: int = Field(1_048_576, ge=1, description="Larger values are dead-lettered.")
+    max_json_depth: int = Field(32, ge=1, description="Deeper JSON nesting is dead-lettered.")
+
+    # --- model ---
+    model: str = Field(
+        DEFAULT_MODEL_DIR,
+        description="Model directory (save_pretrained layout) or a PaddleNLP model name.",
+    )
+    device: Literal["gpu", "cpu", "auto"] = Field(
+        "auto", description="gpu fails loudly without a working CUDA device; auto logs its choice."
+    )
+    max_seq_len: int | None = Field(None, ge=8, description="Token limit per review; default: the model's.")
+
+    # --- operations ---
+    http_host: str = Field("127.0.0.1", description="Address of /metrics, /healthz, /readyz.")
+    http_port: int = Field(9108, ge=0, le=65535, description="Port of /metrics, /healthz, /readyz; 0 = off.")
+    shutdown_timeout_s: float = Field(
+        30.0, gt=0, description="Bound on a clean stop: finish the window, flush, commit, close."
+    )
+    commit_interval_ms: int = Field(1000, ge=10, description="How often stored offsets are committed.")
+    max_poll_interval_ms: int = Field(
+        300_000, ge=10_000, description="librdkafka max.poll.interval.ms; the loop polls well within it."
+    )
+    liveness_timeout_s: float = Field(60.0, gt=0, description="/healthz fails when the loop stalls longer.")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
+
+    @field_validator("bootstrap_servers", "input_topic", "output_topic", "dlq_topic", "group_id")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value.strip()
+
+    @model_validator(mode="after")
+    def _topics_distinct(self) -> WorkerSettings:
+        if self.input_topic in (self.output_topic, self.dlq_topic):
+            raise ValueError("input_topic must differ from output_topic and dlq_topic (it would loop)")
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Explicit arguments (CLI flags, the config file's values) win over the environment.
+        return (init_settings, env_settings)
+
+    def librdkafka_common(self) -> dict[str, Any]:
+        """Properties shared by consumer and producer, including credentials (handle with care)."""
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers, "client.id": self.worker_id}
+        if self.security_protocol:
+            conf["security.protocol"] = self.security_protocol
+        if self.sasl_mechanism:
+            conf["sasl.mechanism"] = self.sasl_mechanism
+        if self.sasl_username is not None:
+            conf["sasl.username"] = self.sasl_username
+        if self.sasl_password is not None:
+            conf["sasl.password"] = self.sasl_password.get_secret_value()
+        conf.update(self.kafka_extra)
+        return conf
+
+    def public_view(self) -> dict[str, Any]:
+        """The settings as printable JSON-able values, secrets masked."""
+        return json.loads(self.model_dump_json())
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Reads a config file (JSON, or TOML for *.toml); raises ValueError with the file name on bad content."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"cannot read config file {path}: {exc.strerror}") from exc
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        kind = "TOML" if path.suffix == ".toml" else "JSON"
+        raise ValueError(f"config file {path} is not valid {kind}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"config file {path} must hold an object of settings")
+    return data
+
+
+class _ConfigFileSource(PydanticBaseSettingsSource):
+    """Values of the config file: below the environment, above the defaults."""
+
+    def __init__(self, settings_cls: type[BaseSettings], values: dict[str, Any]) -> None:
+        super().__init__(settings_cls)
+        self._values = values
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return self._values.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._values)
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> WorkerSettings:
+    """Builds the settings: explicit overrides > SENTIMENT_* environment > config file > defaults.
+
+    Overrides whose value is None are ignored, so CLI flags left unset don't mask the environment.
+    """
+    file_values = read_config_file(config_file) if config_file else {}
+    unknown = sorted(set(file_values) - set(WorkerSettings.model_fields))
+    if unknown:
+        raise ValueError(f"config file {config_file} has unknown settings: {', '.join(unknown)}")
+
+    class _Settings(WorkerSettings):
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            return (init_settings, env_settings, _ConfigFileSource(settings_cls, file_values))
+
+    return _Settings(**{key: value for key, value in overrides.items() if value is not None})

@@ -1,0 +1,139 @@
+"""The Kafka consumer of the input topic: a consumer group member that stores offsets only when told."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+log = logging.getLogger(__name__)
+
+PartitionKey = tuple[str, int]
+RebalanceCallback = Callable[[list[PartitionKey]], None]
+
+
+class ReviewConsumer:
+    """Consumes the input topic in a group with cooperative-sticky assignment.
+
+    Offsets are stored explicitly (`store`) after their outputs were acknowledged and committed by
+    librdkafka's auto-commit every `commit_interval_ms`, plus synchronously on revoke and close.
+    """
+
+    def __init__(
+        self,
+        common_conf: dict[str, Any],
+        *,
+        group_id: str,
+        topic: str,
+        commit_interval_ms: int,
+        max_poll_interval_ms: int,
+        on_assign: RebalanceCallback,
+        on_revoke: RebalanceCallback,
+        on_lost: RebalanceCallback,
+    ) -> None:
+        conf = dict(common_conf)
+        conf.update(
+            {
+                "group.id": group_id,
+                # Incremental rebalances: partitions that stay with this member keep flowing.
+                "partition.assignment.strategy": "cooperative-sticky",
+                # Offsets are stored only after the broker acknowledged their result or dead letter;
+                # the automatic store would mark messages as done as soon as they are handed to us.
+                "enable.auto.offset.store": False,
+                # Commits what was stored, periodically; revoke and close commit synchronously too.
+                "enable.auto.commit": True,
+                "auto.commit.interval.ms": commit_interval_ms,
+                "auto.offset.reset": "earliest",
+                "max.poll.interval.ms": max_poll_interval_ms,
+                # Transactional producers upstream: never read aborted records.
+                "isolation.level": "read_committed",
+            }
+        )
+        self._topic = topic
+        self._on_assign = on_assign
+        self._on_revoke = on_revoke
+        self._on_lost = on_lost
+        self._consumer = Consumer(conf)
+        self._assignment: set[PartitionKey] = set()
+        self._closed = False
+
+    def subscribe(self) -> None:
+        self._consumer.subscribe(
+            [self._topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost
+        )
+
+    # librdkafka calls these from inside consume(), on this thread.
+    def _assigned(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        self._assignment.update(keys)
+        self._on_assign(keys)
+
+    def _revoked(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        self._on_revoke(keys)
+        self._assignment.difference_update(keys)
+
+    def _lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        # Lost (session timed out): another member may already own these; never commit for them.
+        self._on_lost(keys)
+        self._assignment.difference_update(keys)
+
+    @property
+    def assignment(self) -> frozenset[PartitionKey]:
+        return frozenset(self._assignment)
+
+    def consume(self, max_messages: int, timeout_s: float) -> list[Message]:
+        """Up to `max_messages` messages (data or errors) within `timeout_s`; serves rebalance callbacks."""
+        return self._consumer.consume(num_messages=max(1, max_messages), timeout=max(0.0, timeout_s))
+
+    def store(self, offsets: dict[PartitionKey, int]) -> None:
+        """Marks `offsets` (next offset to read, per partition) for the next commit."""
+        owned = [TopicPartition(t, p, o) for (t, p), o in offsets.items() if (t, p) in self._assignment]
+        if owned:
+            self._consumer.store_offsets(offsets=owned)
+
+    def commit_now(self, offsets: dict[PartitionKey, int]) -> None:
+        """Commits `offsets` synchronously (revoke and shutdown paths)."""
+        if not offsets:
+            return
+        tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        try:
+            self._consumer.commit(offsets=tps, asynchronous=False)
+        except KafkaException as exc:
+            if exc.args and exc.args[0].code() == KafkaError._NO_OFFSET:
+                return
+            raise
+
+    def pause(self, partitions: Iterable[PartitionKey]) -> None:
+        self._consumer.pause([TopicPartition(t, p) for t, p in partitions])
+
+    def resume(self, partitions: Iterable[PartitionKey]) -> None:
+        self._consumer.resume([TopicPartition(t, p) for t, p in partitions])
+
+    def lag_messages(self) -> dict[PartitionKey, int]:
+        """High watermark minus the next offset to consume, per assigned partition (cached watermarks)."""
+        lags: dict[PartitionKey, int] = {}
+        if not self._assignment:
+            return lags
+        positions = self._consumer.position([TopicPartition(t, p) for t, p in sorted(self._assignment)])
+        for tp in positions:
+            try:
+                _low, high = self._consumer.get_watermark_offsets(tp, cached=True)
+            except KafkaException:
+                continue
+            if high < 0:
+                continue
+            position = tp.offset if tp.offset >= 0 else None
+            if position is None:
+                continue
+            lags[(tp.topic, tp.partition)] = max(0, high - position)
+        return lags
+
+    def close(self) -> None:
+        """Leaves the group (revoke callbacks run and commit) and closes. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._consumer.close()

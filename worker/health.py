@@ -1,0 +1,92 @@
+"""Health state and the HTTP endpoint: /metrics, /healthz (liveness) and /readyz (readiness)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+
+class HealthState:
+    """What the poll loop reports about itself; read by the HTTP thread.
+
+    Plain attribute writes of immutable values are atomic in CPython, so no lock is needed.
+    """
+
+    def __init__(self, liveness_timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._liveness_timeout_s = liveness_timeout_s
+        self.last_loop_at: float = clock()
+        self.model_warm = False
+        self.assigned_partitions = 0
+        self.broker_reachable = False
+        self.stopping = False
+
+    def loop_turned(self) -> None:
+        self.last_loop_at = self._clock()
+
+    def liveness(self) -> tuple[bool, dict[str, object]]:
+        """Alive while the poll loop turned within the liveness timeout."""
+        stalled_s = self._clock() - self.last_loop_at
+        ok = stalled_s <= self._liveness_timeout_s
+        return ok, {"poll_loop_stalled_s": round(stalled_s, 3), "limit_s": self._liveness_timeout_s}
+
+    def readiness(self) -> tuple[bool, dict[str, object]]:
+        """Ready: model warm, partitions assigned, broker answering, not stopping."""
+        checks: dict[str, object] = {
+            "model_warm": self.model_warm,
+            "partitions_assigned": self.assigned_partitions,
+            "broker_reachable": self.broker_reachable,
+            "stopping": self.stopping,
+        }
+        ok = self.model_warm and self.assigned_partitions > 0 and self.broker_reachable and not self.stopping
+        return ok, checks
+
+
+def _make_handler(registry: CollectorRegistry, health: HealthState) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+            elif path in ("/healthz", "/readyz"):
+                ok, checks = health.liveness() if path == "/healthz" else health.readiness()
+                body = json.dumps({"status": "ok" if ok else "fail", **checks}).encode()
+                self._send(200 if ok else 503, body, "application/json")
+            else:
+                self._send(404, b'{"error": "try /metrics, /healthz or /readyz"}', "application/json")
+
+        def _send(self, status: int, body: bytes, content_type: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            pass  # scrapes every few seconds would flood the log
+
+    return Handler
+
+
+class HealthServer:
+    """Serves the endpoints from a daemon thread; `close()` stops it."""
+
+    def __init__(self, host: str, port: int, registry: CollectorRegistry, health: HealthState) -> None:
+        self._server = ThreadingHTTPServer((host, port), _make_handler(registry, health))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="health-http", daemon=True)
+        self._thread.start()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._server.server_address[:2]
+        return str(host), int(port)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -1,0 +1,133 @@
+"""Labelling a window of texts: tokenize, group into token-budget batches, run the model, split on failure."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from schemas.dead_letter import DeadLetterKind
+from worker.batcher import plan_batches
+
+log = logging.getLogger(__name__)
+
+
+class Classifier(Protocol):
+    """What the inference stage needs of a model (see worker.model.SentimentClassifier)."""
+
+    labels: list[str]
+
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]: ...
+
+    def predict_ids(self, batch: Sequence[Sequence[int]]) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class InferenceFailure:
+    """Why one text got no prediction; becomes a dead letter."""
+
+    kind: DeadLetterKind
+    reason: str
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    size: int
+    padded_tokens: int
+    seconds: float
+
+
+@dataclass
+class WindowStats:
+    """Measurements of one window, for metrics and benchmarks."""
+
+    tokenize_seconds: float = 0.0
+    real_tokens: int = 0
+    padded_tokens: int = 0
+    batches: list[BatchStats] = field(default_factory=list)
+    splits: int = 0
+
+    @property
+    def padding_efficiency(self) -> float:
+        return self.real_tokens / self.padded_tokens if self.padded_tokens else 1.0
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True for allocator failures (host MemoryError, Paddle's ResourceExhausted / CUDA out of memory)."""
+    if isinstance(exc, MemoryError):
+        return True
+    text = f"{type(exc).__name__} {exc}".lower()
+    return "out of memory" in text or "resourceexhausted" in text or "resource exhausted" in text
+
+
+def label_texts(
+    classifier: Classifier,
+    texts: Sequence[str],
+    *,
+    max_batch_size: int,
+    max_batch_tokens: int,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[list[np.ndarray | InferenceFailure], WindowStats]:
+    """Probabilities (one row per text, in the order of `texts`) or a failure for each text.
+
+    Texts are grouped by length into batches of at most `max_batch_size` texts and `max_batch_tokens`
+    padded tokens; the output order is the input order whatever the grouping. A batch that fails is split
+    in halves and retried; a single text that still fails gets an `InferenceFailure`.
+    """
+    stats = WindowStats()
+    outputs: list[np.ndarray | InferenceFailure | None] = [None] * len(texts)
+    if not texts:
+        return [], stats
+    started = clock()
+    ids = classifier.token_ids(texts)
+    stats.tokenize_seconds = clock() - started
+    lengths = [len(row) for row in ids]
+    stats.real_tokens = sum(lengths)
+    for batch in plan_batches(lengths, max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens):
+        _predict_splitting(classifier, ids, lengths, batch, outputs, stats, clock)
+    if any(out is None for out in outputs):
+        raise AssertionError("inference left texts without an output")  # a bug, never bad input
+    return [out for out in outputs if out is not None], stats
+
+
+def _predict_splitting(
+    classifier: Classifier,
+    ids: list[list[int]],
+    lengths: list[int],
+    batch: list[int],
+    outputs: list[np.ndarray | InferenceFailure | None],
+    stats: WindowStats,
+    clock: Callable[[], float],
+) -> None:
+    padded = len(batch) * max(lengths[i] for i in batch)
+    started = clock()
+    try:
+        probs = classifier.predict_ids([ids[i] for i in batch])
+        if len(probs) != len(batch):
+            raise RuntimeError(f"model returned {len(probs)} outputs for {len(batch)} inputs")
+    except Exception as exc:  # noqa: BLE001 - any model failure is split, then dead-lettered
+        oom = is_out_of_memory(exc)
+        if len(batch) == 1:
+            kind = DeadLetterKind.TOO_LONG_FOR_MEMORY if oom else DeadLetterKind.INFERENCE_FAILED
+            reason = (
+                f"the model failed on this review ({lengths[batch[0]]} tokens): {type(exc).__name__}: {exc}"
+            )
+            log.warning("dead-lettering one review: %s", reason)
+            outputs[batch[0]] = InferenceFailure(kind, reason[:500])
+            return
+        stats.splits += 1
+        log.warning(
+            "batch of %d failed (%s); retrying in halves", len(batch), "out of memory" if oom else exc
+        )
+        half = len(batch) // 2
+        _predict_splitting(classifier, ids, lengths, batch[:half], outputs, stats, clock)
+        _predict_splitting(classifier, ids, lengths, batch[half:], outputs, stats, clock)
+        return
+    stats.padded_tokens += padded
+    stats.batches.append(BatchStats(len(batch), padded, clock() - started))
+    for row, index in zip(probs, batch, strict=True):
+        outputs[index] = row

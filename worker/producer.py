@@ -1,0 +1,137 @@
+"""Publishing results and dead letters with an idempotent producer.
+
+Delivery callbacks run inside `poll()`/`flush()` on the caller's thread; they only record what happened
+(`take_deliveries()`), and the first failure is re-raised by `raise_for_error()` from the main loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SourcePosition:
+    """Where an input came from: the offset its output acknowledges."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int | None
+
+
+@dataclass(frozen=True)
+class OutboundRecord:
+    """One record to publish for one input offset: a result or a dead letter."""
+
+    topic: str
+    value: bytes | None
+    key: bytes | None
+    partition: int | None
+    headers: list[tuple[str, bytes]] | None
+    source: SourcePosition
+    kind: str  # "result" or a dead-letter kind
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A broker acknowledgement (error is None) or a definitive failure of one record."""
+
+    record: OutboundRecord
+    error: KafkaError | None
+
+
+class DeliveryFailedError(RuntimeError):
+    """The broker did not take a record; its input offset must not be committed."""
+
+
+class ResultPublisher:
+    """An idempotent producer for the output and dead-letter topics."""
+
+    def __init__(self, common_conf: dict[str, Any], *, linger_ms: int = 5) -> None:
+        conf = dict(common_conf)
+        conf.update(
+            {
+                # Idempotence: no duplicates from producer retries, and order per partition is kept
+                # (acks=all, max.in.flight<=5 are implied).
+                "enable.idempotence": True,
+                "linger.ms": linger_ms,
+                "compression.type": "lz4",
+            }
+        )
+        self._producer = Producer(conf)
+        self._deliveries: list[Delivery] = []
+        self._first_error: Delivery | None = None
+        self._partition_counts: dict[str, int] = {}
+
+    def publish(self, record: OutboundRecord) -> None:
+        """Queues one record; blocks (serving delivery callbacks) while librdkafka's queue is full."""
+
+        def on_delivery(err: KafkaError | None, _msg: Message) -> None:
+            self._record_delivery(record, err)
+
+        kwargs: dict[str, Any] = {"value": record.value, "key": record.key, "on_delivery": on_delivery}
+        if record.partition is not None:
+            kwargs["partition"] = record.partition
+        if record.headers:
+            kwargs["headers"] = record.headers
+        while True:
+            try:
+                self._producer.produce(record.topic, **kwargs)
+                return
+            except BufferError:
+                # librdkafka's local queue is full: serve delivery reports to make room (backpressure).
+                self._producer.poll(0.1)
+
+    def _record_delivery(self, record: OutboundRecord, err: KafkaError | None) -> None:
+        delivery = Delivery(record, err)
+        self._deliveries.append(delivery)
+        if err is not None and self._first_error is None:
+            self._first_error = delivery
+
+    def poll(self, timeout_s: float = 0.0) -> None:
+        """Serves delivery callbacks."""
+        self._producer.poll(timeout_s)
+
+    def flush(self, timeout_s: float) -> int:
+        """Waits up to `timeout_s` for every queued record; returns how many are still unacknowledged."""
+        return int(self._producer.flush(timeout_s))
+
+    def take_deliveries(self) -> list[Delivery]:
+        """Returns and forgets the deliveries recorded since the last call."""
+        taken, self._deliveries = self._deliveries, []
+        return taken
+
+    def raise_for_error(self) -> None:
+        """Raises the first delivery failure seen, so the worker stops before committing past it."""
+        if self._first_error is not None:
+            failed = self._first_error
+            src = failed.record.source
+            raise DeliveryFailedError(
+                f"the broker refused a record for topic {failed.record.topic!r} "
+                f"(input {src.topic}/{src.partition}/{src.offset}): {failed.error}. "
+                "Its offset was not committed; check that the topic exists and this worker may write to it."
+            )
+
+    def partition_count(self, topic: str, timeout_s: float = 10.0) -> int:
+        """Number of partitions of `topic` (cached); raises when the topic does not exist."""
+        if topic not in self._partition_counts:
+            metadata = self._producer.list_topics(topic, timeout=timeout_s)
+            info = metadata.topics.get(topic)
+            if info is None or info.error is not None or not info.partitions:
+                reason = info.error if info is not None else "not in metadata"
+                raise KafkaException(
+                    f"topic {topic!r} is not available ({reason}): create it, e.g. "
+                    "`sentiment-worker topics create`"
+                )
+            self._partition_counts[topic] = len(info.partitions)
+        return self._partition_counts[topic]
+
+    def pending(self) -> int:
+        """Records queued or in flight, not yet acknowledged."""
+        return len(self._producer)
