@@ -1,0 +1,75 @@
+# sentiment-worker: `make demo` and `make test` are the two commands a fresh machine needs.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+CLI := $(VENV)/bin/sentiment-worker
+LAUNCHER := $(PY) deploy/kafka/launcher.py
+
+KAFKA_PORT ?= 9092
+# The test suite gets its own throw-away broker, so it never touches the one `make demo` uses.
+TEST_KAFKA_PORT ?= 19092
+TEST_KAFKA_DIR := var/kafka-test
+MODEL_DIR ?= models/default
+PYTEST_ARGS ?=
+
+.PHONY: help install kafka-up kafka-down kafka-status train model demo test test-unit lint typecheck schemas clean
+
+help:
+	@echo "make demo        broker up, default model trained if missing, sample reviews labelled, table printed"
+	@echo "make test        install, throw-away broker up, full test suite, broker down"
+	@echo "make test-unit   the tests that need neither broker nor trained model"
+	@echo "make kafka-up / kafka-down / kafka-status   the local Apache Kafka broker on localhost:$(KAFKA_PORT)"
+	@echo "make train       (re)train the default model into $(MODEL_DIR) (~10 min on 2 CPU cores)"
+	@echo "make lint / typecheck / schemas"
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	@echo "installing PaddlePaddle, PaddleNLP, confluent-kafka ... (a few minutes the first time)"
+	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	@touch $@
+
+install: $(VENV)/.installed
+
+kafka-up: install
+	$(LAUNCHER) up --port $(KAFKA_PORT)
+
+kafka-down:
+	@test -x $(PY) && $(LAUNCHER) down --port $(KAFKA_PORT) || true
+
+kafka-status: install
+	$(LAUNCHER) status --port $(KAFKA_PORT)
+
+$(MODEL_DIR)/metrics.json: | $(VENV)/.installed
+	$(CLI) train --output-dir $(MODEL_DIR)
+
+model: $(MODEL_DIR)/metrics.json
+
+train: install
+	$(CLI) train --output-dir $(MODEL_DIR)
+
+demo: install kafka-up model
+	@bash deploy/demo.sh $(MODEL_DIR) localhost:$(KAFKA_PORT)
+
+test: install
+	@rm -rf $(TEST_KAFKA_DIR)
+	$(LAUNCHER) up --port $(TEST_KAFKA_PORT) --data-dir $(TEST_KAFKA_DIR)
+	@set +e; KAFKA_BOOTSTRAP_SERVERS=localhost:$(TEST_KAFKA_PORT) $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+		$(LAUNCHER) down --data-dir $(TEST_KAFKA_DIR); exit $$rc
+
+test-unit: install
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check worker schemas tests deploy
+	$(VENV)/bin/ruff format --check worker schemas tests deploy
+
+typecheck: install
+	$(VENV)/bin/mypy
+
+schemas: install
+	$(PY) -m schemas.export
+
+clean:
+	rm -rf var build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,32 @@
+"""Fixtures of the worker's integration tests (the broker ones come from tests/kafka_fixtures.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from worker.model.device import choose_device
+from worker.model.loading import load_classifier
+
+
+@pytest.fixture(scope="session")
+def tiny_classifier(tiny_model_dir: Path) -> Any:
+    """The session's tiny trained model, loaded once on the CPU."""
+    return load_classifier(str(tiny_model_dir), choose_device("cpu"))
+
+
+@pytest.fixture
+def topics(unique_name: Callable[[str], str], create_topics: Any) -> Callable[..., dict[str, str]]:
+    def make(input_partitions: int = 3, output_partitions: int = 3) -> dict[str, str]:
+        names = {k: unique_name(k) for k in ("reviews", "results", "dlq", "group")}
+        create_topics(names["reviews"], partitions=input_partitions)
+        create_topics(names["results"], partitions=output_partitions)
+        create_topics(names["dlq"], partitions=1)
+        return names
+
+    return make
+
+

@@ -1,0 +1,56 @@
+"""Helpers shared by the worker's integration tests."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from schemas.sentiment_result import ModelRef
+from worker.app import SentimentWorker
+from worker.config import WorkerSettings
+
+SAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "samples" / "reviews.jsonl"
+
+
+def sample_reviews(n: int) -> list[dict[str, Any]]:
+    base = [json.loads(line) for line in SAMPLES.read_text(encoding="utf-8").splitlines() if line.strip()]
+    out = []
+    for i in range(n):
+        row = dict(base[i % len(base)])
+        row["id"] = f"r-{i:04d}"
+        row["seq"] = i
+        out.append(row)
+    return out
+
+
+def make_settings(bootstrap: str, names: dict[str, str], **extra: Any) -> WorkerSettings:
+    return WorkerSettings(
+        bootstrap_servers=bootstrap,
+        input_topic=names["reviews"],
+        output_topic=names["results"],
+        dlq_topic=names["dlq"],
+        group_id=names["group"],
+        http_port=0,
+        max_wait_ms=20,
+        worker_id="test-worker",
+        **extra,
+    )
+
+
+def run_worker(settings: WorkerSettings, classifier: Any, **kwargs: Any) -> Any:
+    worker = SentimentWorker(settings, classifier, ModelRef(name=classifier.name, version=classifier.version))
+    return worker.run(**kwargs)
+
+
+def assert_partition_order(messages: list[Any]) -> None:
+    """Within each input partition, outputs appear in input offset order."""
+    by_source: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for m in messages:
+        src = json.loads(m.value())["source"]
+        by_source[(src["topic"], src["partition"])].append(src["offset"])
+    for key, offsets in by_source.items():
+        assert offsets == sorted(offsets), f"results of {key} out of input order"
+
+

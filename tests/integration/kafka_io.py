@@ -1,0 +1,92 @@
+"""Small real-broker helpers for the integration tests: produce, read back, committed offsets."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    records: Sequence[tuple[bytes | None, bytes | None]],
+    *,
+    partition: int | None = None,
+) -> None:
+    """Produces (key, value) records in order and waits until every one is acknowledged."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    errors: list[str] = []
+
+    def on_delivery(err: Any, _msg: Message) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    for key, value in records:
+        kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": on_delivery}
+        if partition is not None:
+            kwargs["partition"] = partition
+        producer.produce(topic, **kwargs)
+        producer.poll(0)
+    assert producer.flush(30) == 0, "test producer could not deliver everything"
+    assert not errors, errors
+
+
+def review_records(reviews: Sequence[dict[str, Any]]) -> list[tuple[bytes | None, bytes | None]]:
+    """JSON reviews keyed by their id."""
+    return [(str(r["id"]).encode(), json.dumps(r, ensure_ascii=False).encode()) for r in reviews]
+
+
+def read_topic(bootstrap: str, topic: str, *, expected: int, timeout_s: float = 60.0, settle_s: float = 1.0) -> list[Message]:
+    """Reads a topic from the beginning until `expected` records arrived (then `settle_s` more, to catch
+    extras) or `timeout_s` passed. Read-committed, commits nothing."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"test-reader-{time.monotonic_ns()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.subscribe([topic])
+    messages: list[Message] = []
+    deadline = time.monotonic() + timeout_s
+    settle_until: float | None = None
+    try:
+        while time.monotonic() < deadline:
+            if settle_until is not None and time.monotonic() >= settle_until:
+                break
+            for message in consumer.consume(500, 0.2):
+                if message.error() is None:
+                    messages.append(message)
+            if len(messages) >= expected and settle_until is None:
+                settle_until = time.monotonic() + settle_s
+    finally:
+        consumer.close()
+    return messages
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The group's committed offset per partition (-1001 = nothing committed)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        tps = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        return {tp.partition: tp.offset for tp in tps}
+    finally:
+        consumer.close()
+
+
+def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "end-offsets", "enable.auto.commit": False})
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+    finally:
+        consumer.close()
+
+
+def results_of(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    return [json.loads(m.value()) for m in messages]

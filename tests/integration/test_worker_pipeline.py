@@ -1,0 +1,127 @@
+"""The worker end to end on the real broker: every input offset yields exactly one record."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+
+from schemas.dead_letter import DeadLetterKind, parse_dead_letter_headers
+from schemas.sentiment_result import SentimentResult
+from tests.integration.helpers import assert_partition_order, make_settings, run_worker, sample_reviews
+from tests.integration.kafka_io import committed_offsets, end_offsets, produce, read_topic, results_of, review_records
+from worker.app import StartupError
+
+pytestmark = pytest.mark.integration
+
+def test_happy_path_every_review_labelled_once_in_order(
+    kafka_bootstrap: str, topics: Any, tiny_classifier: Any
+) -> None:
+    names = topics()
+    reviews = sample_reviews(90)
+    produce(kafka_bootstrap, names["reviews"], review_records(reviews))
+    settings = make_settings(kafka_bootstrap, names, max_batch_size=8, max_window_messages=40)
+
+    summary = run_worker(settings, tiny_classifier, max_messages=len(reviews))
+
+    assert (summary.consumed, summary.results, summary.dead_letters) == (90, 90, 0)
+    out = read_topic(kafka_bootstrap, names["results"], expected=90)
+    results = results_of(out)
+    assert sorted(r["id"] for r in results) == sorted(r["id"] for r in reviews)  # each id exactly once
+    for message, result in zip(out, results, strict=True):
+        SentimentResult.model_validate(result)  # the published contract
+        assert message.key() == result["id"].encode()  # result key = input key
+        assert message.partition() == result["source"]["partition"]  # source partitioning
+    by_id = {r["id"]: r for r in results}
+    expected_probs = tiny_classifier.predict_texts([r["text"] for r in reviews])
+    for review, probs in zip(reviews, expected_probs, strict=True):
+        got = by_id[review["id"]]
+        assert got["label"] == tiny_classifier.labels[int(np.argmax(probs))]
+        assert got["confidence"] == pytest.approx(float(np.max(probs)), abs=1e-4)
+        assert got["metadata"] == {"domain": review["domain"], "expected": review["expected"], "seq": review["seq"]}
+        assert got["model"] == {"name": tiny_classifier.name, "version": tiny_classifier.version}
+    assert_partition_order(out)
+    # Everything was acknowledged, so everything is committed: the group's lag is zero.
+    assert committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 3) == end_offsets(
+        kafka_bootstrap, names["reviews"], 3
+    )
+
+
+def test_malformed_mix_results_plus_dead_letters_equal_inputs(
+    kafka_bootstrap: str, topics: Any, tiny_classifier: Any
+) -> None:
+    names = topics(input_partitions=1, output_partitions=1)
+    bad: list[tuple[bytes | None, bytes | None, DeadLetterKind]] = [
+        (b"k1", b"\xff\xfe not utf-8", DeadLetterKind.INVALID_UTF8),
+        (b"k2", b"this is not json", DeadLetterKind.INVALID_JSON),
+        (b"k3", b'{"id": "x3", "comment": "no text field"}', DeadLetterKind.MISSING_TEXT),
+        (b"k4", b'{"id": "x4", "text": 42}', DeadLetterKind.WRONG_TYPE),
+        (b"k5", b'{"id": "x5", "text": "   "}', DeadLetterKind.EMPTY_TEXT),
+        (b"k6", json.dumps({"id": "x6", "text": "很好" * 200}).encode(), DeadLetterKind.TEXT_TOO_LONG),
+        (b"k7", None, DeadLetterKind.EMPTY_VALUE),
+        (b"k8", b'["text", "an array"]', DeadLetterKind.NOT_AN_OBJECT),
+        (None, b"[" * 5000, DeadLetterKind.INVALID_JSON),
+    ]
+    good = sample_reviews(12)
+    records: list[tuple[bytes | None, bytes | None]] = []
+    expected_kinds: dict[int, DeadLetterKind] = {}
+    good_iter = iter(review_records(good))
+    for i, (key, value, kind) in enumerate(bad):  # interleave: good, bad, good, bad ...
+        records.append(next(good_iter))
+        expected_kinds[len(records)] = kind
+        records.append((key, value))
+    records.extend(good_iter)
+    produce(kafka_bootstrap, names["reviews"], records, partition=0)
+    settings = make_settings(kafka_bootstrap, names, max_text_chars=100)
+
+    summary = run_worker(settings, tiny_classifier, max_messages=len(records))
+
+    assert summary.results + summary.dead_letters == len(records) == 21
+    out = read_topic(kafka_bootstrap, names["results"], expected=len(good))
+    dlq = read_topic(kafka_bootstrap, names["dlq"], expected=len(bad))
+    assert sorted(r["id"] for r in results_of(out)) == sorted(r["id"] for r in good)
+    assert len(dlq) == len(bad)
+    for message in dlq:
+        info = parse_dead_letter_headers(message.headers())
+        offset = info.source_offset
+        assert info.kind == expected_kinds[offset], (offset, info.reason)
+        assert info.reason and info.worker_id == "test-worker" and info.source_topic == names["reviews"]
+        assert (message.key(), message.value()) == records[offset]  # original bytes untouched
+    offsets_seen = sorted(
+        [json.loads(m.value())["source"]["offset"] for m in out]
+        + [parse_dead_letter_headers(m.headers()).source_offset for m in dlq]
+    )
+    assert offsets_seen == list(range(len(records)))  # every input offset: exactly one record
+    assert_partition_order(out)
+
+
+def test_restart_resumes_from_committed_offsets(kafka_bootstrap: str, topics: Any, tiny_classifier: Any) -> None:
+    names = topics()
+    reviews = sample_reviews(60)
+    produce(kafka_bootstrap, names["reviews"], review_records(reviews))
+    settings = make_settings(kafka_bootstrap, names, max_window_messages=10)
+
+    first = run_worker(settings, tiny_classifier, max_messages=25)
+    assert first.results == 25
+    assert sum(max(0, o) for o in committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 3).values()) == 25
+
+    second = run_worker(settings, tiny_classifier, idle_exit_s=3)
+    assert second.results == 35  # the rest, nothing twice
+
+    out = read_topic(kafka_bootstrap, names["results"], expected=60)
+    ids = [r["id"] for r in results_of(out)]
+    assert sorted(ids) == sorted(r["id"] for r in reviews)  # nothing lost, no duplicate
+    assert_partition_order(out)
+
+
+def test_missing_output_topic_refuses_to_start_and_commits_nothing(
+    kafka_bootstrap: str, topics: Any, tiny_classifier: Any
+) -> None:
+    names = topics()
+    produce(kafka_bootstrap, names["reviews"], review_records(sample_reviews(5)))
+    settings = make_settings(kafka_bootstrap, {**names, "results": names["results"] + "-missing"})
+    with pytest.raises(StartupError, match="create it"):
+        run_worker(settings, tiny_classifier, idle_exit_s=2)
+    assert all(o < 0 for o in committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 3).values())

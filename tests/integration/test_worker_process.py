@@ -1,0 +1,166 @@
+"""The `sentiment-worker run` process: signals, exit codes, health endpoints, against the real broker."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from schemas.sentiment_result import ModelRef
+from tests.integration.kafka_io import committed_offsets, end_offsets, produce, read_topic, results_of, review_records
+from tests.integration.helpers import make_settings, sample_reviews
+from worker.app import SentimentWorker
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+
+
+def worker_env(bootstrap: str, names: dict[str, str], model_dir: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SENTIMENT_")}
+    env.update(
+        {
+            "SENTIMENT_BOOTSTRAP_SERVERS": bootstrap,
+            "SENTIMENT_INPUT_TOPIC": names["reviews"],
+            "SENTIMENT_OUTPUT_TOPIC": names["results"],
+            "SENTIMENT_DLQ_TOPIC": names["dlq"],
+            "SENTIMENT_GROUP_ID": names["group"],
+            "SENTIMENT_MODEL": str(model_dir),
+            "SENTIMENT_DEVICE": "cpu",
+            "SENTIMENT_HTTP_PORT": "0",
+            "SENTIMENT_MAX_WINDOW_MESSAGES": "16",
+            **extra,
+        }
+    )
+    return env
+
+
+def start_worker(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "worker", "run", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_sigterm_mid_stream_loses_nothing(
+    kafka_bootstrap: str, topics: Any, tiny_model_dir: Path
+) -> None:
+    names = topics()
+    reviews = sample_reviews(600)
+    records = review_records(reviews)
+    env = worker_env(kafka_bootstrap, names, tiny_model_dir)
+    first = start_worker(env)
+
+    # Feed at a steady pace while the worker runs, so the signal lands mid-stream.
+    def feed() -> None:
+        for start in range(0, len(records), 20):
+            produce(kafka_bootstrap, names["reviews"], records[start : start + 20])
+            time.sleep(0.05)
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    deadline = time.monotonic() + 120
+    while len(read_topic(kafka_bootstrap, names["results"], expected=50, timeout_s=2, settle_s=0)) < 50:
+        assert first.poll() is None, f"worker died: {first.communicate()[1][-3000:]}"
+        assert time.monotonic() < deadline, "worker published nothing within 120 s"
+    first.send_signal(signal.SIGTERM)
+    try:
+        out, err = first.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        first.kill()
+        pytest.fail("worker did not stop within 60 s of SIGTERM")
+    feeder.join()
+    assert first.returncode == 0, err[-3000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["stopped"] == "stop requested"
+    assert summary["consumed"] == summary["results"] + summary["dead_letters"]
+    assert summary["consumed"] < len(records), "the signal should have landed mid-stream"
+
+    second = start_worker(env, "--idle-exit-s", "4")
+    out2, err2 = second.communicate(timeout=300)
+    assert second.returncode == 0, err2[-3000:]
+
+    ids = [r["id"] for r in results_of(read_topic(kafka_bootstrap, names["results"], expected=len(reviews)))]
+    assert len(ids) == len(reviews) and set(ids) == {r["id"] for r in reviews}  # nothing lost, nothing twice
+    assert committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 3) == end_offsets(
+        kafka_bootstrap, names["reviews"], 3
+    )
+
+
+def test_gpu_requested_without_cuda_exits_non_zero_with_a_clear_message(
+    kafka_bootstrap: str, topics: Any, tiny_model_dir: Path
+) -> None:
+    names = topics()
+    proc = start_worker(worker_env(kafka_bootstrap, names, tiny_model_dir, SENTIMENT_DEVICE="gpu"))
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2
+    assert "device" in err and "cpu" in err.lower(), err  # says what to do: use cpu or install the GPU build
+    assert "Traceback" not in err
+    assert all(o < 0 for o in committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 3).values())
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_readyz_flips_after_warm_up_and_assignment_and_metrics_count(
+    kafka_bootstrap: str, topics: Any, tiny_classifier: Any
+) -> None:
+    names = topics()
+    settings = make_settings(kafka_bootstrap, names, http_port=0)
+    settings = settings.model_copy(update={"http_port": _free_port()})
+    worker = SentimentWorker(settings, tiny_classifier, ModelRef(name="tiny", version="1"))
+    assert worker.health.readiness()[0] is False  # nothing loaded, nothing assigned yet
+    thread = threading.Thread(target=worker.run, kwargs={"idle_exit_s": 60})
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{settings.http_port}"
+        deadline = time.monotonic() + 60
+        while True:
+            status, body = _get(base + "/readyz") if worker.http_address else (0, "")
+            if status == 200:
+                break
+            assert time.monotonic() < deadline, f"never ready: {body}"
+            time.sleep(0.2)
+        ready = json.loads(body)
+        assert ready["model_warm"] is True and ready["partitions_assigned"] == 3
+        assert _get(base + "/healthz")[0] == 200
+        produce(kafka_bootstrap, names["reviews"], review_records(sample_reviews(20)))
+        read_topic(kafka_bootstrap, names["results"], expected=20)
+        time.sleep(1.5)  # gauges refresh every second
+        families = {f.name: f for f in text_string_to_metric_families(_get(base + "/metrics")[1])}
+        published = sum(s.value for s in families["sentiment_results_published"].samples if s.name.endswith("_total"))
+        assert published == 20
+        lag = {s.labels["partition"]: s.value for s in families["sentiment_consumer_lag_messages"].samples}
+        assert set(lag) == {"0", "1", "2"} and all(v == 0 for v in lag.values())
+    finally:
+        worker.request_stop()
+        thread.join(timeout=60)
+    assert not thread.is_alive()
+    assert worker.health.readiness()[0] is False  # stopping is not ready
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
