@@ -1,0 +1,61 @@
+"""Settings: precedence, validation, secrets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from worker.config import WorkerSettings, load_settings
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("SENTIMENT_"):
+            monkeypatch.delenv(key)
+
+
+def test_defaults_match_the_documented_names() -> None:
+    s = WorkerSettings()
+    assert s.bootstrap_servers == "localhost:9092"
+    assert (s.input_topic, s.output_topic, s.dlq_topic) == ("reviews", "reviews-sentiment", "reviews-dlq")
+    assert s.model == "models/default" and s.device == "auto"
+
+
+def test_flags_beat_environment_which_beats_the_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "worker.json"
+    config.write_text(json.dumps({"input_topic": "from-file", "output_topic": "out-file", "group_id": "g-file"}))
+    monkeypatch.setenv("SENTIMENT_INPUT_TOPIC", "from-env")
+    monkeypatch.setenv("SENTIMENT_GROUP_ID", "g-env")
+    s = load_settings(config, group_id="g-flag", output_topic=None)
+    assert (s.input_topic, s.output_topic, s.group_id) == ("from-env", "out-file", "g-flag")
+
+
+def test_toml_config_and_kafka_extra_passthrough(tmp_path: Path) -> None:
+    config = tmp_path / "worker.toml"
+    config.write_text('security_protocol = "SASL_SSL"\n[kafka_extra]\n"ssl.ca.location" = "/etc/ca.pem"\n')
+    conf = load_settings(config).librdkafka_common()
+    assert conf["security.protocol"] == "SASL_SSL" and conf["ssl.ca.location"] == "/etc/ca.pem"
+
+
+def test_unknown_keys_and_bad_values_are_refused_with_their_names(tmp_path: Path) -> None:
+    config = tmp_path / "worker.json"
+    config.write_text(json.dumps({"max_batch_sise": 8}))
+    with pytest.raises(ValueError, match="max_batch_sise"):
+        load_settings(config)
+    with pytest.raises(ValidationError, match="device"):
+        WorkerSettings(device="tpu")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="would loop"):
+        WorkerSettings(input_topic="same", output_topic="same")
+
+
+def test_password_is_masked_everywhere_but_in_the_librdkafka_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SENTIMENT_SASL_PASSWORD", "hunter2-secret")
+    s = WorkerSettings(sasl_username="svc")
+    assert "hunter2-secret" not in repr(s) and "hunter2-secret" not in json.dumps(s.public_view())
+    assert s.librdkafka_common()["sasl.password"] == "hunter2-secret"

@@ -1,0 +1,101 @@
+"""The inference stage with a fake classifier: order restored, failures split then dead-lettered."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from schemas.dead_letter import DeadLetterKind
+from worker.inference import InferenceFailure, is_out_of_memory, label_texts
+
+
+class FakeLengthClassifier:
+    """Tokens = one per character + 2; 'probability positive' encodes the text length so outputs can be
+    matched to inputs. Texts containing 'BOOM' make any batch holding them fail; batches over
+    `oom_over_tokens` padded tokens raise an out-of-memory error."""
+
+    labels = ["negative", "positive"]
+
+    def __init__(self, oom_over_tokens: int | None = None) -> None:
+        self.oom_over_tokens = oom_over_tokens
+        self.batches: list[list[int]] = []
+        self.poisoned: set[int] = set()
+
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        ids = []
+        for text in texts:
+            row = [1] + [ord(c) % 1000 + 10 for c in text] + [2]
+            if "BOOM" in text:
+                row[1] = -1
+            ids.append(row)
+        return ids
+
+    def predict_ids(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
+        self.batches.append([len(row) for row in batch])
+        padded = len(batch) * max(len(row) for row in batch)
+        if self.oom_over_tokens is not None and padded > self.oom_over_tokens:
+            raise RuntimeError("ResourceExhaustedError: Out of memory error on GPU 0")
+        if any(row[1] == -1 for row in batch if len(row) > 1):
+            raise ValueError("poisoned input")
+        p = np.array([min(0.999, len(row) / 1000.0) for row in batch], dtype=np.float32)
+        return np.stack([1 - p, p], axis=1)
+
+
+def _length_of(output: np.ndarray) -> int:
+    return round(float(output[1]) * 1000)
+
+
+def test_outputs_follow_input_order_although_batches_group_by_length() -> None:
+    rng = np.random.default_rng(7)
+    texts = ["字" * int(n) for n in rng.integers(1, 120, size=200)]
+    fake = FakeLengthClassifier()
+    outputs, stats = label_texts(fake, texts, max_batch_size=16, max_batch_tokens=512)
+    assert [_length_of(o) for o in outputs] == [len(t) + 2 for t in texts]  # input order
+    assert sum(len(b) for b in fake.batches) == 200
+    assert all(len(b) <= 16 and len(b) * max(b) <= 512 for b in fake.batches)
+    assert stats.padding_efficiency > 0.85  # grouped by length: little padding
+    assert stats.real_tokens == sum(len(t) + 2 for t in texts)
+
+
+def test_a_failing_review_is_isolated_by_splitting_and_only_it_fails() -> None:
+    texts = ["好评", "差评", "BOOM 坏数据", "还行", "不错"]
+    fake = FakeLengthClassifier()
+    outputs, stats = label_texts(fake, texts, max_batch_size=8, max_batch_tokens=4096)
+    failures = [i for i, o in enumerate(outputs) if isinstance(o, InferenceFailure)]
+    assert failures == [2]
+    failure = outputs[2]
+    assert isinstance(failure, InferenceFailure)
+    assert failure.kind == DeadLetterKind.INFERENCE_FAILED and "poisoned input" in failure.reason
+    assert stats.splits >= 1
+    assert [_length_of(o) for i, o in enumerate(outputs) if i != 2] == [4, 4, 4, 4]  # type: ignore[arg-type]
+
+
+def test_out_of_memory_splits_the_batch_and_a_review_too_big_alone_is_dead_lettered() -> None:
+    texts = ["短评" * 5] * 6 + ["长" * 300]
+    fake = FakeLengthClassifier(oom_over_tokens=100)
+    outputs, stats = label_texts(fake, texts, max_batch_size=8, max_batch_tokens=100_000)
+    assert all(not isinstance(o, InferenceFailure) for o in outputs[:6])
+    last = outputs[6]
+    assert isinstance(last, InferenceFailure) and last.kind == DeadLetterKind.TOO_LONG_FOR_MEMORY
+    assert stats.splits >= 2
+
+
+def test_empty_window_needs_no_model() -> None:
+    fake = FakeLengthClassifier()
+    assert label_texts(fake, [], max_batch_size=4, max_batch_tokens=64)[0] == []
+    assert fake.batches == []
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (MemoryError(), True),
+        (RuntimeError("(ResourceExhausted) Out of memory error on GPU 0"), True),
+        (RuntimeError("CUDA out of memory. Tried to allocate 2.0 GiB"), True),
+        (ValueError("shape mismatch"), False),
+    ],
+)
+def test_out_of_memory_is_recognised(exc: BaseException, expected: bool) -> None:
+    assert is_out_of_memory(exc) is expected
