@@ -1,0 +1,654 @@
+#!/usr/bin/env python3
+"""Start, stop and inspect a single-node Apache Kafka 4.1.1 broker (KRaft, broker+controller), no Docker.
+
+    python deploy/kafka/launcher.py up [--port 9092] [--controller-port N] [--data-dir DIR] ...
+    python deploy/kafka/launcher.py status [--port 9092]
+    python deploy/kafka/launcher.py down [--port 9092]
+
+The broker jars come from Maven Central (deploy/kafka/pom.xml, copied once into a cache directory outside
+the repo), or from a Kafka distribution when KAFKA_HOME is set. Stdlib + confluent_kafka only; importable,
+so tests can call the small functions below directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+KAFKA_VERSION = "4.1.1"
+HERE = Path(__file__).resolve().parent
+POM = HERE / "pom.xml"
+REPO_ROOT = HERE.parent.parent
+MARKER_NAME = ".complete"
+DEFAULT_HEAP_OPTS = ("-Xmx512m", "-Xms256m")
+# Broker JVM flags (a subset of kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS).
+JVM_OPTS = (
+    "-server",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-Djava.awt.headless=true",
+    "-Dlog4j2.shutdownHookEnabled=false",
+)
+LOG_TAIL_LINES = 40
+EXIT_NOT_RUNNING = 3  # LSB status code for "program is not running"
+
+Say = Callable[[str], None]
+
+
+class LauncherError(Exception):
+    """A launcher step failed; ``hint`` says what to try next."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """Where and how one local broker runs. Ports are TCP ports on ``host``."""
+
+    port: int
+    controller_port: int
+    data_dir: Path
+    pid_file: Path
+    log_file: Path
+    host: str = "127.0.0.1"
+    advertised_host: str = "localhost"
+    heap_opts: tuple[str, ...] = DEFAULT_HEAP_OPTS
+
+    @property
+    def bootstrap(self) -> str:
+        """The bootstrap address clients use, ``host:port``."""
+        return f"{self.advertised_host}:{self.port}"
+
+    @property
+    def properties_file(self) -> Path:
+        return self.data_dir / "server.properties"
+
+    @property
+    def log4j_file(self) -> Path:
+        return self.data_dir / "log4j2.properties"
+
+    @property
+    def log_dirs(self) -> Path:
+        """Kafka's partition data and KRaft metadata log (``log.dirs``)."""
+        return self.data_dir / "kraft-logs"
+
+
+@dataclass(frozen=True)
+class MavenJars:
+    """Run the broker from jars copied by Maven into ``libs``."""
+
+    libs: Path
+
+
+@dataclass(frozen=True)
+class KafkaHome:
+    """Run the broker with a Kafka distribution's own scripts (``KAFKA_HOME``)."""
+
+    home: Path
+
+
+Runtime = MavenJars | KafkaHome
+
+
+def make_config(
+    port: int = 9092,
+    controller_port: int | None = None,
+    data_dir: Path | None = None,
+    pid_file: Path | None = None,
+    log_file: Path | None = None,
+) -> BrokerConfig:
+    """Fill in the defaults: controller on ``port + 1``, data in ``<repo>/var/kafka-<port>``."""
+    data = (data_dir or REPO_ROOT / "var" / f"kafka-{port}").resolve()
+    return BrokerConfig(
+        port=port,
+        controller_port=controller_port if controller_port is not None else port + 1,
+        data_dir=data,
+        pid_file=(pid_file or data / "broker.pid").resolve(),
+        log_file=(log_file or data / "broker.log").resolve(),
+    )
+
+
+def default_cache_dir(env: Mapping[str, str]) -> Path:
+    """``$SENTIMENT_KAFKA_CACHE`` or ``~/.cache/sentiment-worker/kafka-4.1.1``."""
+    override = env.get("SENTIMENT_KAFKA_CACHE")
+    if override:
+        return Path(override).expanduser().resolve()
+    return Path.home() / ".cache" / "sentiment-worker" / f"kafka-{KAFKA_VERSION}"
+
+
+# --------------------------------------------------------------------------- jars
+
+
+def pom_digest(pom: Path = POM) -> str:
+    """The marker content: a copy made from another pom is not reused."""
+    return hashlib.sha256(pom.read_bytes()).hexdigest()
+
+
+def jars_ready(cache_dir: Path, pom: Path = POM) -> bool:
+    """True when ``cache_dir/libs`` holds a complete copy of this pom's dependencies."""
+    marker = cache_dir / MARKER_NAME
+    return (
+        marker.is_file() and marker.read_text().strip() == pom_digest(pom) and (cache_dir / "libs").is_dir()
+    )
+
+
+def maven_command(pom: Path, output_dir: Path) -> list[str]:
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise LauncherError(
+            "`mvn` is not on PATH", "install Maven, or set KAFKA_HOME to a Kafka distribution"
+        )
+    return [
+        mvn,
+        "-q",
+        "-B",
+        "-Dstyle.color=never",
+        "-f",
+        str(pom),
+        "dependency:copy-dependencies",
+        f"-DoutputDirectory={output_dir}",
+    ]
+
+
+def ensure_jars(cache_dir: Path, pom: Path = POM, say: Say = print, progress_every_s: float = 15.0) -> Path:
+    """Copy the broker jars into ``cache_dir/libs`` with Maven unless a complete copy is there; return it.
+
+    Maven writes into a scratch directory renamed into place, then a marker is written, so an
+    interrupted download is never mistaken for a complete one.
+    """
+    libs = cache_dir / "libs"
+    if jars_ready(cache_dir, pom):
+        return libs
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    scratch = cache_dir / "libs.partial"
+    shutil.rmtree(scratch, ignore_errors=True)
+    mvn_log = cache_dir / "mvn.log"
+    say(f"Fetching Kafka {KAFKA_VERSION} jars with Maven into {libs} (a minute or so the first time)...")
+    started = time.monotonic()
+    with mvn_log.open("wb") as log:
+        proc = subprocess.Popen(
+            maven_command(pom, scratch), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
+        while True:
+            try:
+                rc = proc.wait(timeout=progress_every_s)
+                break
+            except subprocess.TimeoutExpired:
+                say(f"  ... Maven still working ({time.monotonic() - started:.0f} s)")
+    if rc != 0 or not any(scratch.glob("kafka_2.13-*.jar")):
+        raise LauncherError(
+            f"Maven failed (exit {rc}) copying the Kafka jars:\n{tail(mvn_log, LOG_TAIL_LINES)}",
+            f"check Maven Central access (full log: {mvn_log}), or set KAFKA_HOME to a Kafka distribution",
+        )
+    shutil.rmtree(libs, ignore_errors=True)
+    scratch.rename(libs)
+    (cache_dir / MARKER_NAME).write_text(pom_digest(pom) + "\n")
+    say(f"Kafka jars ready ({len(list(libs.glob('*.jar')))} jars, {time.monotonic() - started:.0f} s)")
+    return libs
+
+
+# --------------------------------------------------------------------------- config files
+
+
+def render_properties(cfg: BrokerConfig) -> str:
+    """server.properties of a single combined broker+controller node with a static KRaft quorum."""
+    props = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        # A static voter set: storage is formatted without --standalone and the quorum never changes.
+        "controller.quorum.voters": f"1@{cfg.host}:{cfg.controller_port}",
+        "controller.listener.names": "CONTROLLER",
+        "listeners": f"PLAINTEXT://{cfg.host}:{cfg.port},CONTROLLER://{cfg.host}:{cfg.controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{cfg.advertised_host}:{cfg.port}",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(cfg.log_dirs),
+        "num.partitions": "1",
+        # Topics are created explicitly (tests, deploy scripts): a typo must fail, not create a topic.
+        "auto.create.topics.enable": "false",
+        # One broker: internal topics cannot have more than one replica.
+        "offsets.topic.replication.factor": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        # ... and need few partitions: 1 instead of 50 makes the first group join / transaction fast.
+        "offsets.topic.num.partitions": "1",
+        "transaction.state.log.num.partitions": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        # Consumers join a group without the default 3 s wait for more members.
+        "group.initial.rebalance.delay.ms": "0",
+        "num.network.threads": "2",
+        "num.io.threads": "4",
+        "log.retention.hours": "24",
+    }
+    lines = ["# Written by deploy/kafka/launcher.py; rewritten on every `up`."]
+    lines += [f"{key}={value}" for key, value in props.items()]
+    return "\n".join(lines) + "\n"
+
+
+def render_log4j2(cfg: BrokerConfig) -> str:
+    """log4j2 config: INFO to stdout (redirected to the log file), the chattiest loggers at WARN."""
+    quiet = {
+        "state": "state.change.logger",
+        "request": "kafka.request.logger",
+        "requestchannel": "kafka.network.RequestChannel$",
+        "config": "org.apache.kafka.common.config.AbstractConfig",
+        "appinfo": "org.apache.kafka.common.utils.AppInfoParser",
+        "raftclient": "org.apache.kafka.raft",
+        "metaloader": "org.apache.kafka.image.loader",
+        "snapshot": "org.apache.kafka.metadata.publisher",
+    }
+    lines = [
+        "# Written by deploy/kafka/launcher.py",
+        "status = warn",
+        "appender.out.type = Console",
+        "appender.out.name = STDOUT",
+        "appender.out.layout.type = PatternLayout",
+        "appender.out.layout.pattern = [%d] %p %m (%c)%n",
+        "rootLogger.level = INFO",
+        "rootLogger.appenderRef.out.ref = STDOUT",
+    ]
+    for key, name in quiet.items():
+        lines += [f"logger.{key}.name = {name}", f"logger.{key}.level = WARN"]
+    return "\n".join(lines) + "\n"
+
+
+def write_properties(cfg: BrokerConfig) -> Path:
+    """Write server.properties and the log4j2 config into the data dir; return the properties path."""
+    cfg.data_dir.mkdir(parents=True, exist_ok=True)
+    cfg.properties_file.write_text(render_properties(cfg))
+    cfg.log4j_file.write_text(render_log4j2(cfg))
+    return cfg.properties_file
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def new_cluster_id() -> str:
+    """A Kafka cluster id: 16 random bytes, URL-safe base64 without padding (like Uuid.randomUuid)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cid.startswith("-"):  # Kafka avoids these too: they look like CLI flags
+            return cid
+
+
+def java_command(cfg: BrokerConfig, libs: Path, main_class: str, args: Sequence[str]) -> list[str]:
+    java = shutil.which("java")
+    if java is None:
+        raise LauncherError(
+            "`java` is not on PATH", "install a JRE 17+ (Kafka 4 needs Java 17 for the broker)"
+        )
+    return [
+        java,
+        *cfg.heap_opts,
+        *JVM_OPTS,
+        f"-Dlog4j2.configurationFile={cfg.log4j_file}",
+        f"-Dkafka.logs.dir={cfg.data_dir / 'logs'}",
+        "-cp",
+        f"{libs}{os.sep}*",
+        main_class,
+        *args,
+    ]
+
+
+def format_command(cfg: BrokerConfig, runtime: Runtime, cluster_id: str) -> list[str]:
+    """The storage format command (static quorum: no --standalone)."""
+    args = ["format", "-t", cluster_id, "-c", str(cfg.properties_file)]
+    if isinstance(runtime, KafkaHome):
+        return [str(runtime.home / "bin" / "kafka-storage.sh"), *args]
+    return java_command(cfg, runtime.libs, "kafka.tools.StorageTool", args)
+
+
+def start_command(cfg: BrokerConfig, runtime: Runtime) -> list[str]:
+    """The broker command; it runs in the foreground (the launcher detaches it)."""
+    if isinstance(runtime, KafkaHome):
+        # kafka-server-start.sh execs kafka-run-class.sh, which execs java: the pid stays the broker's.
+        return [str(runtime.home / "bin" / "kafka-server-start.sh"), str(cfg.properties_file)]
+    return java_command(cfg, runtime.libs, "kafka.Kafka", [str(cfg.properties_file)])
+
+
+def command_env(cfg: BrokerConfig, runtime: Runtime, base: dict[str, str]) -> dict[str, str]:
+    """Environment for the scripts of a Kafka distribution (heap, log4j2 config, script log dir)."""
+    env = dict(base)
+    if isinstance(runtime, KafkaHome):
+        env["KAFKA_HEAP_OPTS"] = " ".join(cfg.heap_opts)
+        env["KAFKA_LOG4J_OPTS"] = f"-Dlog4j2.configurationFile={cfg.log4j_file}"
+        env["LOG_DIR"] = str(cfg.data_dir / "logs")
+    return env
+
+
+# --------------------------------------------------------------------------- lifecycle
+
+
+def is_formatted(cfg: BrokerConfig) -> bool:
+    return (cfg.log_dirs / "meta.properties").is_file()
+
+
+def format_storage(cfg: BrokerConfig, runtime: Runtime, say: Say = print) -> bool:
+    """Format the KRaft storage unless already formatted; True when it formatted now."""
+    if is_formatted(cfg):
+        return False
+    cluster_id = new_cluster_id()
+    say(f"Formatting KRaft storage in {cfg.log_dirs} (cluster id {cluster_id})")
+    proc = subprocess.run(
+        format_command(cfg, runtime, cluster_id),
+        capture_output=True,
+        text=True,
+        env=command_env(cfg, runtime, dict(os.environ)),
+        stdin=subprocess.DEVNULL,
+    )
+    if proc.returncode != 0:
+        raise LauncherError(
+            f"formatting the storage failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}",
+            f"remove {cfg.log_dirs} if it holds a broken earlier attempt",
+        )
+    return True
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True when something accepts TCP connections on host:port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex((host, port)) == 0
+
+
+def ensure_ports_free(cfg: BrokerConfig) -> None:
+    """Fail when something already listens on the client or controller port."""
+    for port in (cfg.port, cfg.controller_port):
+        if port_in_use(cfg.host, port):
+            raise LauncherError(
+                f"port {cfg.host}:{port} is already in use",
+                "stop whatever listens there or pick other ports (--port/--controller-port)",
+            )
+
+
+def start(cfg: BrokerConfig, runtime: Runtime) -> int:
+    """Start the broker detached (own session, stdout+stderr appended to the log file); return its pid."""
+    cfg.log_file.parent.mkdir(parents=True, exist_ok=True)
+    with cfg.log_file.open("ab") as log:
+        log.write(
+            f"\n===== launcher: starting broker at {time.strftime('%Y-%m-%d %H:%M:%S')} =====\n".encode()
+        )
+        log.flush()
+        proc = subprocess.Popen(
+            start_command(cfg, runtime),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=command_env(cfg, runtime, dict(os.environ)),
+            cwd=cfg.data_dir,
+            start_new_session=True,  # survives the launcher and the terminal's Ctrl-C
+        )
+    cfg.pid_file.parent.mkdir(parents=True, exist_ok=True)
+    cfg.pid_file.write_text(f"{proc.pid}\n")
+    return proc.pid
+
+
+def broker_answers(bootstrap: str, timeout_s: float) -> bool:
+    """True when a broker at ``bootstrap`` answers a metadata request within ``timeout_s`` seconds."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    # log_level 0: librdkafka would otherwise print "Connection refused" lines while the broker starts.
+    admin = AdminClient(
+        {"bootstrap.servers": bootstrap, "log_level": 0, "socket.connection.setup.timeout.ms": 2000}
+    )
+    try:
+        metadata = admin.list_topics(timeout=timeout_s)
+    except KafkaException:
+        return False
+    return len(metadata.brokers) > 0
+
+
+def wait_ready(cfg: BrokerConfig, pid: int, timeout_s: float) -> float:
+    """Wait until the broker answers metadata requests; return the seconds waited.
+
+    Fails fast when the process exits meanwhile.
+    """
+    started = time.monotonic()
+    deadline = started + timeout_s
+    while True:
+        if not pid_alive(pid):
+            raise LauncherError(f"the broker (pid {pid}) exited during startup", f"see {cfg.log_file}")
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise LauncherError(
+                f"the broker (pid {pid}) did not answer at {cfg.bootstrap} within {timeout_s:.0f} s",
+                f"raise --timeout-s, or see {cfg.log_file}",
+            )
+        if port_in_use(cfg.host, cfg.port) and broker_answers(cfg.bootstrap, min(5.0, remaining)):
+            return time.monotonic() - started
+        time.sleep(0.25)
+
+
+def read_pid(pid_file: Path) -> int | None:
+    """The pid in ``pid_file``, or None when there is no (valid) pid file."""
+    try:
+        return int(pid_file.read_text().split()[0])
+    except (FileNotFoundError, IndexError, ValueError):
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    """True when ``pid`` is a live (non-zombie) process; reaps it when it is our own exited child."""
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    except ChildProcessError:
+        pass  # not our child: the usual case for the CLI
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rsplit(")", 1)[1].split()[0] != "Z"  # an exited child nobody reaped yet
+    except (OSError, IndexError):
+        return True
+
+
+def process_command_line(pid: int) -> list[str] | None:
+    """The argv of ``pid`` (from /proc, else ``ps``), or None when it cannot be read."""
+    if Path("/proc/self/cmdline").exists():
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return None
+        return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+    proc = subprocess.run(["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True)
+    return proc.stdout.split() if proc.returncode == 0 and proc.stdout.strip() else None
+
+
+def is_kafka_broker(argv: Sequence[str]) -> bool:
+    """True for a ``java ... kafka.Kafka <props>`` command line."""
+    return bool(argv) and Path(argv[0]).name == "java" and "kafka.Kafka" in argv[1:]
+
+
+def stop(pid_file: Path, timeout_s: float = 30.0, say: Say = print) -> bool:
+    """Stop the broker named by ``pid_file``: SIGTERM, then SIGKILL after ``timeout_s`` seconds.
+
+    Only a ``java ... kafka.Kafka`` process is signalled. Returns False when a process that is not a
+    Kafka broker holds the pid (nothing is signalled); the pid file is removed whenever it is stale.
+    """
+    pid = read_pid(pid_file)
+    if pid is None:
+        say(f"No pid file at {pid_file}: no broker to stop.")
+        return True
+    if not pid_alive(pid):
+        say(f"Broker pid {pid} is not running; removing the stale pid file {pid_file}.")
+        pid_file.unlink(missing_ok=True)
+        return True
+    argv = process_command_line(pid)
+    if argv is None:
+        say(f"Cannot read the command line of pid {pid}; not signalling it.")
+        return False
+    if not is_kafka_broker(argv):
+        say(
+            f"Pid {pid} is not a Kafka broker ({' '.join(argv)[:120]}); not signalling it. "
+            f"Removing the stale pid file {pid_file}."
+        )
+        pid_file.unlink(missing_ok=True)
+        return False
+    say(f"Stopping broker pid {pid} (SIGTERM)...")
+    started = time.monotonic()
+    os.kill(pid, signal.SIGTERM)  # controlled shutdown: the broker flushes its logs and leaves the quorum
+    if not _wait_gone(pid, timeout_s):
+        say(f"Broker pid {pid} still running after {timeout_s:.0f} s; sending SIGKILL.")
+        os.kill(pid, signal.SIGKILL)
+        if not _wait_gone(pid, 10.0):
+            raise LauncherError(f"broker pid {pid} survived SIGKILL", "check the process by hand")
+    pid_file.unlink(missing_ok=True)
+    say(f"Broker stopped ({time.monotonic() - started:.1f} s).")
+    return True
+
+
+def _wait_gone(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while pid_alive(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def running_broker(cfg: BrokerConfig) -> int | None:
+    """The pid of the live Kafka broker named by the pid file, if any."""
+    pid = read_pid(cfg.pid_file)
+    if pid is None or not pid_alive(pid):
+        return None
+    argv = process_command_line(pid)
+    return pid if argv is not None and is_kafka_broker(argv) else None
+
+
+def tail(path: Path, lines: int) -> str:
+    """The last ``lines`` lines of a text file ('' when missing)."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return ""
+
+
+def up(cfg: BrokerConfig, runtime_factory: Callable[[], Runtime], timeout_s: float, say: Say = print) -> str:
+    """Start the broker unless the one named by the pid file already answers; return the bootstrap address."""
+    pid = running_broker(cfg)
+    if pid is not None:
+        if broker_answers(cfg.bootstrap, 5.0):
+            say(f"Broker already running (pid {pid}); nothing to do.")
+            return cfg.bootstrap
+        say(f"Broker pid {pid} is running but not answering yet; waiting.")
+    else:
+        cfg.pid_file.unlink(missing_ok=True)
+        ensure_ports_free(cfg)
+        runtime = runtime_factory()
+        write_properties(cfg)
+        format_storage(cfg, runtime, say)
+        pid = start(cfg, runtime)
+        say(f"Started broker pid {pid}; waiting for it to answer at {cfg.bootstrap} (log: {cfg.log_file})")
+    try:
+        waited = wait_ready(cfg, pid, timeout_s)
+    except LauncherError:
+        if pid_alive(pid):  # do not leave a half-started broker behind
+            stop(cfg.pid_file, timeout_s=10.0, say=say)
+        else:
+            cfg.pid_file.unlink(missing_ok=True)
+        raise
+    say(f"Broker ready after {waited:.1f} s.")
+    return cfg.bootstrap
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="launcher.py", description=(__doc__ or "").split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, help_text in (
+        ("up", "start the broker (no-op when running)"),
+        ("down", "stop the broker"),
+        ("status", "running or not, and the address"),
+    ):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--port", type=int, default=9092, help="client (PLAINTEXT) port, default 9092")
+        p.add_argument(
+            "--controller-port", type=int, default=None, help="KRaft controller port, default port+1"
+        )
+        p.add_argument("--data-dir", type=Path, default=None, help="default <repo>/var/kafka-<port>")
+        p.add_argument("--pid-file", type=Path, default=None, help="default <data-dir>/broker.pid")
+        if name == "up":
+            p.add_argument("--log-file", type=Path, default=None, help="default <data-dir>/broker.log")
+            p.add_argument("--timeout-s", type=float, default=90.0, help="seconds to wait for the broker")
+            p.add_argument(
+                "--cache-dir",
+                type=Path,
+                default=None,
+                help="jar cache, default $SENTIMENT_KAFKA_CACHE or ~/.cache/sentiment-worker/kafka-4.1.1",
+            )
+        if name == "down":
+            p.add_argument(
+                "--timeout-s", type=float, default=30.0, help="seconds between SIGTERM and SIGKILL"
+            )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    cfg = make_config(
+        args.port, args.controller_port, args.data_dir, args.pid_file, getattr(args, "log_file", None)
+    )
+    say: Say = lambda msg: print(msg, flush=True)  # noqa: E731
+    try:
+        if args.command == "up":
+            kafka_home = os.environ.get("KAFKA_HOME")
+            cache_dir = args.cache_dir.resolve() if args.cache_dir else default_cache_dir(os.environ)
+
+            def runtime_factory() -> Runtime:
+                if kafka_home:
+                    return KafkaHome(Path(kafka_home))
+                return MavenJars(ensure_jars(cache_dir, say=say))
+
+            try:
+                bootstrap = up(cfg, runtime_factory, args.timeout_s, say)
+            except LauncherError:
+                log_tail = tail(cfg.log_file, LOG_TAIL_LINES)
+                if log_tail:
+                    print(
+                        f"--- last {LOG_TAIL_LINES} lines of {cfg.log_file} ---\n{log_tail}\n---",
+                        file=sys.stderr,
+                    )
+                raise
+            print(bootstrap, flush=True)
+            return 0
+        if args.command == "down":
+            return 0 if stop(cfg.pid_file, args.timeout_s, say) else 1
+        pid = running_broker(cfg)
+        if pid is None:
+            print(f"not running ({cfg.bootstrap}, pid file {cfg.pid_file})")
+            return EXIT_NOT_RUNNING
+        answers = "answers" if broker_answers(cfg.bootstrap, 5.0) else "NOT answering yet"
+        print(f"running pid {pid} at {cfg.bootstrap} ({answers})")
+        return 0
+    except LauncherError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        if exc.hint:
+            print(f"hint: {exc.hint}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
