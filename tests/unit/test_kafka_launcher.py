@@ -1,0 +1,152 @@
+"""deploy/kafka/launcher.py without a broker: config files, commands, pid-file safety."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from tests.kafka_fixtures import load_launcher
+
+
+@pytest.fixture(scope="module")
+def launcher() -> ModuleType:
+    return load_launcher()
+
+
+@pytest.fixture
+def cfg(launcher: ModuleType, tmp_path: Path) -> Any:
+    return launcher.make_config(port=19092, data_dir=tmp_path / "data")
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
+    return {key: value for key, value in pairs}
+
+
+def test_defaults_put_controller_on_next_port_and_files_in_data_dir(
+    launcher: ModuleType, tmp_path: Path
+) -> None:
+    cfg = launcher.make_config(port=29092, data_dir=tmp_path)
+    assert cfg.controller_port == 29093
+    assert cfg.pid_file == tmp_path / "broker.pid"
+    assert cfg.log_file == tmp_path / "broker.log"
+    assert cfg.bootstrap == "localhost:29092"
+    assert launcher.make_config(port=9092).data_dir == launcher.REPO_ROOT / "var" / "kafka-9092"
+
+
+def test_properties_describe_a_single_combined_kraft_node(launcher: ModuleType, cfg: Any) -> None:
+    props = parse_properties(launcher.render_properties(cfg))
+    assert props["process.roles"] == "broker,controller"
+    assert props["node.id"] == "1"
+    assert props["controller.quorum.voters"] == "1@127.0.0.1:19093"
+    assert props["listeners"] == "PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093"
+    assert props["advertised.listeners"] == "PLAINTEXT://localhost:19092"
+    assert props["controller.listener.names"] == "CONTROLLER"
+    assert props["auto.create.topics.enable"] == "false"
+    assert props["log.dirs"] == str(cfg.data_dir / "kraft-logs")
+    for key in (
+        "offsets.topic.replication.factor",
+        "transaction.state.log.replication.factor",
+        "transaction.state.log.min.isr",
+        "num.partitions",
+    ):
+        assert props[key] == "1", key
+    assert props["group.initial.rebalance.delay.ms"] == "0"
+
+
+def test_cluster_id_is_a_kafka_uuid(launcher: ModuleType) -> None:
+    ids = {launcher.new_cluster_id() for _ in range(200)}
+    assert len(ids) == 200
+    for cid in ids:
+        assert len(cid) == 22 and not cid.startswith("-")
+        assert len(base64.urlsafe_b64decode(cid + "==")) == 16
+
+
+def test_kafka_home_uses_the_distribution_scripts(launcher: ModuleType, cfg: Any) -> None:
+    runtime = launcher.KafkaHome(Path("/opt/kafka"))
+    props = str(cfg.properties_file)
+    assert launcher.format_command(cfg, runtime, "AAAAAAAAAAAAAAAAAAAAAA") == [
+        "/opt/kafka/bin/kafka-storage.sh",
+        "format",
+        "-t",
+        "AAAAAAAAAAAAAAAAAAAAAA",
+        "-c",
+        props,
+    ]
+    assert launcher.start_command(cfg, runtime) == ["/opt/kafka/bin/kafka-server-start.sh", props]
+    env = launcher.command_env(cfg, runtime, {"PATH": "/usr/bin"})
+    assert env["PATH"] == "/usr/bin"
+    assert env["KAFKA_HEAP_OPTS"] == "-Xmx512m -Xms256m"
+    assert env["KAFKA_LOG4J_OPTS"] == f"-Dlog4j2.configurationFile={cfg.log4j_file}"
+
+
+def test_maven_jars_run_the_broker_and_storage_tool_classes(launcher: ModuleType, cfg: Any) -> None:
+    runtime = launcher.MavenJars(Path("/cache/libs"))
+    props = str(cfg.properties_file)
+    start = launcher.start_command(cfg, runtime)
+    assert Path(start[0]).name == "java"
+    assert start[-4:] == ["-cp", "/cache/libs/*", "kafka.Kafka", props]
+    assert "-Xmx512m" in start and "-Xms256m" in start
+    fmt = launcher.format_command(cfg, runtime, "AAAAAAAAAAAAAAAAAAAAAA")
+    assert fmt[-8:] == [
+        "-cp",
+        "/cache/libs/*",
+        "kafka.tools.StorageTool",
+        "format",
+        "-t",
+        "AAAAAAAAAAAAAAAAAAAAAA",
+        "-c",
+        props,
+    ]
+    assert launcher.is_kafka_broker(start)
+    assert not launcher.is_kafka_broker(fmt)
+    assert launcher.command_env(cfg, runtime, {"A": "1"}) == {"A": "1"}
+
+
+def test_jar_cache_is_reused_only_with_a_marker_for_this_pom(launcher: ModuleType, tmp_path: Path) -> None:
+    (tmp_path / "libs").mkdir()
+    assert not launcher.jars_ready(tmp_path)
+    (tmp_path / ".complete").write_text("not-this-pom\n")
+    assert not launcher.jars_ready(tmp_path)
+    (tmp_path / ".complete").write_text(launcher.pom_digest() + "\n")
+    assert launcher.jars_ready(tmp_path)
+
+
+def test_down_without_pid_file_is_a_no_op(launcher: ModuleType, tmp_path: Path) -> None:
+    said: list[str] = []
+    assert launcher.stop(tmp_path / "missing.pid", say=said.append) is True
+    assert said == [f"No pid file at {tmp_path / 'missing.pid'}: no broker to stop."]
+
+
+@pytest.fixture
+def sleeper() -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_down_never_signals_a_process_that_is_not_a_broker(
+    launcher: ModuleType, tmp_path: Path, sleeper: subprocess.Popen[bytes]
+) -> None:
+    pid_file = tmp_path / "broker.pid"
+    pid_file.write_text(f"{sleeper.pid}\n")
+    assert launcher.stop(pid_file, timeout_s=1.0, say=lambda _msg: None) is False
+    assert sleeper.poll() is None  # still running
+    assert not pid_file.exists()  # the pid file was stale: it named someone else's process
+
+
+def test_down_removes_the_pid_file_of_a_dead_broker(launcher: ModuleType, tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    pid_file = tmp_path / "broker.pid"
+    pid_file.write_text(f"{proc.pid}\n")
+    assert launcher.stop(pid_file, say=lambda _msg: None) is True
+    assert not pid_file.exists()
