@@ -1,0 +1,41 @@
+"""Versioned message contracts of the sentiment worker (pydantic v2 models + exported JSON Schema)."""
+
+from schemas.dead_letter import (
+    DLQ_VERSION,
+    HEADER_DLQ_VERSION,
+    HEADER_ERROR_KIND,
+    HEADER_ERROR_REASON,
+    HEADER_PREFIX,
+    HEADER_SOURCE_OFFSET,
+    HEADER_SOURCE_PARTITION,
+    HEADER_SOURCE_TIMESTAMP_MS,
+    HEADER_SOURCE_TOPIC,
+    HEADER_WORKER_ID,
+    DeadLetterInfo,
+    DeadLetterKind,
+    build_dead_letter_headers,
+    parse_dead_letter_headers,
+)
+from schemas.review_input import ReviewInput
+from schemas.sentiment_result import ModelRef, SentimentResult, SourceRef
+
+__all__ = [
+    "DLQ_VERSION",
+    "HEADER_DLQ_VERSION",
+    "HEADER_ERROR_KIND",
+    "HEADER_ERROR_REASON",
+    "HEADER_PREFIX",
+    "HEADER_SOURCE_OFFSET",
+    "HEADER_SOURCE_PARTITION",
+    "HEADER_SOURCE_TIMESTAMP_MS",
+    "HEADER_SOURCE_TOPIC",
+    "HEADER_WORKER_ID",
+    "DeadLetterInfo",
+    "DeadLetterKind",
+    "ModelRef",
+    "ReviewInput",
+    "SentimentResult",
+    "SourceRef",
+    "build_dead_letter_headers",
+    "parse_dead_letter_headers",
+]

@@ -1,0 +1,182 @@
+"""The dead-letter contract: what the worker writes to the DLQ topic and how to read it back.
+
+A dead letter keeps the original record's key and value bytes untouched; everything the worker adds is in
+record headers named `sentiment.*` (UTF-8 values, integers as decimal strings). Other headers on the record
+(for example headers copied from the original record) are ignored by the parser.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import Enum
+from typing import Annotated, ClassVar, Final
+
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+
+DLQ_VERSION: Final = 1
+
+HEADER_PREFIX: Final = "sentiment."
+HEADER_ERROR_KIND: Final = "sentiment.error.kind"
+HEADER_ERROR_REASON: Final = "sentiment.error.reason"
+HEADER_SOURCE_TOPIC: Final = "sentiment.source.topic"
+HEADER_SOURCE_PARTITION: Final = "sentiment.source.partition"
+HEADER_SOURCE_OFFSET: Final = "sentiment.source.offset"
+HEADER_SOURCE_TIMESTAMP_MS: Final = "sentiment.source.timestamp_ms"
+HEADER_WORKER_ID: Final = "sentiment.worker.id"
+HEADER_DLQ_VERSION: Final = "sentiment.dlq.version"
+
+# Header values are bounded so one pathological error cannot bloat the DLQ record.
+MAX_REASON_CHARS: Final = 1000
+
+
+class DeadLetterKind(str, Enum):
+    """Why a record was dead-lettered (the `sentiment.error.kind` header value)."""
+
+    EMPTY_VALUE = "empty_value"
+    """The value is null (a tombstone) or zero bytes."""
+    INVALID_UTF8 = "invalid_utf8"
+    """The value is not valid UTF-8."""
+    INVALID_JSON = "invalid_json"
+    """The value is not valid JSON, or is nested deeper than the configured limit."""
+    NOT_AN_OBJECT = "not_an_object"
+    """The value is JSON but not an object."""
+    MISSING_TEXT = "missing_text"
+    """The JSON object has no `text` field."""
+    WRONG_TYPE = "wrong_type"
+    """`text` is not a string, or `id` is neither a string nor an integer."""
+    EMPTY_TEXT = "empty_text"
+    """`text` is empty or whitespace only."""
+    TEXT_TOO_LONG = "text_too_long"
+    """`text` has more characters than the configured maximum."""
+    VALUE_TOO_LARGE = "value_too_large"
+    """The record value has more bytes than the configured maximum."""
+    INFERENCE_FAILED = "inference_failed"
+    """The model failed on this review even when it was retried alone."""
+    TOO_LONG_FOR_MEMORY = "too_long_for_memory"
+    """The review alone does not fit the inference memory budget."""
+
+
+_DecimalInt = Annotated[
+    int,
+    WithJsonSchema({"type": "string", "pattern": "^-?[0-9]+$"}),
+]
+
+
+class DeadLetterInfo(BaseModel):
+    """The worker's headers on one dead letter, decoded (v1).
+
+    Field aliases are the header names, so the exported JSON Schema validates the header map
+    `{name: value.decode("utf-8")}` of a DLQ record directly; construct it by field name in Python.
+    """
+
+    SCHEMA_NAME: ClassVar[str] = "dead-letter-headers"
+    SCHEMA_VERSION: ClassVar[int] = DLQ_VERSION
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="ignore",
+        populate_by_name=True,
+        title="DeadLetterHeaders",
+        json_schema_extra={
+            "description": (
+                "Headers the sentiment worker adds to each record on the dead-letter topic, as a map of "
+                "header name to UTF-8 decoded value (integers as decimal strings). The record key and "
+                "value are the original record's bytes, untouched. Other headers may be present."
+            ),
+        },
+    )
+
+    kind: DeadLetterKind = Field(
+        validation_alias=HEADER_ERROR_KIND,
+        serialization_alias=HEADER_ERROR_KIND,
+        title="Error kind",
+        description="Machine-readable error kind; see the enum values.",
+    )
+    reason: str = Field(
+        validation_alias=HEADER_ERROR_REASON,
+        serialization_alias=HEADER_ERROR_REASON,
+        title="Error reason",
+        description="Human-readable reason telling the producer what to fix.",
+    )
+    source_topic: str = Field(
+        validation_alias=HEADER_SOURCE_TOPIC,
+        serialization_alias=HEADER_SOURCE_TOPIC,
+        title="Source topic",
+        description="Topic of the original record.",
+    )
+    source_partition: _DecimalInt = Field(
+        validation_alias=HEADER_SOURCE_PARTITION,
+        serialization_alias=HEADER_SOURCE_PARTITION,
+        title="Source partition",
+        description="Partition of the original record (decimal).",
+    )
+    source_offset: _DecimalInt = Field(
+        validation_alias=HEADER_SOURCE_OFFSET,
+        serialization_alias=HEADER_SOURCE_OFFSET,
+        title="Source offset",
+        description="Offset of the original record (decimal).",
+    )
+    source_timestamp_ms: _DecimalInt | None = Field(
+        default=None,
+        validation_alias=HEADER_SOURCE_TIMESTAMP_MS,
+        serialization_alias=HEADER_SOURCE_TIMESTAMP_MS,
+        title="Source timestamp (ms)",
+        description="Timestamp of the original record, epoch ms (decimal); absent when it had none.",
+    )
+    worker_id: str = Field(
+        validation_alias=HEADER_WORKER_ID,
+        serialization_alias=HEADER_WORKER_ID,
+        title="Worker id",
+        description="Id of the worker that dead-lettered it.",
+    )
+    dlq_version: _DecimalInt = Field(
+        validation_alias=HEADER_DLQ_VERSION,
+        serialization_alias=HEADER_DLQ_VERSION,
+        title="DLQ header version",
+        description="Version of this header contract (decimal).",
+    )
+
+
+def build_dead_letter_headers(
+    kind: DeadLetterKind,
+    reason: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    timestamp_ms: int | None,
+    worker_id: str,
+) -> list[tuple[str, bytes]]:
+    """Headers for a dead letter of the record at `topic`/`partition`/`offset`.
+
+    `timestamp_ms` is the original record's timestamp in epoch milliseconds; the header is omitted when it
+    is None or negative (librdkafka reports -1 for "no timestamp"). `reason` is truncated to
+    MAX_REASON_CHARS characters. Values are UTF-8 bytes.
+    """
+    if len(reason) > MAX_REASON_CHARS:
+        reason = reason[: MAX_REASON_CHARS - 1] + "…"
+    headers = [
+        (HEADER_ERROR_KIND, DeadLetterKind(kind).value.encode()),
+        (HEADER_ERROR_REASON, reason.encode("utf-8", "replace")),
+        (HEADER_SOURCE_TOPIC, topic.encode("utf-8", "replace")),
+        (HEADER_SOURCE_PARTITION, str(partition).encode()),
+        (HEADER_SOURCE_OFFSET, str(offset).encode()),
+    ]
+    if timestamp_ms is not None and timestamp_ms >= 0:
+        headers.append((HEADER_SOURCE_TIMESTAMP_MS, str(timestamp_ms).encode()))
+    headers.append((HEADER_WORKER_ID, worker_id.encode("utf-8", "replace")))
+    headers.append((HEADER_DLQ_VERSION, str(DLQ_VERSION).encode()))
+    return headers
+
+
+def parse_dead_letter_headers(headers: Iterable[tuple[str, bytes | str | None]] | None) -> DeadLetterInfo:
+    """Read the worker's headers back from a DLQ record (`Message.headers()`; None means no headers).
+
+    Headers outside the `sentiment.` prefix are ignored; for a repeated header the last value wins.
+    Raises pydantic.ValidationError (a ValueError) when a required header is missing or malformed.
+    """
+    values: dict[str, str] = {}
+    for name, raw in headers or ():
+        if not name.startswith(HEADER_PREFIX) or raw is None:
+            continue
+        values[name] = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+    return DeadLetterInfo.model_validate(values)
