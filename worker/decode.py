@@ -1,0 +1,219 @@
+"""Kafka record value bytes → a validated review, or the reason it goes to the dead-letter topic.
+
+Runs once per consumed record, so it is written for speed: plain checks instead of pydantic validation
+(the rules match `schemas.ReviewInput`; a unit test keeps the two in agreement) and a depth scan that only
+runs when the value could possibly be nested too deeply. It never raises on bad input.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from schemas.dead_letter import DeadLetterKind
+
+InputFormat = Literal["json", "text"]
+
+_EXAMPLE: Final = 'send UTF-8 encoded JSON like {"text": "..."}'
+_BOM: Final = "\ufeff"
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedReview:
+    """A valid review: its id (input id or the default id), the text as given, and the free metadata."""
+
+    id: str
+    text: str
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeFailure:
+    """Why a record cannot be labelled: the dead-letter kind and a reason telling the producer what to fix."""
+
+    kind: DeadLetterKind
+    reason: str
+
+
+class _NonStandardConstantError(ValueError):
+    pass
+
+
+def _reject_constant(name: str) -> Any:
+    raise _NonStandardConstantError(name)
+
+
+# Stateless and reused: json.loads(..., parse_constant=...) would build a new decoder per call.
+_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def _type_name(value: object) -> str:
+    """JSON name of a decoded value's type, for error messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _depth_exceeds(document: Any, max_depth: int) -> bool:
+    """True if `document` nests arrays/objects more than `max_depth` levels (iterative, early exit)."""
+    stack: list[tuple[Any, int]] = [(document, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > max_depth:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        for child in children:
+            if isinstance(child, (dict, list)):
+                stack.append((child, depth + 1))
+    return False
+
+
+def _has_lone_surrogate(document: Any) -> bool:
+    """True if any string (key or value) in `document` cannot be encoded as UTF-8."""
+    try:
+        json.dumps(document, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def decode_review(
+    value: bytes | None,
+    *,
+    input_format: InputFormat,
+    max_value_bytes: int,
+    max_text_chars: int,
+    max_json_depth: int,
+    default_id: str,
+) -> DecodedReview | DecodeFailure:
+    """Decode one record value.
+
+    `input_format="json"`: a UTF-8 JSON object with a string `text`, an optional string or integer `id`
+    (integers become decimal strings; absent or null means `default_id`) and any other fields, returned as
+    `metadata`. `input_format="text"`: the whole value is the text, the id is `default_id`, metadata is
+    empty. Limits: `max_value_bytes` (bytes of the raw value), `max_text_chars` (characters of the text),
+    `max_json_depth` (nesting levels of arrays/objects, the top-level object counting as 1; documents
+    deeper than the interpreter's recursion limit, about 1,000, always fail the same way). A leading
+    UTF-8 byte order mark is ignored. The text is returned exactly as given (whitespace is only ignored
+    when checking for emptiness).
+    """
+    if value is None:
+        return DecodeFailure(
+            DeadLetterKind.EMPTY_VALUE, f"value is null (a tombstone): {_EXAMPLE}; use a non-null value"
+        )
+    n_bytes = len(value)
+    if n_bytes == 0:
+        return DecodeFailure(DeadLetterKind.EMPTY_VALUE, f"value is empty (0 bytes): {_EXAMPLE}")
+    if n_bytes > max_value_bytes:
+        return DecodeFailure(
+            DeadLetterKind.VALUE_TOO_LARGE,
+            f"value is {n_bytes} bytes, more than the limit of {max_value_bytes} bytes: "
+            "send shorter reviews (split long ones)",
+        )
+    try:
+        decoded = value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return DecodeFailure(
+            DeadLetterKind.INVALID_UTF8,
+            f"value is not valid UTF-8 at byte {exc.start}: {_EXAMPLE}",
+        )
+    if decoded.startswith(_BOM):
+        decoded = decoded[1:]
+
+    if input_format == "text":
+        return _check_text(decoded, max_text_chars, default_id, {})
+    if input_format != "json":
+        raise ValueError(f"unknown input_format {input_format!r}; expected 'json' or 'text'")
+    return _decode_json(value, decoded, max_text_chars, max_json_depth, default_id)
+
+
+def _decode_json(
+    raw: bytes, decoded: str, max_text_chars: int, max_json_depth: int, default_id: str
+) -> DecodedReview | DecodeFailure:
+    try:
+        document = _DECODER.decode(decoded)
+    except RecursionError:
+        return _too_deep(max_json_depth)
+    except _NonStandardConstantError as exc:
+        return DecodeFailure(
+            DeadLetterKind.INVALID_JSON,
+            f"value is not valid JSON ({exc} is not a JSON value; use null or a string): {_EXAMPLE}",
+        )
+    except ValueError as exc:  # json.JSONDecodeError, or an integer literal too long to convert
+        return DecodeFailure(DeadLetterKind.INVALID_JSON, f"value is not valid JSON ({exc}): {_EXAMPLE}")
+
+    if not isinstance(document, dict):
+        return DecodeFailure(
+            DeadLetterKind.NOT_AN_OBJECT,
+            f"value is a JSON {_type_name(document)}, not an object: {_EXAMPLE}",
+        )
+    # Depth can only exceed the limit if there are more opening brackets than levels allowed: counting
+    # bytes is C-speed and almost always lets us skip the walk.
+    if (raw.count(b"{") + raw.count(b"[") > max_json_depth) and _depth_exceeds(document, max_json_depth):
+        return _too_deep(max_json_depth)
+
+    # An unpaired \ud800-\udfff escape parses fine but cannot be encoded to UTF-8 for the result;
+    # such escapes are rare, so only then pay for a full check.
+    if (b"\\ud" in raw or b"\\uD" in raw) and _has_lone_surrogate(document):
+        return DecodeFailure(
+            DeadLetterKind.INVALID_JSON,
+            "JSON contains an unpaired surrogate escape (\\ud800-\\udfff) that is not valid Unicode: "
+            f"{_EXAMPLE} with valid characters",
+        )
+
+    if "text" not in document:
+        return DecodeFailure(DeadLetterKind.MISSING_TEXT, f'JSON object has no "text" field: {_EXAMPLE}')
+    text = document.pop("text")
+    if not isinstance(text, str):
+        return DecodeFailure(
+            DeadLetterKind.WRONG_TYPE,
+            f'"text" is a JSON {_type_name(text)}, expected a string: {_EXAMPLE}',
+        )
+    raw_id = document.pop("id", None)
+    if raw_id is None:
+        review_id = default_id
+    elif isinstance(raw_id, str):
+        review_id = raw_id
+    elif isinstance(raw_id, int) and not isinstance(raw_id, bool):
+        review_id = str(raw_id)
+    else:
+        return DecodeFailure(
+            DeadLetterKind.WRONG_TYPE,
+            f'"id" is a JSON {_type_name(raw_id)}, expected a string or an integer (or leave it out)',
+        )
+    return _check_text(text, max_text_chars, review_id, document)
+
+
+def _check_text(
+    text: str, max_text_chars: int, review_id: str, metadata: dict[str, Any]
+) -> DecodedReview | DecodeFailure:
+    if not text or text.isspace():
+        return DecodeFailure(
+            DeadLetterKind.EMPTY_TEXT, "text is empty or whitespace only: send the review text"
+        )
+    n_chars = len(text)
+    if n_chars > max_text_chars:
+        return DecodeFailure(
+            DeadLetterKind.TEXT_TOO_LONG,
+            f"text is {n_chars} characters, more than the limit of {max_text_chars}: "
+            "send shorter reviews (split long ones)",
+        )
+    return DecodedReview(id=review_id, text=text, metadata=metadata)
+
+
+def _too_deep(max_json_depth: int) -> DecodeFailure:
+    return DecodeFailure(
+        DeadLetterKind.INVALID_JSON,
+        f"JSON is nested more than {max_json_depth} levels deep: {_EXAMPLE} with flat metadata",
+    )
