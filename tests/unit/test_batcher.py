@@ -1,0 +1,210 @@
+"""Batch planning (token budget, length sorting) and the time/size-bounded batch window."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from worker.batcher import BatchWindow, padded_tokens, padding_efficiency, plan_batches
+
+
+class FakeClock:
+    """A manually advanced monotonic clock, returning seconds; kept in whole ms to avoid float drift."""
+
+    def __init__(self, start_ms: int = 1_000_000) -> None:
+        self.now_ms = start_ms
+
+    def __call__(self) -> float:
+        return self.now_ms / 1000.0
+
+    def advance_ms(self, ms: int) -> None:
+        self.now_ms += ms
+
+
+# --- plan_batches ------------------------------------------------------------------------------------
+
+
+def test_groups_similar_lengths_within_budget() -> None:
+    counts = [100, 10, 12, 98, 11, 101]
+    batches = plan_batches(counts, max_batch_size=8, max_batch_tokens=320)
+    assert batches == [[1, 4, 2], [3, 0, 5]]
+    assert [padded_tokens(b, counts) for b in batches] == [36, 303]
+
+
+def test_respects_max_batch_size() -> None:
+    batches = plan_batches([5] * 10, max_batch_size=4, max_batch_tokens=10_000)
+    assert batches == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
+def test_equal_lengths_keep_input_order() -> None:
+    counts = [7, 3, 7, 3, 7]
+    assert plan_batches(counts, max_batch_size=10, max_batch_tokens=1000) == [[1, 3, 0, 2, 4]]
+
+
+def test_item_over_budget_gets_its_own_batch() -> None:
+    counts = [10, 600, 10, 700]
+    batches = plan_batches(counts, max_batch_size=8, max_batch_tokens=512)
+    assert batches == [[0, 2], [1], [3]]
+
+
+def test_empty_input_gives_no_batches() -> None:
+    assert plan_batches([], max_batch_size=4, max_batch_tokens=100) == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "counts"),
+    [
+        ({"max_batch_size": 0, "max_batch_tokens": 10}, [1]),
+        ({"max_batch_size": 1, "max_batch_tokens": 0}, [1]),
+        ({"max_batch_size": 1, "max_batch_tokens": 10}, [1, -1]),
+    ],
+)
+def test_invalid_arguments(kwargs: dict[str, int], counts: list[int]) -> None:
+    with pytest.raises(ValueError):
+        plan_batches(counts, **kwargs)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_plans_cover_every_index_once_within_bounds(seed: int) -> None:
+    rng = random.Random(seed)
+    counts = [rng.randint(1, 600) for _ in range(rng.randint(0, 400))]
+    max_batch_size = rng.choice([1, 4, 16, 64])
+    max_batch_tokens = rng.choice([256, 512, 4096])
+    batches = plan_batches(counts, max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens)
+    flat = [i for batch in batches for i in batch]
+    assert sorted(flat) == list(range(len(counts)))
+    for batch in batches:
+        assert batch, "no empty batches"
+        assert len(batch) <= max_batch_size
+        assert padded_tokens(batch, counts) <= max_batch_tokens or len(batch) == 1
+    # Greedy packing: a batch was only closed because the next item did not fit.
+    for batch, following in zip(batches, batches[1:], strict=False):
+        size = len(batch) + 1
+        assert size > max_batch_size or size * counts[following[0]] > max_batch_tokens
+
+
+def test_skewed_lengths_pad_far_less_than_padding_to_the_max() -> None:
+    rng = random.Random(7)
+    # Realistic review mix: mostly short, a long tail.
+    counts = [rng.randint(8, 40) for _ in range(900)] + [rng.randint(200, 512) for _ in range(100)]
+    rng.shuffle(counts)
+    batches = plan_batches(counts, max_batch_size=64, max_batch_tokens=8192)
+    planned = padding_efficiency(batches, counts)
+    naive = sum(counts) / (len(counts) * max(counts))  # one padded shape for everything
+    assert planned > 0.9
+    assert naive < 0.15
+    # Fixed-size batches in arrival order (no sorting) are also much worse.
+    arrival = [list(range(i, min(i + 64, len(counts)))) for i in range(0, len(counts), 64)]
+    assert padding_efficiency(arrival, counts) < 0.2
+
+
+def test_padding_helpers() -> None:
+    counts = [2, 4, 0]
+    assert padded_tokens([], counts) == 0
+    assert padded_tokens([0, 1], counts) == 8
+    assert padding_efficiency([[0, 1]], counts) == 6 / 8
+    assert padding_efficiency([], counts) == 1.0
+    assert padding_efficiency([[2]], counts) == 1.0
+
+
+# --- BatchWindow -------------------------------------------------------------------------------------
+
+
+def make_window(clock: FakeClock, **overrides: int) -> BatchWindow[str]:
+    bounds = {"max_messages": 3, "max_wait_ms": 50, "max_tokens": 100} | overrides
+    return BatchWindow(clock=clock, **bounds)
+
+
+def test_empty_window_is_never_due() -> None:
+    clock = FakeClock()
+    window = make_window(clock)
+    clock.advance_ms(10_000)
+    assert not window.is_due()
+    assert not window.is_full()
+    assert len(window) == 0
+    assert window.remaining_wait_s() == pytest.approx(0.05)
+    assert window.take() == []
+
+
+def test_wait_is_measured_from_the_first_item() -> None:
+    clock = FakeClock()
+    window = make_window(clock)
+    clock.advance_ms(1000)  # idle time before the first item does not count
+    window.add("a", 1)
+    assert not window.is_due()
+    assert window.remaining_wait_s() == pytest.approx(0.05)
+    clock.advance_ms(30)
+    window.add("b", 1)  # later items do not restart the clock
+    assert window.remaining_wait_s() == pytest.approx(0.02)
+    clock.advance_ms(19)
+    assert not window.is_due()
+    clock.advance_ms(1)
+    assert window.is_due()
+    assert window.remaining_wait_s() == 0.0
+    clock.advance_ms(100)
+    assert window.remaining_wait_s() == 0.0
+
+
+def test_full_by_messages() -> None:
+    clock = FakeClock()
+    window = make_window(clock)
+    for item in ("a", "b"):
+        window.add(item, 1)
+    assert not window.is_due()
+    assert window.fits(1)
+    window.add("c", 1)
+    assert window.is_full() and window.is_due()
+    assert window.remaining_wait_s() == 0.0
+    assert not window.fits(1)
+
+
+def test_full_by_tokens() -> None:
+    clock = FakeClock()
+    window = make_window(clock, max_messages=100)
+    window.add("a", 60)
+    assert window.fits(40)
+    assert not window.fits(41)
+    window.add("b", 40)
+    assert window.tokens == 100
+    assert window.is_full() and window.is_due()
+
+
+def test_single_oversized_item_fits_an_empty_window_and_fills_it() -> None:
+    window = make_window(FakeClock())
+    assert window.fits(10_000)
+    window.add("huge", 10_000)
+    assert window.is_full()
+
+
+def test_take_returns_insertion_order_and_resets() -> None:
+    clock = FakeClock()
+    window = make_window(clock, max_messages=10)
+    for i, item in enumerate(["x", "y", "z"]):
+        window.add(item, i + 1)
+    clock.advance_ms(60)
+    assert window.is_due()
+    assert window.take() == ["x", "y", "z"]
+    assert len(window) == 0 and window.tokens == 0
+    assert not window.is_due()
+    # The next window's wait starts with its own first item.
+    window.add("w", 1)
+    assert window.remaining_wait_s() == pytest.approx(0.05)
+    assert not window.is_due()
+
+
+def test_zero_wait_is_due_as_soon_as_non_empty() -> None:
+    window = make_window(FakeClock(), max_wait_ms=0)
+    window.add("a", 1)
+    assert window.is_due()
+
+
+@pytest.mark.parametrize("overrides", [{"max_messages": 0}, {"max_tokens": 0}, {"max_wait_ms": -1}])
+def test_window_rejects_invalid_bounds(overrides: dict[str, int]) -> None:
+    with pytest.raises(ValueError):
+        make_window(FakeClock(), **overrides)
+
+
+def test_window_rejects_negative_tokens() -> None:
+    with pytest.raises(ValueError):
+        make_window(FakeClock()).add("a", -1)
