@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 _IDLE_POLL_S = 0.2
 _METRICS_EVERY_S = 1.0
 _BROKER_CHECK_EVERY_S = 10.0
+_MAX_WINDOW_BYTES = 64 * 1024 * 1024
 
 
 class StartupError(RuntimeError):
@@ -78,7 +79,6 @@ class SentimentWorker:
         self._stop = Event()
         self._tracker = OffsetTracker()
         self._window: BatchWindow[InputMessage] = self._new_window()
-        self._stored: dict[PartitionKey, int] = {}
         self._last_done_timestamp_ms: dict[PartitionKey, int] = {}
         self._summary = RunSummary()
         self._consumer: ReviewConsumer | None = None
@@ -213,7 +213,7 @@ class SentimentWorker:
             self._process_window(self._window.take())
         remaining = publisher.flush(max(0.0, deadline - self._clock()))
         self._handle_deliveries()
-        consumer.commit_now(dict(self._stored))
+        consumer.commit_now(self._committable_positions(consumer.assignment))
         self._metrics.offsets_committed.inc()
         self._summary.unacknowledged_at_stop = remaining
         if remaining:
@@ -329,7 +329,6 @@ class SentimentWorker:
         committable = self._tracker.committable()
         if committable:
             consumer.store(committable)
-            self._stored.update(committable)
 
     # ----- rebalance callbacks (run inside consume(), on the loop's thread) -----
     def _on_assign(self, partitions: list[PartitionKey]) -> None:
@@ -345,7 +344,7 @@ class SentimentWorker:
         self._drop_window_items(partitions)
         remaining = publisher.flush(self._settings.shutdown_timeout_s)
         self._handle_deliveries()
-        final = {key: self._stored[key] for key in partitions if key in self._stored}
+        final = self._committable_positions(partitions)
         try:
             consumer.commit_now(final)
             self._metrics.offsets_committed.inc()
@@ -376,11 +375,14 @@ class SentimentWorker:
     def _forget(self, partitions: list[PartitionKey]) -> None:
         self._tracker.forget(partitions)
         for key in partitions:
-            self._stored.pop(key, None)
             self._last_done_timestamp_ms.pop(key, None)
             for gauge in (self._metrics.consumer_lag_messages, self._metrics.consumer_lag_seconds):
                 with suppress(KeyError):
                     gauge.remove(key[0], str(key[1]))
+
+    def _committable_positions(self, partitions: Iterable[PartitionKey]) -> dict[PartitionKey, int]:
+        positions = {key: self._tracker.position(*key) for key in partitions}
+        return {key: position for key, position in positions.items() if position is not None}
 
     def _set_assigned_count(self, partitions: list[PartitionKey], *, added: bool) -> None:
         # The consumer adds assigned partitions before this callback and removes revoked ones after it.
@@ -444,7 +446,13 @@ class SentimentWorker:
     # ----- helpers -----
     def _new_window(self) -> BatchWindow[InputMessage]:
         s = self._settings
-        return BatchWindow(max_messages=s.max_window_messages, max_wait_ms=s.max_wait_ms, clock=self._clock)
+        # The window's "tokens" are value bytes here: a bound on the memory a window holds.
+        return BatchWindow(
+            max_messages=s.max_window_messages,
+            max_wait_ms=s.max_wait_ms,
+            max_tokens=_MAX_WINDOW_BYTES,
+            clock=self._clock,
+        )
 
     def _require_stages(self) -> tuple[ReviewConsumer, ResultPublisher]:
         if self._consumer is None or self._publisher is None:
