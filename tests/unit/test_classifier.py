@@ -140,3 +140,23 @@ def test_directory_without_metadata_uses_dir_name_and_defaults(tiny_model_dir: P
     assert clf.labels == ["negative", "positive"]
     assert clf.version == weights_version(tiny_model_dir)
     assert clf.max_seq_len == 64  # capped by the model's position embeddings
+
+
+def test_hub_name_download_failure_is_explained(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No model hub here: simulate PaddleNLP's download error instead of reaching out to the network."""
+    from paddlenlp.transformers import ErnieForSequenceClassification
+
+    def refuse_download(*args: object, **kwargs: object) -> None:
+        raise OSError("Can't load the model for 'ernie-3.0-medium-zh'")
+
+    monkeypatch.setattr(ErnieForSequenceClassification, "from_pretrained", refuse_download)
+    with pytest.raises(ModelLoadError) as info:
+        load_classifier("ernie-3.0-medium-zh", choose_device("cpu"))
+    msg = str(info.value)
+    assert msg.startswith("could not download ernie-3.0-medium-zh (no access to the model hub?)")
+    assert "sentiment-worker train" in msg
+
+
+def test_path_like_missing_model_is_not_treated_as_hub_name(tmp_path: Path) -> None:
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        load_classifier("models/default", choose_device("cpu"))
