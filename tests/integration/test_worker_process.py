@@ -125,8 +125,7 @@ def test_readyz_flips_after_warm_up_and_assignment_and_metrics_count(
     kafka_bootstrap: str, topics: Any, tiny_classifier: Any
 ) -> None:
     names = topics()
-    settings = make_settings(kafka_bootstrap, names, http_port=0)
-    settings = settings.model_copy(update={"http_port": _free_port()})
+    settings = make_settings(kafka_bootstrap, names).model_copy(update={"http_port": _free_port()})
     worker = SentimentWorker(settings, tiny_classifier, ModelRef(name="tiny", version="1"))
     assert worker.health.readiness()[0] is False  # nothing loaded, nothing assigned yet
     thread = threading.Thread(target=worker.run, kwargs={"idle_exit_s": 60})
