@@ -1,0 +1,318 @@
+"""Reading a topic back for people (the `tail` command): records, flat display rows, a fixed-width table.
+
+Tailing never joins a consumer group and never commits: it assigns the partitions itself, so it cannot
+trigger a rebalance in (or move the offsets of) a running worker, even when given the worker's group id.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import unicodedata
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+from pydantic import ValidationError
+
+from schemas.dead_letter import HEADER_ERROR_KIND, parse_dead_letter_headers
+from schemas.sentiment_result import SentimentResult
+
+_POLL_S = 0.5
+_CONSUME_BATCH = 500
+
+
+class TailError(RuntimeError):
+    """The topic cannot be read; the message says why and what to check."""
+
+
+@dataclass(frozen=True)
+class TailedRecord:
+    """One record read from a topic. `timestamp_ms` is None when the record carries no timestamp."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes]] = field(default_factory=list)
+    timestamp_ms: int | None = None
+
+
+def _consumer_conf(common_conf: dict[str, Any], group_id: str | None, from_beginning: bool) -> dict[str, Any]:
+    conf = dict(common_conf)
+    conf.update(
+        {
+            # A group id is required by the client; a throwaway one leaves nothing behind (nothing commits).
+            "group.id": group_id or f"sentiment-tail-{uuid.uuid4().hex[:12]}",
+            # A tail is read-only: never commit, never store offsets.
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            # Only records of committed transactions (and no aborted ones) are shown.
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest" if from_beginning else "latest",
+            # Never create the topic by asking for it.
+            "allow.auto.create.topics": False,
+        }
+    )
+    return conf
+
+
+def _assignment(
+    consumer: Consumer, topic: str, group_id: str | None, from_beginning: bool, timeout_s: float
+) -> list[TopicPartition]:
+    """Every partition of `topic` with its start offset: the group's committed one when a group is given."""
+    try:
+        metadata = consumer.list_topics(topic, timeout=timeout_s)
+    except KafkaException as exc:
+        raise TailError(
+            f"cannot read metadata of topic {topic!r} within {timeout_s:g} s ({exc.args[0]}); "
+            "check bootstrap.servers and that the broker is up"
+        ) from exc
+    described = metadata.topics.get(topic)
+    if described is None or described.error is not None or not described.partitions:
+        reason = described.error.str() if described is not None and described.error is not None else "unknown"
+        raise TailError(f"topic {topic!r} does not exist ({reason}); create it or check the name")
+    start = OFFSET_BEGINNING if from_beginning else OFFSET_END
+    partitions = [TopicPartition(topic, p, start) for p in sorted(described.partitions)]
+    if group_id is None:
+        return partitions
+    committed = consumer.committed(
+        [TopicPartition(topic, p.partition) for p in partitions], timeout=timeout_s
+    )
+    # A negative committed offset means "none": keep the from_beginning start for that partition.
+    return [c if c.offset >= 0 else p for p, c in zip(partitions, committed, strict=True)]
+
+
+def tail_records(
+    common_conf: dict[str, Any],
+    topic: str,
+    *,
+    from_beginning: bool = True,
+    max_messages: int | None = None,
+    idle_exit_s: float | None = 5.0,
+    group_id: str | None = None,
+    metadata_timeout_s: float = 10.0,
+) -> Iterator[TailedRecord]:
+    """Yield records of every partition of `topic` (order is kept within a partition) without committing.
+
+    Starts at the beginning (`from_beginning`) or at the end of each partition; with `group_id`, at that
+    group's committed offsets where it has some (read only: the group is not joined). Stops after
+    `max_messages` records, or when no record arrived for `idle_exit_s` seconds (None = never).
+    Only records of committed transactions are read. Raises TailError when the topic does not exist or a
+    non-retriable error is reported. Closing the generator closes the consumer.
+    """
+    if max_messages is not None and max_messages <= 0:
+        return
+    consumer = Consumer(_consumer_conf(common_conf, group_id, from_beginning))
+    try:
+        # assign(), not subscribe(): no group membership, so no rebalance and no effect on other members.
+        consumer.assign(_assignment(consumer, topic, group_id, from_beginning, metadata_timeout_s))
+        count = 0
+        last_record_at = time.monotonic()
+        while True:
+            timeout = _POLL_S
+            if idle_exit_s is not None:
+                idle_left = idle_exit_s - (time.monotonic() - last_record_at)
+                if idle_left <= 0:
+                    return
+                timeout = min(timeout, idle_left)
+            wanted = _CONSUME_BATCH if max_messages is None else min(_CONSUME_BATCH, max_messages - count)
+            messages = consumer.consume(num_messages=wanted, timeout=timeout)
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    if error.code() == KafkaError._PARTITION_EOF or error.retriable():
+                        continue
+                    raise TailError(f"reading {topic!r} failed: {error.str()}")
+                last_record_at = time.monotonic()
+                yield _tailed(message)
+                count += 1
+                if max_messages is not None and count >= max_messages:
+                    return
+    finally:
+        consumer.close()
+
+
+def _tailed(message: Any) -> TailedRecord:
+    timestamp_type, timestamp = message.timestamp()
+    headers = [(name, value) for name, value in (message.headers() or []) if value is not None]
+    return TailedRecord(
+        topic=message.topic(),
+        partition=message.partition(),
+        offset=message.offset(),
+        key=message.key(),
+        value=message.value(),
+        headers=headers,
+        timestamp_ms=timestamp if timestamp_type != TIMESTAMP_NOT_AVAILABLE and timestamp >= 0 else None,
+    )
+
+
+# --- display rows -------------------------------------------------------------------------------------
+
+
+def _json_object(value: bytes | None) -> dict[str, Any] | None:
+    if not value:
+        return None
+    try:
+        document = json.loads(value)
+    except ValueError:  # includes UnicodeDecodeError
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def _str_or_none(value: Any) -> str | None:
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (str, int)):
+        return str(value)
+    return None
+
+
+def result_row(rec: TailedRecord) -> dict[str, Any]:
+    """A flat dict for display: kind, id, label, confidence, partition, offset, text, reason.
+
+    kind is "result" (a SentimentResult), "dead_letter" (has the worker's DLQ headers; `label` is the
+    error kind, `reason` its reason, id/text read from the original value when it is JSON), "review"
+    (a JSON object that is not a result, e.g. the input topic) or "raw" (anything else; text = the value
+    decoded leniently). Missing fields are None. `text` comes from the value or from result metadata.
+    """
+    row: dict[str, Any] = {
+        "kind": "raw",
+        "id": None,
+        "label": None,
+        "confidence": None,
+        "partition": rec.partition,
+        "offset": rec.offset,
+        "text": None,
+        "reason": None,
+    }
+    if any(name == HEADER_ERROR_KIND for name, _ in rec.headers):
+        row["kind"] = "dead_letter"
+        try:
+            info = parse_dead_letter_headers(rec.headers)
+            row["label"], row["reason"] = info.kind.value, info.reason
+        except ValidationError:
+            kind = dict(rec.headers).get(HEADER_ERROR_KIND, b"")
+            row["label"], row["reason"] = kind.decode("utf-8", "replace"), "(malformed dead-letter headers)"
+        _fill_from_original(row, rec)
+        return row
+    if rec.value:
+        try:
+            result = SentimentResult.model_validate_json(rec.value)
+        except ValidationError:
+            pass
+        else:
+            text = result.metadata.get("text")
+            row.update(
+                kind="result",
+                id=result.id,
+                label=result.label,
+                confidence=result.confidence,
+                text=text if isinstance(text, str) else None,
+            )
+            return row
+    _fill_from_original(row, rec)
+    return row
+
+
+def _fill_from_original(row: dict[str, Any], rec: TailedRecord) -> None:
+    """id/text of a review value (JSON object or raw bytes) into `row`; marks JSON reviews as "review"."""
+    document = _json_object(rec.value)
+    if document is not None:
+        if row["kind"] == "raw":
+            row["kind"] = "review"
+        row["id"] = _str_or_none(document.get("id"))
+        text = document.get("text")
+        row["text"] = text if isinstance(text, str) else None
+    elif rec.value is not None:
+        row["text"] = rec.value.decode("utf-8", "replace")
+    if row["id"] is None and rec.key is not None:
+        row["id"] = rec.key.decode("utf-8", "replace")
+
+
+# --- fixed-width table ---------------------------------------------------------------------------------
+
+
+def char_width(char: str) -> int:
+    """Terminal columns of one character: 2 for East Asian wide/fullwidth, 0 for combining marks, else 1."""
+    if unicodedata.combining(char) or unicodedata.category(char) in ("Mn", "Me", "Cf"):
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+def display_width(text: str) -> int:
+    """Terminal columns `text` occupies (see char_width)."""
+    return sum(char_width(c) for c in text)
+
+
+def fit(text: str, width: int) -> str:
+    """`text` truncated (with "…") and space-padded to exactly `width` terminal columns.
+
+    Control characters (line breaks, tabs) become spaces so one row stays one line.
+    """
+    if width <= 0:
+        return ""
+    clean = "".join(" " if unicodedata.category(c) == "Cc" else c for c in text)
+    if display_width(clean) <= width:
+        return clean + " " * (width - display_width(clean))
+    out: list[str] = []
+    used = 0
+    for char in clean:
+        w = char_width(char)
+        if used + w > width - 1:  # keep one column for the ellipsis
+            break
+        out.append(char)
+        used += w
+    return "".join(out) + "…" + " " * (width - 1 - used)
+
+
+_SEP = "  "
+# (header, width in terminal columns); a last TEXT / REASON column takes the remaining width.
+_FIXED_COLUMNS: tuple[tuple[str, int], ...] = (("P:OFFSET", 10), ("ID", 16), ("LABEL", 23), ("CONF", 5))
+_MIN_DETAIL = 10
+
+
+def _cells(row: dict[str, Any]) -> list[str]:
+    partition, offset = row.get("partition"), row.get("offset")
+    position = f"{partition}:{offset}" if partition is not None else ""
+    confidence = row.get("confidence")
+    conf = f"{confidence:.3f}" if isinstance(confidence, (int, float)) else ""
+    kind = row.get("kind")
+    label = row.get("label") or ""
+    if kind == "dead_letter":
+        label = f"DLQ {label}".strip()
+        detail = str(row.get("reason") or "")
+        if row.get("text"):
+            detail = f"{detail} | {row['text']}"
+    else:
+        label = label or ("-" if kind == "review" else "")
+        detail = str(row.get("text") or "")
+    return [position, str(row.get("id") or ""), label, conf, detail]
+
+
+def format_table(rows: Sequence[dict[str, Any]], width: int = 100) -> str:
+    """Rows of `result_row` as a fixed-width table `width` terminal columns wide (CJK counts double).
+
+    Columns: partition:offset, id, label (for dead letters "DLQ <kind>"), confidence, and a detail column
+    with the review text when known, or the dead letter's reason. Trailing spaces are stripped.
+    """
+    fixed = [w for _, w in _FIXED_COLUMNS]
+    detail_width = max(_MIN_DETAIL, width - sum(fixed) - len(_SEP) * len(fixed))
+    widths = [*fixed, detail_width]
+    header = [name for name, _ in _FIXED_COLUMNS] + ["TEXT / REASON"]
+    lines = [_SEP.join(fit(cell, w) for cell, w in zip(header, widths, strict=True)).rstrip()]
+    lines.append(_SEP.join("-" * w for w in widths))
+    for row in rows:
+        lines.append(_SEP.join(fit(cell, w) for cell, w in zip(_cells(row), widths, strict=True)).rstrip())
+    return "\n".join(lines)
