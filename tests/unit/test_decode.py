@@ -254,15 +254,3 @@ def test_decode_agrees_with_review_input_schema(payload: dict[str, Any]) -> None
         assert isinstance(result, DecodeFailure), result
         return
     assert result == DecodedReview(id=model.id or DEFAULT_ID, text=model.text, metadata=model.metadata)
-
-
-def test_decode_is_fast_enough_for_the_consume_loop() -> None:
-    value = json.dumps(
-        {"id": "a-1", "text": "质量很好，物流也快" * 5, "shop": "s1"}, ensure_ascii=False
-    ).encode()
-    n = 20_000
-    started = time.perf_counter()
-    for _ in range(n):
-        decode(value, max_text_chars=1000)
-    per_message_us = (time.perf_counter() - started) / n * 1e6
-    assert per_message_us < 100, f"{per_message_us:.1f} us per message"
