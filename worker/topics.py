@@ -47,7 +47,10 @@ def describe_topics(
     Reads cluster metadata for all topics (not per topic name, which could auto-create a topic on brokers
     with auto.create.topics.enable=true). Raises TopicAdminError when no broker answers in `timeout_s`.
     """
-    admin = _admin(common_conf)
+    return _describe(_admin(common_conf), names, timeout_s)
+
+
+def _describe(admin: AdminClient, names: Sequence[str], timeout_s: float) -> dict[str, int | None]:
     try:
         metadata = admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
@@ -112,7 +115,7 @@ def create_topics(
             advice = _ADVICE.get(err.code(), "see the broker log for details")
             raise TopicAdminError(f"creating topic {name!r} failed: {err.str()} — {advice}") from exc
     if existing:
-        counts = describe_topics(common_conf, existing, timeout_s=timeout_s)
+        counts = _describe(admin, existing, timeout_s)
         for name in existing:
             count = counts.get(name)
             if count is not None and count != partitions:
