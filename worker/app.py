@@ -84,6 +84,8 @@ class SentimentWorker:
         self._consumer: ReviewConsumer | None = None
         self._publisher: ResultPublisher | None = None
         self._partition_counts: dict[str, int] = {}
+        self._last_poll_at = clock()
+        self._paused: set[PartitionKey] = set()
         self.http_address: tuple[str, int] | None = None
 
     # ----- public -----
@@ -177,6 +179,7 @@ class SentimentWorker:
             if budget > 0:
                 timeout = self._window.remaining_wait_s() if len(self._window) else _IDLE_POLL_S
                 messages = consumer.consume(budget, timeout)
+                self._last_poll_at = self._clock()
             else:
                 messages = []
                 publisher.poll(0.05)
@@ -213,8 +216,12 @@ class SentimentWorker:
             self._process_window(self._window.take())
         remaining = publisher.flush(max(0.0, deadline - self._clock()))
         self._handle_deliveries()
-        consumer.commit_now(self._committable_positions(consumer.assignment))
-        self._metrics.offsets_committed.inc()
+        try:
+            consumer.commit_now(self._committable_positions(consumer.assignment))
+            self._metrics.offsets_committed.inc()
+        except KafkaException as exc:
+            # E.g. evicted from the group: the next owner redoes the uncommitted tail (duplicates, no loss).
+            log.warning("final commit failed (%s); uncommitted inputs will be processed again", exc)
         self._summary.unacknowledged_at_stop = remaining
         if remaining:
             log.warning(
@@ -243,7 +250,7 @@ class SentimentWorker:
 
     def _process_window(self, items: list[InputMessage]) -> None:
         """Labels a window and publishes exactly one record per input, in input order."""
-        s, (_, publisher) = self._settings, self._require_stages()
+        s, (consumer, publisher) = self._settings, self._require_stages()
         decoded: list[DecodedReview | DecodeFailure] = [
             decode_review(
                 item.value,
@@ -257,14 +264,24 @@ class SentimentWorker:
         ]
         texts = [d.text for d in decoded if isinstance(d, DecodedReview)]
         outputs, stats = label_texts(
-            self._classifier, texts, max_batch_size=s.max_batch_size, max_batch_tokens=s.max_batch_tokens
+            self._classifier,
+            texts,
+            max_batch_size=s.max_batch_size,
+            max_batch_tokens=s.max_batch_tokens,
+            between_batches=self._keep_group_membership,
         )
         self._observe_window(stats)
+        self._resume_paused()
+        owned = consumer.assignment
         labels = self._classifier.labels
         now = self._clock()
         predictions = iter(outputs)
         for item, review in zip(items, decoded, strict=True):
             record: OutboundRecord
+            if (item.position.topic, item.position.partition) not in owned:
+                if isinstance(review, DecodedReview):
+                    next(predictions)
+                continue  # revoked while we labelled: uncommitted, so the new owner labels it
             if isinstance(review, DecodeFailure):
                 record = self._dead_letter(item, review.kind, review.reason)
             else:
@@ -284,6 +301,27 @@ class SentimentWorker:
                     )
             publisher.publish(record)
         self._metrics.in_flight_messages.set(self._tracker.outstanding())
+
+    def _keep_group_membership(self) -> None:
+        """Between inference batches: poll with the partitions paused, so a long window neither exceeds
+        max.poll.interval.ms (which would evict this member) nor buffers more input."""
+        if self._clock() - self._last_poll_at < self._settings.max_poll_interval_ms / 4000.0:
+            return
+        consumer, publisher = self._require_stages()
+        if not self._paused:
+            self._paused = set(consumer.assignment)
+            consumer.pause(self._paused)
+        budget = max(1, self._settings.max_window_messages - len(self._window))
+        for message in consumer.consume(budget, 0):  # serves rebalances; paused partitions yield nothing
+            self._accept(message)
+        self._last_poll_at = self._clock()
+        publisher.poll(0)
+
+    def _resume_paused(self) -> None:
+        if self._paused:
+            consumer, _ = self._require_stages()
+            consumer.resume(self._paused & consumer.assignment)
+            self._paused = set()
 
     def _dead_letter(self, item: InputMessage, kind: object, reason: str) -> OutboundRecord:
         s = self._settings

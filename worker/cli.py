@@ -208,7 +208,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
-    from worker.tail import format_table, result_row, tail_records
+    from worker.tail import TailError, format_table, result_row, tail_records
 
     settings = _settings(args)
     topic = args.topic or (settings.dlq_topic if args.dlq else settings.output_topic)
@@ -219,13 +219,16 @@ def cmd_tail(args: argparse.Namespace) -> int:
         max_messages=args.max_messages,
         idle_exit_s=args.idle_exit_s,
     )
-    if args.output == "table":
-        rows = [result_row(record) for record in records]
-        print(format_table(rows))
-        print(f"{len(rows)} records from {topic}")
-        return EXIT_OK
-    for record in records:
-        print(json.dumps(result_row(record), ensure_ascii=False), flush=True)
+    try:
+        if args.output == "table":
+            rows = [result_row(record) for record in records]
+            print(format_table(rows))
+            print(f"{len(rows)} records from {topic}")
+            return EXIT_OK
+        for record in records:
+            print(json.dumps(result_row(record), ensure_ascii=False), flush=True)
+    except TailError as exc:
+        raise CommandError(str(exc), EXIT_FAILED) from None
     return EXIT_OK
 
 

@@ -47,6 +47,8 @@ class ReviewConsumer:
                 "auto.commit.interval.ms": commit_interval_ms,
                 "auto.offset.reset": "earliest",
                 "max.poll.interval.ms": max_poll_interval_ms,
+                # librdkafka requires session.timeout.ms <= max.poll.interval.ms (default session: 45 s).
+                "session.timeout.ms": min(45_000, max_poll_interval_ms),
                 # Transactional producers upstream: never read aborted records.
                 "isolation.level": "read_committed",
             }

@@ -71,12 +71,14 @@ def label_texts(
     max_batch_size: int,
     max_batch_tokens: int,
     clock: Callable[[], float] = time.perf_counter,
+    between_batches: Callable[[], None] | None = None,
 ) -> tuple[list[np.ndarray | InferenceFailure], WindowStats]:
     """Probabilities (one row per text, in the order of `texts`) or a failure for each text.
 
     Texts are grouped by length into batches of at most `max_batch_size` texts and `max_batch_tokens`
     padded tokens; the output order is the input order whatever the grouping. A batch that fails is split
     in halves and retried; a single text that still fails gets an `InferenceFailure`.
+    `between_batches` is called after each batch (the worker keeps its group membership there).
     """
     stats = WindowStats()
     outputs: list[np.ndarray | InferenceFailure | None] = [None] * len(texts)
@@ -89,6 +91,8 @@ def label_texts(
     stats.real_tokens = sum(lengths)
     for batch in plan_batches(lengths, max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens):
         _predict_splitting(classifier, ids, lengths, batch, outputs, stats, clock)
+        if between_batches is not None:
+            between_batches()
     if any(out is None for out in outputs):
         raise AssertionError("inference left texts without an output")  # a bug, never bad input
     return [out for out in outputs if out is not None], stats

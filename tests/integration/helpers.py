@@ -26,17 +26,17 @@ def sample_reviews(n: int) -> list[dict[str, Any]]:
 
 
 def make_settings(bootstrap: str, names: dict[str, str], **extra: Any) -> WorkerSettings:
-    return WorkerSettings(
-        bootstrap_servers=bootstrap,
-        input_topic=names["reviews"],
-        output_topic=names["results"],
-        dlq_topic=names["dlq"],
-        group_id=names["group"],
-        http_port=0,
-        max_wait_ms=20,
-        worker_id="test-worker",
-        **extra,
-    )
+    values: dict[str, Any] = {
+        "bootstrap_servers": bootstrap,
+        "input_topic": names["reviews"],
+        "output_topic": names["results"],
+        "dlq_topic": names["dlq"],
+        "group_id": names["group"],
+        "http_port": 0,
+        "max_wait_ms": 20,
+        "worker_id": "test-worker",
+    }
+    return WorkerSettings(**{**values, **extra})
 
 
 def run_worker(settings: WorkerSettings, classifier: Any, **kwargs: Any) -> Any:

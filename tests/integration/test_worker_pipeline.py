@@ -125,3 +125,50 @@ def test_missing_output_topic_refuses_to_start_and_commits_nothing(
     with pytest.raises(StartupError, match="create it"):
         run_worker(settings, tiny_classifier, idle_exit_s=2)
     assert all(o < 0 for o in committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 3).values())
+
+
+class SlowedClassifier:
+    """The real tiny model, slowed down to a large model's pace (a fixed delay per batch)."""
+
+    def __init__(self, inner: Any, delay_s: float) -> None:
+        self._inner, self._delay_s = inner, delay_s
+        self.labels, self.name, self.version = inner.labels, inner.name, inner.version
+
+    def token_ids(self, texts: Any) -> Any:
+        return self._inner.token_ids(texts)
+
+    def predict_ids(self, batch: Any) -> Any:
+        import time
+
+        time.sleep(self._delay_s)
+        return self._inner.predict_ids(batch)
+
+
+def test_a_window_longer_than_max_poll_interval_keeps_the_partitions(
+    kafka_bootstrap: str, topics: Any, tiny_classifier: Any
+) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from schemas.sentiment_result import ModelRef
+    from worker.app import SentimentWorker
+
+    names = topics(input_partitions=1, output_partitions=1)
+    reviews = sample_reviews(14)
+    produce(kafka_bootstrap, names["reviews"], review_records(reviews), partition=0)
+    # 14 single-review batches of 1 s each: one window takes ~14 s, beyond max.poll.interval.ms = 10 s.
+    settings = make_settings(
+        kafka_bootstrap, names, max_batch_size=1, max_window_messages=14, max_wait_ms=2000, max_poll_interval_ms=10_000
+    )
+    registry = CollectorRegistry()
+    slow = SlowedClassifier(tiny_classifier, delay_s=1.0)
+    worker = SentimentWorker(settings, slow, ModelRef(name="slow", version="1"), registry=registry)
+
+    summary = worker.run(max_messages=len(reviews))
+
+    assert summary.results == 14
+    # One revoke, when the worker left the group at the end; none while labelling.
+    assert registry.get_sample_value("sentiment_rebalances_total", {"event": "revoked"}) == 1
+    assert registry.get_sample_value("sentiment_rebalances_total", {"event": "lost"}) is None
+    out = read_topic(kafka_bootstrap, names["results"], expected=14)
+    assert sorted(r["id"] for r in results_of(out)) == sorted(r["id"] for r in reviews)
+    assert committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 1) == {0: 14}
