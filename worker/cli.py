@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
@@ -78,6 +79,17 @@ def _configure_logging(level: str) -> None:
         stream=sys.stderr,
         force=True,
     )
+    # Paddle's import-time notices (ccache, distutils) say nothing about this worker.
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"paddle\..*|_distutils_hack")
+    if level != "DEBUG":
+        _quiet_paddlenlp()
+
+
+def _quiet_paddlenlp() -> None:
+    """PaddleNLP logs every file it loads at INFO through its own logger; keep warnings only."""
+    from paddlenlp.utils.log import logger as paddlenlp_logger
+
+    paddlenlp_logger.set_level("WARNING")
 
 
 # ----- commands -----
