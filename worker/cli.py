@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import os
@@ -19,6 +20,10 @@ from pydantic import ValidationError
 from worker.config import WorkerSettings, load_settings
 
 log = logging.getLogger("worker")
+
+# Modules that add sub-commands: each has `register(subparsers, add_settings_flags, settings_from_args)`
+# and sets `func` on its parsers (returning an exit code; raise CommandError for user-fixable failures).
+COMMAND_MODULES: tuple[str, ...] = ()
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
 
@@ -322,6 +327,9 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="check Paddle, device, model and broker, each with a verdict")
     _add_settings_flags(doctor, *_SETTING_FLAGS)
     doctor.set_defaults(func=cmd_doctor)
+
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(sub, _add_settings_flags, _settings)
     return parser
 
 
