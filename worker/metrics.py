@@ -38,6 +38,11 @@ class WorkerMetrics:
     last_poll_timestamp_seconds: Gauge
     ready: Gauge
     model: Info
+    out_of_memory_events: Counter
+    token_budget: Gauge
+    inference_queue_windows: Gauge
+    paused: Gauge
+    transactions: Counter
 
 
 def create_metrics(registry: CollectorRegistry) -> WorkerMetrics:
@@ -136,4 +141,30 @@ def create_metrics(registry: CollectorRegistry) -> WorkerMetrics:
             "sentiment_ready", "1 when the model is warm and partitions are assigned.", registry=registry
         ),
         model=Info("sentiment_model", "The loaded model: name, version, device.", registry=registry),
+        out_of_memory_events=Counter(
+            "sentiment_out_of_memory_events_total",
+            "Inference batches that ran out of memory (each is split in halves and retried).",
+            registry=registry,
+        ),
+        token_budget=Gauge(
+            "sentiment_token_budget_tokens",
+            "Current padded-token budget of an inference batch (lowered after out-of-memory).",
+            registry=registry,
+        ),
+        inference_queue_windows=Gauge(
+            "sentiment_inference_queue_windows",
+            "Windows handed to the inference thread and not yet published.",
+            registry=registry,
+        ),
+        paused=Gauge(
+            "sentiment_consumer_paused",
+            "1 while the partitions are paused because the inference queue is full (backpressure).",
+            registry=registry,
+        ),
+        transactions=Counter(
+            "sentiment_transactions_total",
+            "Exactly-once transactions, by outcome (committed, aborted).",
+            ["outcome"],
+            registry=registry,
+        ),
     )
