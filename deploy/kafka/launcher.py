@@ -2,6 +2,7 @@
 """Start, stop and inspect a single-node Apache Kafka 4.1.1 broker (KRaft, broker+controller), no Docker.
 
     python deploy/kafka/launcher.py up [--port 9092] [--controller-port N] [--data-dir DIR] ...
+    python deploy/kafka/launcher.py up --sasl-port 9094 --sasl-user alice:alice-secret   # + SASL_PLAINTEXT
     python deploy/kafka/launcher.py status [--port 9092]
     python deploy/kafka/launcher.py down [--port 9092]
 
@@ -43,6 +44,12 @@ JVM_OPTS = (
 )
 LOG_TAIL_LINES = 40
 EXIT_NOT_RUNNING = 3  # LSB status code for "program is not running"
+# Mechanisms of the optional SASL_PLAINTEXT listener; every --sasl-user gets both.
+SASL_MECHANISMS = ("SCRAM-SHA-512", "PLAIN")
+SASL_LISTENER = "SASL_PLAINTEXT"
+# Characters a SASL user name / password may not contain: they would break the storage tool's
+# `--add-scram 'SCRAM-SHA-512=[name=...,password=...]'` syntax or the JAAS `user_<name>="<password>"` entry.
+_SASL_FORBIDDEN = set(" \t\n\r\"\\,;=[]'")
 
 Say = Callable[[str], None]
 
@@ -53,6 +60,28 @@ class LauncherError(Exception):
     def __init__(self, message: str, hint: str = "") -> None:
         super().__init__(message)
         self.hint = hint
+
+
+@dataclass(frozen=True)
+class SaslUser:
+    """A SASL user of the SASL_PLAINTEXT listener: a SCRAM-SHA-512 credential and a PLAIN JAAS entry."""
+
+    name: str
+    password: str
+
+    def __repr__(self) -> str:  # never print the password
+        return f"SaslUser(name={self.name!r}, password='**********')"
+
+    @classmethod
+    def parse(cls, spec: str) -> SaslUser:
+        """``name:password`` → SaslUser; raises ValueError on an empty part or a forbidden character."""
+        name, sep, password = spec.partition(":")
+        if not sep or not name or not password:
+            raise ValueError("expected NAME:PASSWORD with both parts non-empty")
+        bad = sorted((set(name) | set(password)) & _SASL_FORBIDDEN)
+        if bad:
+            raise ValueError(f"SASL user names and passwords may not contain {''.join(bad)!r}")
+        return cls(name, password)
 
 
 @dataclass(frozen=True)
@@ -67,11 +96,19 @@ class BrokerConfig:
     host: str = "127.0.0.1"
     advertised_host: str = "localhost"
     heap_opts: tuple[str, ...] = DEFAULT_HEAP_OPTS
+    # Optional SASL_PLAINTEXT listener (SCRAM-SHA-512 and PLAIN) next to the PLAINTEXT one.
+    sasl_port: int | None = None
+    sasl_users: tuple[SaslUser, ...] = ()
 
     @property
     def bootstrap(self) -> str:
         """The bootstrap address clients use, ``host:port``."""
         return f"{self.advertised_host}:{self.port}"
+
+    @property
+    def sasl_bootstrap(self) -> str | None:
+        """The SASL_PLAINTEXT listener's bootstrap address, when there is one."""
+        return None if self.sasl_port is None else f"{self.advertised_host}:{self.sasl_port}"
 
     @property
     def properties_file(self) -> Path:
@@ -110,8 +147,12 @@ def make_config(
     data_dir: Path | None = None,
     pid_file: Path | None = None,
     log_file: Path | None = None,
+    sasl_port: int | None = None,
+    sasl_users: Sequence[SaslUser] = (),
 ) -> BrokerConfig:
     """Fill in the defaults: controller on ``port + 1``, data in ``<repo>/var/kafka-<port>``."""
+    if sasl_users and sasl_port is None:
+        raise LauncherError("SASL users need a SASL listener", "add --sasl-port N")
     data = (data_dir or REPO_ROOT / "var" / f"kafka-{port}").resolve()
     return BrokerConfig(
         port=port,
@@ -119,6 +160,8 @@ def make_config(
         data_dir=data,
         pid_file=(pid_file or data / "broker.pid").resolve(),
         log_file=(log_file or data / "broker.log").resolve(),
+        sasl_port=sasl_port,
+        sasl_users=tuple(sasl_users),
     )
 
 
@@ -235,9 +278,37 @@ def render_properties(cfg: BrokerConfig) -> str:
         "num.io.threads": "4",
         "log.retention.hours": "24",
     }
+    if cfg.sasl_port is not None:
+        props.update(sasl_properties(cfg))
     lines = ["# Written by deploy/kafka/launcher.py; rewritten on every `up`."]
     lines += [f"{key}={value}" for key, value in props.items()]
     return "\n".join(lines) + "\n"
+
+
+def sasl_properties(cfg: BrokerConfig) -> dict[str, str]:
+    """Properties adding a SASL_PLAINTEXT listener with SCRAM-SHA-512 and PLAIN.
+
+    Brokers and the controller keep talking over PLAINTEXT. SCRAM credentials live in the cluster
+    metadata (created at format time, or upserted later); PLAIN users are JAAS entries in this file.
+    """
+    assert cfg.sasl_port is not None
+    prefix = f"listener.name.{SASL_LISTENER.lower()}"
+    plain_users = " ".join(f'user_{u.name}="{u.password}"' for u in cfg.sasl_users)
+    return {
+        "listeners": f"PLAINTEXT://{cfg.host}:{cfg.port},CONTROLLER://{cfg.host}:{cfg.controller_port},"
+        f"{SASL_LISTENER}://{cfg.host}:{cfg.sasl_port}",
+        "advertised.listeners": f"PLAINTEXT://{cfg.advertised_host}:{cfg.port},"
+        f"{SASL_LISTENER}://{cfg.advertised_host}:{cfg.sasl_port}",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
+        f"{SASL_LISTENER}:{SASL_LISTENER}",
+        "sasl.enabled.mechanisms": ",".join(SASL_MECHANISMS),
+        f"{prefix}.sasl.enabled.mechanisms": ",".join(SASL_MECHANISMS),
+        f"{prefix}.scram-sha-512.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
+        "required;",
+        f"{prefix}.plain.sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule required"
+        + (f" {plain_users}" if plain_users else "")
+        + ";",
+    }
 
 
 def render_log4j2(cfg: BrokerConfig) -> str:
@@ -270,7 +341,11 @@ def render_log4j2(cfg: BrokerConfig) -> str:
 def write_properties(cfg: BrokerConfig) -> Path:
     """Write server.properties and the log4j2 config into the data dir; return the properties path."""
     cfg.data_dir.mkdir(parents=True, exist_ok=True)
-    cfg.properties_file.write_text(render_properties(cfg))
+    # Owner-only: with SASL users the file holds their PLAIN passwords.
+    fd = os.open(cfg.properties_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(render_properties(cfg))
+    cfg.properties_file.chmod(0o600)
     cfg.log4j_file.write_text(render_log4j2(cfg))
     return cfg.properties_file
 
@@ -306,8 +381,13 @@ def java_command(cfg: BrokerConfig, libs: Path, main_class: str, args: Sequence[
 
 
 def format_command(cfg: BrokerConfig, runtime: Runtime, cluster_id: str) -> list[str]:
-    """The storage format command (static quorum: no --standalone)."""
+    """The storage format command (static quorum: no --standalone).
+
+    Each SASL user gets a SCRAM-SHA-512 credential in the initial metadata (``--add-scram``).
+    """
     args = ["format", "-t", cluster_id, "-c", str(cfg.properties_file)]
+    for user in cfg.sasl_users:
+        args += ["--add-scram", f"SCRAM-SHA-512=[name={user.name},password={user.password}]"]
     if isinstance(runtime, KafkaHome):
         return [str(runtime.home / "bin" / "kafka-storage.sh"), *args]
     return java_command(cfg, runtime.libs, "kafka.tools.StorageTool", args)
@@ -352,11 +432,49 @@ def format_storage(cfg: BrokerConfig, runtime: Runtime, say: Say = print) -> boo
         stdin=subprocess.DEVNULL,
     )
     if proc.returncode != 0:
+        output = redact(proc.stdout + proc.stderr, cfg)
         raise LauncherError(
-            f"formatting the storage failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}",
+            f"formatting the storage failed (exit {proc.returncode}):\n{output}",
             f"remove {cfg.log_dirs} if it holds a broken earlier attempt",
         )
     return True
+
+
+def redact(text: str, cfg: BrokerConfig) -> str:
+    """``text`` with every SASL password replaced by asterisks."""
+    for user in cfg.sasl_users:
+        text = text.replace(user.password, "**********")
+    return text
+
+
+def upsert_scram_users(cfg: BrokerConfig, timeout_s: float = 30.0) -> None:
+    """Create or replace the SCRAM-SHA-512 credentials of ``cfg.sasl_users`` through the PLAINTEXT listener.
+
+    Storage formatted earlier (a data dir reused) got its credentials then or never: this makes ``up
+    --sasl-user`` hold for it too.
+    """
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient({"bootstrap.servers": cfg.bootstrap, "log_level": 0})
+    upserts = [
+        UserScramCredentialUpsertion(
+            u.name, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), u.password.encode()
+        )
+        for u in cfg.sasl_users
+    ]
+    for name, future in admin.alter_user_scram_credentials(upserts).items():
+        try:
+            future.result(timeout=timeout_s)
+        except Exception as exc:  # noqa: BLE001 - reported with the user name, never the password
+            raise LauncherError(
+                f"creating the SCRAM credential of {name!r} failed: {redact(str(exc), cfg)}",
+                f"see {cfg.log_file}",
+            ) from None
 
 
 def port_in_use(host: str, port: int) -> bool:
@@ -368,8 +486,8 @@ def port_in_use(host: str, port: int) -> bool:
 
 def ensure_ports_free(cfg: BrokerConfig) -> None:
     """Fail when something already listens on the client or controller port."""
-    for port in (cfg.port, cfg.controller_port):
-        if port_in_use(cfg.host, port):
+    for port in (cfg.port, cfg.controller_port, cfg.sasl_port):
+        if port is not None and port_in_use(cfg.host, port):
             raise LauncherError(
                 f"port {cfg.host}:{port} is already in use",
                 "stop whatever listens there or pick other ports (--port/--controller-port)",
@@ -547,9 +665,10 @@ def tail(path: Path, lines: int) -> str:
 def up(cfg: BrokerConfig, runtime_factory: Callable[[], Runtime], timeout_s: float, say: Say = print) -> str:
     """Start the broker unless the one named by the pid file already answers; return the bootstrap address."""
     pid = running_broker(cfg)
+    formatted_now = False
     if pid is not None:
         if broker_answers(cfg.bootstrap, 5.0):
-            say(f"Broker already running (pid {pid}); nothing to do.")
+            say(f"Broker already running (pid {pid}); nothing to do (`down` first to change its listeners).")
             return cfg.bootstrap
         say(f"Broker pid {pid} is running but not answering yet; waiting.")
     else:
@@ -557,7 +676,7 @@ def up(cfg: BrokerConfig, runtime_factory: Callable[[], Runtime], timeout_s: flo
         ensure_ports_free(cfg)
         runtime = runtime_factory()
         write_properties(cfg)
-        format_storage(cfg, runtime, say)
+        formatted_now = format_storage(cfg, runtime, say)
         pid = start(cfg, runtime)
         say(f"Started broker pid {pid}; waiting for it to answer at {cfg.bootstrap} (log: {cfg.log_file})")
     try:
@@ -569,6 +688,11 @@ def up(cfg: BrokerConfig, runtime_factory: Callable[[], Runtime], timeout_s: flo
             cfg.pid_file.unlink(missing_ok=True)
         raise
     say(f"Broker ready after {waited:.1f} s.")
+    if cfg.sasl_users and not formatted_now:
+        upsert_scram_users(cfg)  # storage from an earlier `up`: its credentials may be missing or stale
+    if cfg.sasl_bootstrap is not None:
+        users = ", ".join(u.name for u in cfg.sasl_users) or "none"
+        say(f"SASL_PLAINTEXT ({'/'.join(SASL_MECHANISMS)}) at {cfg.sasl_bootstrap}; users: {users}")
     return cfg.bootstrap
 
 
@@ -591,6 +715,20 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--data-dir", type=Path, default=None, help="default <repo>/var/kafka-<port>")
         p.add_argument("--pid-file", type=Path, default=None, help="default <data-dir>/broker.pid")
         if name == "up":
+            p.add_argument(
+                "--sasl-port",
+                type=int,
+                default=None,
+                help="also listen with SASL_PLAINTEXT (SCRAM-SHA-512 and PLAIN) on this port",
+            )
+            p.add_argument(
+                "--sasl-user",
+                dest="sasl_users",
+                metavar="NAME:PASSWORD",
+                action="append",
+                default=[],
+                help="a SASL user (SCRAM-SHA-512 credential + PLAIN entry); repeatable; needs --sasl-port",
+            )
             p.add_argument("--log-file", type=Path, default=None, help="default <data-dir>/broker.log")
             p.add_argument("--timeout-s", type=float, default=90.0, help="seconds to wait for the broker")
             p.add_argument(
@@ -607,12 +745,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    cfg = make_config(
-        args.port, args.controller_port, args.data_dir, args.pid_file, getattr(args, "log_file", None)
-    )
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        users = [SaslUser.parse(spec) for spec in getattr(args, "sasl_users", [])]
+    except ValueError as exc:
+        parser.error(f"--sasl-user: {exc}")
     say: Say = lambda msg: print(msg, flush=True)  # noqa: E731
     try:
+        cfg = make_config(
+            args.port,
+            args.controller_port,
+            args.data_dir,
+            args.pid_file,
+            getattr(args, "log_file", None),
+            getattr(args, "sasl_port", None),
+            users,
+        )
         if args.command == "up":
             kafka_home = os.environ.get("KAFKA_HOME")
             cache_dir = args.cache_dir.resolve() if args.cache_dir else default_cache_dir(os.environ)

@@ -150,3 +150,88 @@ def test_down_removes_the_pid_file_of_a_dead_broker(launcher: ModuleType, tmp_pa
     pid_file.write_text(f"{proc.pid}\n")
     assert launcher.stop(pid_file, say=lambda _msg: None) is True
     assert not pid_file.exists()
+
+
+# --------------------------------------------------------------------------- SASL listener
+
+
+@pytest.fixture
+def sasl_cfg(launcher: ModuleType, tmp_path: Path) -> Any:
+    users = [launcher.SaslUser.parse("alice:alice-s3cret"), launcher.SaslUser.parse("bob:pw:with:colons")]
+    return launcher.make_config(port=19092, data_dir=tmp_path / "data", sasl_port=19094, sasl_users=users)
+
+
+def test_sasl_listener_adds_scram_and_plain_next_to_plaintext(launcher: ModuleType, sasl_cfg: Any) -> None:
+    props = parse_properties(launcher.render_properties(sasl_cfg))
+    assert props["listeners"] == (
+        "PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093,SASL_PLAINTEXT://127.0.0.1:19094"
+    )
+    assert props["advertised.listeners"] == "PLAINTEXT://localhost:19092,SASL_PLAINTEXT://localhost:19094"
+    assert props["listener.security.protocol.map"] == (
+        "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"
+    )
+    assert props["inter.broker.listener.name"] == "PLAINTEXT"  # brokers never need the users
+    assert props["listener.name.sasl_plaintext.sasl.enabled.mechanisms"] == "SCRAM-SHA-512,PLAIN"
+    assert props["listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config"] == (
+        "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+    )
+    assert props["listener.name.sasl_plaintext.plain.sasl.jaas.config"] == (
+        "org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'user_alice="alice-s3cret" user_bob="pw:with:colons";'
+    )
+    assert sasl_cfg.sasl_bootstrap == "localhost:19094"
+
+
+def test_without_sasl_port_there_is_no_sasl_listener(launcher: ModuleType, cfg: Any) -> None:
+    props = parse_properties(launcher.render_properties(cfg))
+    assert not [key for key in props if "sasl" in key]
+    assert "SASL" not in props["listeners"] + props["listener.security.protocol.map"]
+    assert cfg.sasl_bootstrap is None
+
+
+def test_sasl_users_get_scram_credentials_at_format_time(launcher: ModuleType, sasl_cfg: Any) -> None:
+    fmt = launcher.format_command(sasl_cfg, launcher.KafkaHome(Path("/opt/kafka")), "AAAAAAAAAAAAAAAAAAAAAA")
+    scram = [fmt[i + 1] for i, arg in enumerate(fmt) if arg == "--add-scram"]
+    assert scram == [
+        "SCRAM-SHA-512=[name=alice,password=alice-s3cret]",
+        "SCRAM-SHA-512=[name=bob,password=pw:with:colons]",
+    ]
+
+
+def test_properties_file_is_private_because_it_holds_plain_passwords(
+    launcher: ModuleType, sasl_cfg: Any
+) -> None:
+    path = launcher.write_properties(sasl_cfg)
+    assert path.stat().st_mode & 0o077 == 0
+    assert 'user_alice="alice-s3cret"' in path.read_text()
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ("alice", "NAME:PASSWORD"),
+        (":pw", "NAME:PASSWORD"),
+        ("alice:", "NAME:PASSWORD"),
+        ("alice:a,b", "','"),
+        ('alice:a"b', "'\"'"),
+        ("al ice:pw", "' '"),
+        ("alice:a]b", "']'"),
+    ],
+)
+def test_sasl_user_specs_that_would_break_the_tool_syntax_are_refused(
+    launcher: ModuleType, spec: str, problem: str
+) -> None:
+    with pytest.raises(ValueError, match=problem.replace("[", r"\[").replace("]", r"\]")):
+        launcher.SaslUser.parse(spec)
+
+
+def test_sasl_user_repr_and_redaction_hide_the_password(launcher: ModuleType, sasl_cfg: Any) -> None:
+    user = sasl_cfg.sasl_users[0]
+    assert "alice-s3cret" not in repr(user) and "alice-s3cret" not in repr(sasl_cfg)
+    assert launcher.redact("bad value alice-s3cret for alice", sasl_cfg) == "bad value ********** for alice"
+
+
+def test_sasl_users_without_a_sasl_port_are_refused(launcher: ModuleType, capsys: Any) -> None:
+    assert launcher.main(["up", "--port", "19092", "--sasl-user", "alice:pw"]) == 1
+    err = capsys.readouterr().err
+    assert "SASL users need a SASL listener" in err and "--sasl-port" in err
