@@ -6,9 +6,17 @@ cardinality (topic, partition, kind). Tests build their own `CollectorRegistry`.
 
 from __future__ import annotations
 
+import math
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, ProcessCollector
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 _LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -48,7 +56,7 @@ class WorkerMetrics:
 def create_metrics(registry: CollectorRegistry) -> WorkerMetrics:
     """Creates every metric of the worker in `registry`."""
     tp = ["topic", "partition"]
-    return WorkerMetrics(
+    metrics = WorkerMetrics(
         registry=registry,
         messages_consumed=Counter(
             "sentiment_messages_consumed_total",
@@ -168,3 +176,111 @@ def create_metrics(registry: CollectorRegistry) -> WorkerMetrics:
             registry=registry,
         ),
     )
+    # Computed when scraped, from outside the loop: nothing to feed.
+    ProcessCollector(registry=registry)  # process_resident_memory_bytes, process_cpu_seconds_total, ...
+    registry.register(DeviceMemoryCollector())
+    registry.register(
+        DrainTimeCollector(metrics.consumer_lag_messages, [metrics.results_published, metrics.dead_letters])
+    )
+    return metrics
+
+
+def _total(metric: Counter | Gauge) -> float:
+    """Sum of every labelled child's value (counters: their `_total` samples)."""
+    return sum(
+        sample.value
+        for family in metric.collect()
+        for sample in family.samples
+        if not sample.name.endswith("_created")
+    )
+
+
+class DrainTimeCollector(Collector):
+    """`sentiment_consumer_drain_seconds`: this worker's backlog (the sum of its per-partition lag in
+    messages) divided by its recent processing rate (results + dead letters acknowledged per second over
+    the last `window_s`, measured between scrapes). 0 without backlog; +Inf with a backlog and no progress
+    in the window; absent until a second scrape gives a rate."""
+
+    NAME = "sentiment_consumer_drain_seconds"
+
+    def __init__(
+        self,
+        lag_messages: Gauge,
+        done_counters: list[Counter],
+        *,
+        window_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._lag = lag_messages
+        self._done = done_counters
+        self._window_s = window_s
+        self._clock = clock
+        self._samples: deque[tuple[float, float]] = deque()
+        self._lock = threading.Lock()  # scrapes may run concurrently (threaded HTTP server)
+
+    def describe(self) -> list[Metric]:
+        return [GaugeMetricFamily(self.NAME, self._help())]
+
+    def collect(self) -> list[Metric]:
+        now, done, backlog = self._clock(), sum(_total(c) for c in self._done), _total(self._lag)
+        with self._lock:
+            self._samples.append((now, done))
+            while len(self._samples) > 2 and now - self._samples[1][0] >= self._window_s:
+                self._samples.popleft()
+            first_t, first_done = self._samples[0]
+        family = GaugeMetricFamily(self.NAME, self._help())
+        if backlog <= 0:
+            family.add_metric([], 0.0)
+        elif now > first_t:
+            rate = (done - first_done) / (now - first_t)
+            family.add_metric([], backlog / rate if rate > 0 else math.inf)
+        return [family]
+
+    @staticmethod
+    def _help() -> str:
+        return "Seconds to work off this worker's backlog at its recent rate (lag messages / messages per s)."
+
+
+class DeviceMemoryCollector(Collector):
+    """GPU memory of the Paddle device in use (`paddle.device.cuda`): allocated now, peak, and reserved by
+    the caching allocator, in bytes. Yields nothing on the CPU, or before Paddle is imported."""
+
+    NAMES = (
+        "sentiment_device_memory_allocated_bytes",
+        "sentiment_device_memory_peak_bytes",
+        "sentiment_device_memory_reserved_bytes",
+    )
+    _HELP = (
+        "Device memory held by tensors now.",
+        "Most device memory held by tensors since start.",
+        "Device memory reserved by Paddle's caching allocator.",
+    )
+
+    def describe(self) -> list[Metric]:
+        return [
+            GaugeMetricFamily(n, h, labels=["device"]) for n, h in zip(self.NAMES, self._HELP, strict=True)
+        ]
+
+    def collect(self) -> list[Metric]:
+        paddle = sys.modules.get("paddle")  # never import Paddle just to be scraped
+        if paddle is None:
+            return []
+        try:
+            device = str(paddle.device.get_device())
+            if not device.startswith("gpu"):
+                return []
+            index = int(device.split(":", 1)[1]) if ":" in device else 0
+            cuda = paddle.device.cuda
+            values = (
+                cuda.memory_allocated(index),
+                cuda.max_memory_allocated(index),
+                cuda.memory_reserved(index),
+            )
+        except Exception:  # noqa: BLE001 - a scrape must never fail because the device query did
+            return []
+        families: list[Metric] = []
+        for name, help_text, value in zip(self.NAMES, self._HELP, values, strict=True):
+            family = GaugeMetricFamily(name, help_text, labels=["device"])
+            family.add_metric([device], float(value))
+            families.append(family)
+        return families
