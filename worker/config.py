@@ -63,6 +63,43 @@ class WorkerSettings(BaseSettings):
         50, ge=0, description="Longest a window waits for more messages, timed from its first message."
     )
 
+    # --- memory budget ---
+    max_batch_tokens_auto: bool = Field(
+        False,
+        description="Calibrate max_batch_tokens at start-up (as `sentiment-worker tune`, cached); "
+        "SENTIMENT_MAX_BATCH_TOKENS=auto sets it. max_batch_tokens is then only the fallback.",
+    )
+    vram_budget_mb: int | None = Field(
+        None, ge=1, description="GPU memory (MiB) inference may use; default: all of the device's."
+    )
+    vram_budget_fraction: float | None = Field(
+        None, gt=0, le=1, description="Share of the device's memory inference may use (instead of MiB)."
+    )
+    vram_safety_margin: float = Field(
+        0.1, ge=0, lt=1, description="Share of the VRAM budget kept free (fragmentation, other tensors)."
+    )
+    tuning_cache_dir: Path | None = Field(
+        None, description="Where calibration results are cached; default ~/.cache/sentiment-worker/tuning."
+    )
+    tuning_latency_bound_ms: float = Field(
+        1000.0, gt=0, description="CPU calibration: the longest acceptable inference batch."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _max_batch_tokens_auto(cls, data: Any) -> Any:
+        # max_batch_tokens stays an int for its users; "auto" turns calibration on and keeps the default.
+        if isinstance(data, dict) and str(data.get("max_batch_tokens", "")).strip().lower() == "auto":
+            data = {key: value for key, value in data.items() if key != "max_batch_tokens"}
+            data["max_batch_tokens_auto"] = True
+        return data
+
+    @model_validator(mode="after")
+    def _one_vram_budget(self) -> WorkerSettings:
+        if self.vram_budget_mb is not None and self.vram_budget_fraction is not None:
+            raise ValueError("set vram_budget_mb or vram_budget_fraction, not both")
+        return self
+
     # --- input limits ---
     max_text_chars: int = Field(10_000, ge=1, description="Longer texts are dead-lettered (text_too_long).")
     max_value_bytes: int = Field(1_048_576, ge=1, description="Larger values are dead-lettered.")
