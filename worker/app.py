@@ -1,7 +1,10 @@
 """The one place that wires the stages together and owns the worker's lifecycle.
 
-consume → decode → window → label (token-budget batches) → publish in input order → delivery acks →
-offset tracker → store/commit contiguous offsets. Stop: finish the window, flush, commit, close.
+poll thread:      consume → window → decode + tokenize ─┐           ┌─► publish in input order → acks →
+                                                       ▼ (bounded)  │    offset tracker → store/commit
+inference thread:                       label (token-budget batches)┘
+Exactly-once mode publishes each window and its offsets in one transaction instead.
+Stop: fetch no more, finish the fetched windows, flush, commit, close.
 """
 
 from __future__ import annotations
@@ -13,24 +16,29 @@ from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from threading import Event
 
-from confluent_kafka import KafkaError, KafkaException, Message
+import numpy as np
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 from prometheus_client import CollectorRegistry
 
+from schemas.dead_letter import DeadLetterKind
 from schemas.sentiment_result import ModelRef
 from worker.batcher import BatchWindow
 from worker.config import WorkerSettings
 from worker.consumer import PartitionKey, ReviewConsumer
-from worker.decode import DecodedReview, DecodeFailure, decode_review
+from worker.decode import DecodedReview
 from worker.health import HealthServer, HealthState
-from worker.inference import Classifier, InferenceFailure, WindowStats, label_texts
+from worker.inference import Classifier, TokenBudget, WindowStats, label_texts
 from worker.metrics import WorkerMetrics, create_metrics
 from worker.offsets import OffsetTracker
+from worker.pipeline import InferenceStage
 from worker.producer import OutboundRecord, ResultPublisher, SourcePosition
 from worker.records import InputMessage, dead_letter_record, result_record
+from worker.windows import LabelledWindow, PreparedWindow, label_window, prepare_window, window_records
 
 log = logging.getLogger(__name__)
 
 _IDLE_POLL_S = 0.2
+_BUSY_POLL_S = 0.01
 _METRICS_EVERY_S = 1.0
 _BROKER_CHECK_EVERY_S = 10.0
 _MAX_WINDOW_BYTES = 64 * 1024 * 1024
@@ -84,8 +92,12 @@ class SentimentWorker:
         self._consumer: ReviewConsumer | None = None
         self._publisher: ResultPublisher | None = None
         self._partition_counts: dict[str, int] = {}
-        self._last_poll_at = clock()
         self._paused: set[PartitionKey] = set()
+        self._epochs: dict[PartitionKey, int] = {}  # bumped per assignment: stale work is never published
+        self._epoch_counter = 0
+        self._budget = TokenBudget(settings.max_batch_tokens)
+        self._stage: InferenceStage[PreparedWindow, LabelledWindow] | None = None
+        self._exactly_once = settings.delivery == "exactly_once"
         self.http_address: tuple[str, int] | None = None
 
     # ----- public -----
@@ -122,7 +134,11 @@ class SentimentWorker:
             stack.callback(server.close)
             self.http_address = server.address
             log.info("metrics and health on http://%s:%d (/metrics /healthz /readyz)", *server.address)
-        self._publisher = ResultPublisher(s.librdkafka_common())
+        self._publisher = ResultPublisher(
+            s.librdkafka_common(),
+            transactional_id=f"sentiment-worker.{s.group_id}.{s.worker_id}" if self._exactly_once else None,
+            transaction_timeout_ms=s.transaction_timeout_ms,
+        )
         for topic in (s.output_topic, s.dlq_topic):
             try:
                 self._partition_counts[topic] = self._publisher.partition_count(topic)
@@ -130,8 +146,15 @@ class SentimentWorker:
                 raise StartupError(
                     f"{exc.args[0]} (bootstrap servers: {s.bootstrap_servers}). Nothing was consumed."
                 ) from exc
+        if self._exactly_once:
+            try:
+                self._publisher.init_transactions(timeout_s=30)
+            except KafkaException as exc:
+                raise StartupError(f"exactly_once: cannot initialise transactions: {exc.args[0]}") from exc
         self._health.broker_reachable = True
         self._warm_up()
+        self._stage = InferenceStage(self._label, max_queued_windows=s.max_queued_windows)
+        stack.callback(self._stage.close)
         self._consumer = ReviewConsumer(
             s.librdkafka_common(),
             group_id=s.group_id,
@@ -141,6 +164,7 @@ class SentimentWorker:
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
             on_lost=self._on_lost,
+            transactional=self._exactly_once,
         )
         # Closing leaves the group; its revoke callback flushes and commits what is acknowledged.
         stack.callback(self._consumer.close)
@@ -164,6 +188,7 @@ class SentimentWorker:
 
     def _loop(self, max_messages: int | None, idle_exit_s: float | None) -> str:
         consumer, publisher = self._require_stages()
+        stage = self._require_stage()
         last_input_at = self._clock()
         next_metrics_at = 0.0
         next_broker_check_at = self._clock() + _BROKER_CHECK_EVERY_S
@@ -171,25 +196,27 @@ class SentimentWorker:
             publisher.raise_for_error()
             if self._stop.is_set():
                 return "stop requested"
-            now = self._clock()
             self._health.loop_turned()
+            for labelled in stage.collect():
+                self._publish_window(labelled)
+            limit_reached = max_messages is not None and self._summary.consumed >= max_messages
+            if len(self._window) and (self._window.is_due() or limit_reached) and stage.has_room():
+                stage.submit(prepare_window(self._window.take(), self._classifier, self._settings))
             budget = self._settings.max_window_messages - len(self._window)
             if max_messages is not None:
                 budget = min(budget, max_messages - self._summary.consumed)
-            if budget > 0:
-                timeout = self._window.remaining_wait_s() if len(self._window) else _IDLE_POLL_S
-                messages = consumer.consume(budget, timeout)
-                self._last_poll_at = self._clock()
+            # Backpressure: a full window waiting for the model pauses the partitions; polling goes on,
+            # which keeps this member in the group however long the model takes.
+            self._set_paused(budget <= 0)
+            if len(self._window) and budget > 0:
+                timeout = self._window.remaining_wait_s()
             else:
-                messages = []
-                publisher.poll(0.05)
+                timeout = _BUSY_POLL_S if stage.in_flight or len(self._window) else _IDLE_POLL_S
+            messages = consumer.consume(max(1, budget), timeout)
             for message in messages:
                 self._accept(message)
             if messages:
                 last_input_at = self._clock()
-            limit_reached = max_messages is not None and self._summary.consumed >= max_messages
-            if len(self._window) and (self._window.is_due() or limit_reached):
-                self._process_window(self._window.take())
             publisher.poll(0)
             self._handle_deliveries()
             now = self._clock()
@@ -202,32 +229,38 @@ class SentimentWorker:
             done = self._summary.results + self._summary.dead_letters
             if max_messages is not None and done >= max_messages:
                 return f"processed {done} messages (--max-messages)"
-            idle = not messages and not len(self._window) and publisher.pending() == 0
+            idle = not messages and not len(self._window) and not stage.in_flight and publisher.pending() == 0
             if idle_exit_s is not None and idle and now - last_input_at >= idle_exit_s:
                 return f"no input for {idle_exit_s:g} s (--idle-exit-s)"
 
     def _drain(self) -> None:
-        """Stop order: finish the gathered window, flush the producer, commit, (then close the consumer)."""
+        """Stop order: fetch no more, label and publish what was fetched, flush, commit (then close)."""
         consumer, publisher = self._require_stages()
+        stage = self._require_stage()
         self._health.stopping = True
         self._metrics.ready.set(0)
         deadline = self._clock() + self._settings.shutdown_timeout_s
-        if len(self._window):
-            self._process_window(self._window.take())
+        while (len(self._window) or stage.in_flight) and self._clock() < deadline:
+            if len(self._window) and stage.has_room():
+                stage.submit(prepare_window(self._window.take(), self._classifier, self._settings))
+            for labelled in stage.collect(timeout_s=0.1):
+                self._publish_window(labelled)
         remaining = publisher.flush(max(0.0, deadline - self._clock()))
         self._handle_deliveries()
-        try:
-            consumer.commit_now(self._committable_positions(consumer.assignment))
-            self._metrics.offsets_committed.inc()
-        except KafkaException as exc:
-            # E.g. evicted from the group: the next owner redoes the uncommitted tail (duplicates, no loss).
-            log.warning("final commit failed (%s); uncommitted inputs will be processed again", exc)
-        self._summary.unacknowledged_at_stop = remaining
-        if remaining:
+        if not self._exactly_once:
+            try:
+                consumer.commit_now(self._committable_positions(consumer.assignment))
+                self._metrics.offsets_committed.inc()
+            except KafkaException as exc:
+                # E.g. evicted from the group: the next owner redoes the uncommitted tail (no loss).
+                log.warning("final commit failed (%s); uncommitted inputs will be processed again", exc)
+        self._summary.unacknowledged_at_stop = remaining + stage.in_flight
+        if remaining or stage.in_flight:
             log.warning(
-                "stopping with %d outputs not acknowledged after %.0f s: their inputs stay uncommitted and "
-                "will be processed again",
+                "stopping with %d outputs unacknowledged and %d windows unlabelled after %.0f s: their "
+                "inputs stay uncommitted and will be processed again",
                 remaining,
+                stage.in_flight,
                 self._settings.shutdown_timeout_s,
             )
         publisher.raise_for_error()
@@ -239,95 +272,116 @@ class SentimentWorker:
             self._on_consume_error(err)
             return
         topic, partition, offset = message.topic(), message.partition(), message.offset()
+        assert topic is not None and partition is not None and offset is not None  # data messages have them
         ts_type, ts = message.timestamp()
         position = SourcePosition(topic, partition, offset, ts if ts_type and ts >= 0 else None)
         value = message.value()
+        epoch = self._epochs.get((topic, partition), -1)
         self._tracker.track(topic, partition, offset)
-        self._window.add(InputMessage(position, message.key(), value, self._clock()), len(value or b""))
+        self._window.add(
+            InputMessage(position, message.key(), value, self._clock(), epoch), len(value or b"")
+        )
         self._summary.consumed += 1
         self._metrics.messages_consumed.labels(topic).inc()
         self._health.broker_reachable = True
 
-    def _process_window(self, items: list[InputMessage]) -> None:
-        """Labels a window and publishes exactly one record per input, in input order."""
-        s, (consumer, publisher) = self._settings, self._require_stages()
-        decoded: list[DecodedReview | DecodeFailure] = [
-            decode_review(
-                item.value,
-                input_format=s.input_format,
-                max_value_bytes=s.max_value_bytes,
-                max_text_chars=s.max_text_chars,
-                max_json_depth=s.max_json_depth,
-                default_id=item.default_id,
-            )
-            for item in items
-        ]
-        texts = [d.text for d in decoded if isinstance(d, DecodedReview)]
-        outputs, stats = label_texts(
-            self._classifier,
-            texts,
-            max_batch_size=s.max_batch_size,
-            max_batch_tokens=s.max_batch_tokens,
-            between_batches=self._keep_group_membership,
-        )
-        self._observe_window(stats)
-        self._resume_paused()
-        owned = consumer.assignment
-        labels = self._classifier.labels
+    def _label(self, prepared: PreparedWindow) -> LabelledWindow:
+        """The inference thread's work: the model on one prepared window."""
+        s = self._settings
+        return label_window(prepared, self._classifier, max_batch_size=s.max_batch_size, budget=self._budget)
+
+    def _publish_window(self, labelled: LabelledWindow) -> None:
+        """Publishes exactly one record per input of the window that is still ours, in input order."""
+        _, publisher = self._require_stages()
+        self._observe_window(labelled.stats)
         now = self._clock()
-        predictions = iter(outputs)
-        for item, review in zip(items, decoded, strict=True):
-            record: OutboundRecord
-            if (item.position.topic, item.position.partition) not in owned:
-                if isinstance(review, DecodedReview):
-                    next(predictions)
-                continue  # revoked while we labelled: uncommitted, so the new owner labels it
-            if isinstance(review, DecodeFailure):
-                record = self._dead_letter(item, review.kind, review.reason)
-            else:
-                output = next(predictions)
-                if isinstance(output, InferenceFailure):
-                    record = self._dead_letter(item, output.kind, output.reason)
-                else:
-                    record = result_record(
-                        item,
-                        review,
-                        output,
-                        labels=labels,
-                        model=self._model,
-                        topic=s.output_topic,
-                        partition=self._output_partition(s.output_topic, item.position.partition),
-                        now=now,
-                    )
-            publisher.publish(record)
+        records = window_records(
+            labelled,
+            owned=lambda item: self._epochs.get((item.position.topic, item.position.partition)) == item.epoch,
+            result=lambda item, review, probs: self._result(item, review, probs, now),
+            dead_letter=self._dead_letter,
+        )
+        if self._exactly_once:
+            self._publish_transaction(records)
+        else:
+            for record in records:
+                publisher.publish(record)
         self._metrics.in_flight_messages.set(self._tracker.outstanding())
 
-    def _keep_group_membership(self) -> None:
-        """Between inference batches: poll with the partitions paused, so a long window neither exceeds
-        max.poll.interval.ms (which would evict this member) nor buffers more input."""
-        if self._clock() - self._last_poll_at < self._settings.max_poll_interval_ms / 4000.0:
-            return
-        consumer, publisher = self._require_stages()
-        if not self._paused:
-            self._paused = set(consumer.assignment)
-            consumer.pause(self._paused)
-        budget = max(1, self._settings.max_window_messages - len(self._window))
-        for message in consumer.consume(budget, 0):  # serves rebalances; paused partitions yield nothing
-            self._accept(message)
-        self._last_poll_at = self._clock()
-        publisher.poll(0)
+    def _publish_transaction(self, records: list[OutboundRecord]) -> None:
+        """Exactly-once: the window's records and its consumed offsets commit in one transaction.
 
-    def _resume_paused(self) -> None:
-        if self._paused:
-            consumer, _ = self._require_stages()
+        An abortable error aborts it and rewinds the partitions to their committed offsets, so the window
+        is consumed and labelled again; a fatal one (e.g. fenced by a newer instance) stops the worker.
+        """
+        consumer, publisher = self._require_stages()
+        if not records:
+            return
+        next_offsets: dict[PartitionKey, int] = {}
+        for record in records:
+            key = (record.source.topic, record.source.partition)
+            next_offsets[key] = max(next_offsets.get(key, 0), record.source.offset + 1)
+        timeout_s = self._settings.transaction_timeout_ms / 1000.0
+        try:
+            publisher.begin_transaction()
+            for record in records:
+                publisher.publish(record)
+            offsets = [TopicPartition(t, p, o) for (t, p), o in next_offsets.items()]
+            publisher.commit_transaction(offsets, consumer.group_metadata(), timeout_s)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if error is None or not error.txn_requires_abort():
+                raise
+            log.warning("transaction aborted (%s): rewinding %s", error.str(), _fmt(list(next_offsets)))
+            publisher.abort_transaction(timeout_s)
+            self._metrics.transactions.labels("aborted").inc()
+            self._rewind(list(next_offsets))
+            return
+        self._metrics.transactions.labels("committed").inc()
+        self._handle_deliveries()
+
+    def _rewind(self, partitions: list[PartitionKey]) -> None:
+        """Forget everything consumed from `partitions` and read them again from their committed offsets."""
+        consumer, _ = self._require_stages()
+        self._drop_window_items(partitions)
+        self._tracker.forget(partitions)
+        for key in partitions:
+            if key in self._epochs:
+                self._epochs[key] = self._next_epoch()  # windows still in the pipeline for it are stale
+        consumer.rewind_to_committed(partitions)
+
+    def _set_paused(self, paused: bool) -> None:
+        consumer, _ = self._require_stages()
+        if paused:
+            newly = consumer.assignment - self._paused
+            if newly:
+                consumer.pause(newly)
+                self._paused |= newly
+        elif self._paused:
             consumer.resume(self._paused & consumer.assignment)
             self._paused = set()
+        self._metrics.paused.set(1 if self._paused else 0)
 
-    def _dead_letter(self, item: InputMessage, kind: object, reason: str) -> OutboundRecord:
+    def _result(
+        self, item: InputMessage, review: DecodedReview, probs: np.ndarray, now: float
+    ) -> OutboundRecord:
+        s = self._settings
+        return result_record(
+            item,
+            review,
+            probs,
+            labels=self._classifier.labels,
+            model=self._model,
+            topic=s.output_topic,
+            partition=self._output_partition(s.output_topic, item.position.partition),
+            now=now,
+        )
+
+    def _dead_letter(self, item: InputMessage, kind: DeadLetterKind, reason: str) -> OutboundRecord:
         s = self._settings
         return dead_letter_record(
             item,
-            kind,  # type: ignore[arg-type]
+            kind,
             reason,
             topic=s.dlq_topic,
             partition=self._output_partition(s.dlq_topic, item.position.partition),
@@ -365,12 +419,14 @@ class SentimentWorker:
                 )
                 self._last_done_timestamp_ms[(src.topic, src.partition)] = src.timestamp_ms
         committable = self._tracker.committable()
-        if committable:
+        if committable and not self._exactly_once:  # exactly-once commits offsets in the transaction
             consumer.store(committable)
 
     # ----- rebalance callbacks (run inside consume(), on the loop's thread) -----
     def _on_assign(self, partitions: list[PartitionKey]) -> None:
         self._metrics.rebalances.labels("assigned").inc()
+        for key in partitions:
+            self._epochs[key] = self._next_epoch()
         log.info("assigned %s", _fmt(partitions))
         self._set_assigned_count(partitions, added=True)
 
@@ -380,6 +436,11 @@ class SentimentWorker:
         self._metrics.rebalances.labels("revoked").inc()
         consumer, publisher = self._require_stages()
         self._drop_window_items(partitions)
+        if self._exactly_once:  # every published window already committed with its offsets
+            self._forget(partitions)
+            log.info("revoked %s", _fmt(partitions))
+            self._set_assigned_count(partitions, added=False)
+            return
         remaining = publisher.flush(self._settings.shutdown_timeout_s)
         self._handle_deliveries()
         final = self._committable_positions(partitions)
@@ -412,7 +473,9 @@ class SentimentWorker:
 
     def _forget(self, partitions: list[PartitionKey]) -> None:
         self._tracker.forget(partitions)
+        self._paused.difference_update(partitions)
         for key in partitions:
+            self._epochs.pop(key, None)
             self._last_done_timestamp_ms.pop(key, None)
             for gauge in (self._metrics.consumer_lag_messages, self._metrics.consumer_lag_seconds):
                 with suppress(KeyError):
@@ -432,6 +495,8 @@ class SentimentWorker:
     # ----- observability -----
     def _observe_window(self, stats: WindowStats) -> None:
         m = self._metrics
+        m.token_budget.set(self._budget.current)
+        m.out_of_memory_events.inc(stats.out_of_memory_events)
         if stats.batches:
             m.tokenization_seconds.observe(stats.tokenize_seconds)
             m.padding_efficiency.set(stats.padding_efficiency)
@@ -491,6 +556,15 @@ class SentimentWorker:
             max_tokens=_MAX_WINDOW_BYTES,
             clock=self._clock,
         )
+
+    def _next_epoch(self) -> int:
+        self._epoch_counter += 1
+        return self._epoch_counter
+
+    def _require_stage(self) -> InferenceStage[PreparedWindow, LabelledWindow]:
+        if self._stage is None:
+            raise RuntimeError("the worker is not started")
+        return self._stage
 
     def _require_stages(self) -> tuple[ReviewConsumer, ResultPublisher]:
         if self._consumer is None or self._publisher is None:

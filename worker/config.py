@@ -51,6 +51,16 @@ class WorkerSettings(BaseSettings):
         description="Extra librdkafka properties for consumer and producer, e.g. ssl.ca.location.",
     )
 
+    delivery: Literal["at_least_once", "exactly_once"] = Field(
+        "at_least_once",
+        description="at_least_once: idempotent producer, offsets committed after acks (a crash may repeat "
+        "a window); exactly_once: one transaction per window with results, dead letters and offsets "
+        "(readers use isolation.level=read_committed).",
+    )
+    transaction_timeout_ms: int = Field(
+        60_000, ge=1000, description="exactly_once: librdkafka transaction.timeout.ms (longer than a window)."
+    )
+
     # --- batching ---
     max_batch_size: int = Field(32, ge=1, description="Most reviews in one inference batch.")
     max_batch_tokens: int = Field(
@@ -61,6 +71,9 @@ class WorkerSettings(BaseSettings):
     )
     max_wait_ms: int = Field(
         50, ge=0, description="Longest a window waits for more messages, timed from its first message."
+    )
+    max_queued_windows: int = Field(
+        2, ge=1, description="Windows queued for or in inference; when full, the partitions are paused."
     )
 
     # --- memory budget ---

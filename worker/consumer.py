@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,7 @@ class ReviewConsumer:
         on_assign: RebalanceCallback,
         on_revoke: RebalanceCallback,
         on_lost: RebalanceCallback,
+        transactional: bool = False,
     ) -> None:
         conf = dict(common_conf)
         conf.update(
@@ -43,7 +44,8 @@ class ReviewConsumer:
                 # the automatic store would mark messages as done as soon as they are handed to us.
                 "enable.auto.offset.store": False,
                 # Commits what was stored, periodically; revoke and close commit synchronously too.
-                "enable.auto.commit": True,
+                # Exactly-once: offsets are committed inside the producer's transactions only.
+                "enable.auto.commit": not transactional,
                 "auto.commit.interval.ms": commit_interval_ms,
                 "auto.offset.reset": "earliest",
                 "max.poll.interval.ms": max_poll_interval_ms,
@@ -108,6 +110,20 @@ class ReviewConsumer:
             if exc.args and exc.args[0].code() == KafkaError._NO_OFFSET:
                 return
             raise
+
+    def group_metadata(self) -> Any:
+        """The group's metadata, for send_offsets_to_transaction (fences zombies after a rebalance)."""
+        return self._consumer.consumer_group_metadata()
+
+    def rewind_to_committed(self, partitions: Iterable[PartitionKey], timeout_s: float = 10.0) -> None:
+        """Seeks `partitions` back to their committed offsets (or the beginning when none is committed)."""
+        tps = [TopicPartition(t, p) for t, p in partitions if (t, p) in self._assignment]
+        if not tps:
+            return
+        for tp in self._consumer.committed(tps, timeout=timeout_s):
+            if tp.offset < 0:
+                tp.offset = OFFSET_BEGINNING
+            self._consumer.seek(tp)
 
     def pause(self, partitions: Iterable[PartitionKey]) -> None:
         self._consumer.pause([TopicPartition(t, p) for t, p in partitions])

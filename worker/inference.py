@@ -50,6 +50,7 @@ class WindowStats:
     padded_tokens: int = 0
     batches: list[BatchStats] = field(default_factory=list)
     splits: int = 0
+    out_of_memory_events: int = 0
 
     @property
     def padding_efficiency(self) -> float:
@@ -64,6 +65,31 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return "out of memory" in text or "resourceexhausted" in text or "resource exhausted" in text
 
 
+class TokenBudget:
+    """The running padded-token budget of inference batches; lowered when a batch runs out of memory.
+
+    Owned by the inference thread. `lowered` counts the out-of-memory events that lowered it.
+    """
+
+    def __init__(self, max_batch_tokens: int, *, floor_tokens: int = 16) -> None:
+        self.current = max_batch_tokens
+        self.floor_tokens = floor_tokens
+        self.lowered = 0
+
+    def on_out_of_memory(self, padded_tokens: int) -> None:
+        """A batch of `padded_tokens` did not fit: keep future batches at half of it."""
+        target = max(self.floor_tokens, padded_tokens // 2)
+        if target < self.current:
+            log.warning(
+                "out of memory at %d padded tokens: token budget %d -> %d",
+                padded_tokens,
+                self.current,
+                target,
+            )
+            self.current = target
+            self.lowered += 1
+
+
 def label_texts(
     classifier: Classifier,
     texts: Sequence[str],
@@ -71,40 +97,54 @@ def label_texts(
     max_batch_size: int,
     max_batch_tokens: int,
     clock: Callable[[], float] = time.perf_counter,
-    between_batches: Callable[[], None] | None = None,
 ) -> tuple[list[np.ndarray | InferenceFailure], WindowStats]:
-    """Probabilities (one row per text, in the order of `texts`) or a failure for each text.
+    """Tokenizes `texts` and labels them (see `label_ids`) with a fixed token budget."""
+    started = clock()
+    ids = classifier.token_ids(texts) if texts else []
+    tokenize_seconds = clock() - started
+    outputs, stats = label_ids(
+        classifier, ids, max_batch_size=max_batch_size, budget=TokenBudget(max_batch_tokens), clock=clock
+    )
+    stats.tokenize_seconds = tokenize_seconds
+    return outputs, stats
 
-    Texts are grouped by length into batches of at most `max_batch_size` texts and `max_batch_tokens`
-    padded tokens; the output order is the input order whatever the grouping. A batch that fails is split
-    in halves and retried; a single text that still fails gets an `InferenceFailure`.
-    `between_batches` is called after each batch (the worker keeps its group membership there).
+
+def label_ids(
+    classifier: Classifier,
+    ids: Sequence[Sequence[int]],
+    *,
+    max_batch_size: int,
+    budget: TokenBudget,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[list[np.ndarray | InferenceFailure], WindowStats]:
+    """Probabilities (one row per token-id sequence, in input order) or a failure for each sequence.
+
+    Sequences are grouped by length into batches of at most `max_batch_size` sequences and
+    `budget.current` padded tokens; the output order is the input order whatever the grouping. A batch
+    that fails is split in halves and retried (out of memory also lowers the budget); a single sequence
+    that still fails gets an `InferenceFailure`.
     """
     stats = WindowStats()
-    outputs: list[np.ndarray | InferenceFailure | None] = [None] * len(texts)
-    if not texts:
+    outputs: list[np.ndarray | InferenceFailure | None] = [None] * len(ids)
+    if not ids:
         return [], stats
-    started = clock()
-    ids = classifier.token_ids(texts)
-    stats.tokenize_seconds = clock() - started
     lengths = [len(row) for row in ids]
     stats.real_tokens = sum(lengths)
-    for batch in plan_batches(lengths, max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens):
-        _predict_splitting(classifier, ids, lengths, batch, outputs, stats, clock)
-        if between_batches is not None:
-            between_batches()
+    for batch in plan_batches(lengths, max_batch_size=max_batch_size, max_batch_tokens=budget.current):
+        _predict_splitting(classifier, ids, lengths, batch, outputs, stats, budget, clock)
     if any(out is None for out in outputs):
-        raise AssertionError("inference left texts without an output")  # a bug, never bad input
+        raise AssertionError("inference left sequences without an output")  # a bug, never bad input
     return [out for out in outputs if out is not None], stats
 
 
 def _predict_splitting(
     classifier: Classifier,
-    ids: list[list[int]],
+    ids: Sequence[Sequence[int]],
     lengths: list[int],
     batch: list[int],
     outputs: list[np.ndarray | InferenceFailure | None],
     stats: WindowStats,
+    budget: TokenBudget,
     clock: Callable[[], float],
 ) -> None:
     padded = len(batch) * max(lengths[i] for i in batch)
@@ -115,6 +155,9 @@ def _predict_splitting(
             raise RuntimeError(f"model returned {len(probs)} outputs for {len(batch)} inputs")
     except Exception as exc:  # noqa: BLE001 - any model failure is split, then dead-lettered
         oom = is_out_of_memory(exc)
+        if oom:
+            stats.out_of_memory_events += 1
+            budget.on_out_of_memory(padded)
         if len(batch) == 1:
             kind = DeadLetterKind.TOO_LONG_FOR_MEMORY if oom else DeadLetterKind.INFERENCE_FAILED
             reason = (
@@ -128,8 +171,8 @@ def _predict_splitting(
             "batch of %d failed (%s); retrying in halves", len(batch), "out of memory" if oom else exc
         )
         half = len(batch) // 2
-        _predict_splitting(classifier, ids, lengths, batch[:half], outputs, stats, clock)
-        _predict_splitting(classifier, ids, lengths, batch[half:], outputs, stats, clock)
+        _predict_splitting(classifier, ids, lengths, batch[:half], outputs, stats, budget, clock)
+        _predict_splitting(classifier, ids, lengths, batch[half:], outputs, stats, budget, clock)
         return
     stats.padded_tokens += padded
     stats.batches.append(BatchStats(len(batch), padded, clock() - started))

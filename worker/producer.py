@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,14 @@ class DeliveryFailedError(RuntimeError):
 class ResultPublisher:
     """An idempotent producer for the output and dead-letter topics."""
 
-    def __init__(self, common_conf: dict[str, Any], *, linger_ms: int = 5) -> None:
+    def __init__(
+        self,
+        common_conf: dict[str, Any],
+        *,
+        linger_ms: int = 5,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
+    ) -> None:
         conf = dict(common_conf)
         conf.update(
             {
@@ -64,7 +71,13 @@ class ResultPublisher:
                 "compression.type": "lz4",
             }
         )
+        if transactional_id is not None:
+            # Exactly-once: a stable id per replica, so a restarted replica fences its zombie and aborts
+            # the transaction it left open.
+            conf["transactional.id"] = transactional_id
+            conf["transaction.timeout.ms"] = transaction_timeout_ms
         self._producer = Producer(conf)
+        self._transactional = transactional_id is not None
         self._deliveries: list[Delivery] = []
         self._first_error: Delivery | None = None
         self._partition_counts: dict[str, int] = {}
@@ -131,6 +144,28 @@ class ResultPublisher:
                 )
             self._partition_counts[topic] = len(info.partitions)
         return self._partition_counts[topic]
+
+    # ----- exactly-once -----
+    def init_transactions(self, timeout_s: float = 30.0) -> None:
+        """Registers the transactional id (fencing older producers with it and aborting their open work)."""
+        self._producer.init_transactions(timeout_s)
+
+    def begin_transaction(self) -> None:
+        self._producer.begin_transaction()
+
+    def commit_transaction(
+        self, offsets: list[TopicPartition], group_metadata: Any, timeout_s: float
+    ) -> None:
+        """Adds the consumed `offsets` (next offsets to read) to the transaction and commits it: the
+        records and the offsets become visible to read_committed readers together, or not at all."""
+        self._producer.send_offsets_to_transaction(offsets, group_metadata, timeout_s)
+        self._producer.commit_transaction(timeout_s)
+
+    def abort_transaction(self, timeout_s: float) -> None:
+        """Aborts the open transaction; its records are never shown to read_committed readers."""
+        self._producer.abort_transaction(timeout_s)
+        self._deliveries.clear()  # acks of aborted records mean nothing
+        self._first_error = None
 
     def pending(self) -> int:
         """Records queued or in flight, not yet acknowledged."""

@@ -21,6 +21,7 @@ class InputMessage:
     key: bytes | None
     value: bytes | None
     consumed_at: float  # time.monotonic() when it was consumed
+    epoch: int = 0  # the partition's assignment epoch when consumed; stale epochs are never published
 
     @property
     def default_id(self) -> str:

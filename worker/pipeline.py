@@ -1,0 +1,103 @@
+"""The inference thread: windows go in, labelled windows come out in the same order.
+
+The poll loop keeps fetching, decoding and tokenizing the next window while the model labels the current
+one. The queue in front of the model is bounded (`max_queued_windows`); when it is full the poll loop
+pauses its partitions instead of buffering more input.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+log = logging.getLogger(__name__)
+
+In = TypeVar("In")
+Out = TypeVar("Out")
+
+
+@dataclass(frozen=True)
+class _Failed:
+    error: BaseException
+
+
+_STOP = object()
+
+
+class InferenceStage(Generic[In, Out]):
+    """Runs `work` on submitted items in one background thread, FIFO; results are collected in order."""
+
+    def __init__(
+        self, work: Callable[[In], Out], *, max_queued_windows: int, name: str = "inference"
+    ) -> None:
+        if max_queued_windows < 1:
+            raise ValueError("max_queued_windows must be >= 1")
+        self._work = work
+        self._capacity = max_queued_windows
+        self._inbox: queue.Queue[object] = queue.Queue()
+        self._done: deque[Out | _Failed] = deque()
+        self._submitted = 0
+        self._collected = 0
+        self._lock = threading.Lock()
+        self._finished = threading.Condition(self._lock)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    @property
+    def in_flight(self) -> int:
+        """Submitted windows not yet collected (queued, running, or done and waiting)."""
+        return self._submitted - self._collected
+
+    def has_room(self) -> bool:
+        return self.in_flight < self._capacity
+
+    def submit(self, item: In) -> None:
+        """Queues `item`; callers check `has_room()` first (the bound is what pauses the consumer)."""
+        if not self.has_room():
+            raise RuntimeError("inference queue is full: check has_room() before submitting")
+        self._submitted += 1
+        self._inbox.put(item)
+
+    def collect(self, timeout_s: float = 0.0) -> list[Out]:
+        """Finished results in submission order; waits up to `timeout_s` for the first one.
+
+        Re-raises, on the caller's thread, an exception the work raised.
+        """
+        with self._finished:
+            if not self._done and timeout_s > 0 and self.in_flight:
+                self._finished.wait(timeout_s)
+            ready = list(self._done)
+            self._done.clear()
+        self._collected += len(ready)
+        results: list[Out] = []
+        for entry in ready:
+            if isinstance(entry, _Failed):
+                raise RuntimeError(f"inference failed: {entry.error}") from entry.error
+            results.append(entry)
+        return results
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stops the thread after the item it is working on; queued items are dropped."""
+        self._inbox.put(_STOP)
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            log.warning("inference thread still busy after %.0f s; leaving it (daemon)", timeout_s)
+
+    def _run(self) -> None:
+        while True:
+            item = self._inbox.get()
+            if item is _STOP:
+                return
+            try:
+                result: Out | _Failed = self._work(item)  # type: ignore[arg-type]
+            except BaseException as exc:  # noqa: BLE001 - handed to the poll loop, which stops the worker
+                log.error("inference thread failed", exc_info=True)
+                result = _Failed(exc)
+            with self._finished:
+                self._done.append(result)
+                self._finished.notify_all()
