@@ -1,0 +1,85 @@
+"""The inference thread stage: FIFO results, a hard bound, failures surface on the caller's thread."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from worker.inference import TokenBudget
+from worker.pipeline import InferenceStage
+
+
+def _collect_all(stage: InferenceStage[int, int], expected: int, timeout_s: float = 10.0) -> list[int]:
+    out: list[int] = []
+    deadline = time.monotonic() + timeout_s
+    while len(out) < expected and time.monotonic() < deadline:
+        out.extend(stage.collect(timeout_s=0.1))
+    return out
+
+
+def test_results_come_back_in_submission_order_and_the_bound_holds() -> None:
+    gate = threading.Event()
+
+    def work(x: int) -> int:
+        gate.wait(5)
+        return x * 10
+
+    stage: InferenceStage[int, int] = InferenceStage(work, max_queued_windows=2)
+    try:
+        stage.submit(1)
+        stage.submit(2)
+        assert not stage.has_room() and stage.in_flight == 2
+        with pytest.raises(RuntimeError, match="full"):
+            stage.submit(3)
+        gate.set()
+        assert _collect_all(stage, 2) == [10, 20]
+        assert stage.has_room() and stage.in_flight == 0
+        got: list[int] = []
+        for x in range(3, 9):
+            while not stage.has_room():
+                got.extend(stage.collect(timeout_s=0.05))
+                assert stage.in_flight <= 2
+            stage.submit(x)
+        got.extend(_collect_all(stage, 6 - len(got)))
+        assert got == [30, 40, 50, 60, 70, 80]
+    finally:
+        stage.close()
+
+
+def test_every_result_is_collected_exactly_once_in_order() -> None:
+    stage: InferenceStage[int, int] = InferenceStage(lambda x: x + 1, max_queued_windows=3)
+    got: list[int] = []
+    try:
+        for x in range(50):
+            while not stage.has_room():
+                got.extend(stage.collect(timeout_s=0.05))
+            stage.submit(x)
+        got.extend(_collect_all(stage, 50 - len(got)))
+    finally:
+        stage.close()
+    assert got == list(range(1, 51))
+
+
+def test_a_failure_in_the_thread_is_raised_by_collect() -> None:
+    def work(x: int) -> int:
+        raise ValueError(f"model exploded on {x}")
+
+    stage: InferenceStage[int, int] = InferenceStage(work, max_queued_windows=1)
+    try:
+        stage.submit(7)
+        with pytest.raises(RuntimeError, match="model exploded on 7"):
+            _collect_all(stage, 1)
+    finally:
+        stage.close()
+
+
+def test_token_budget_halves_below_the_batch_that_did_not_fit_and_never_rises() -> None:
+    budget = TokenBudget(8192, floor_tokens=64)
+    budget.on_out_of_memory(6000)
+    assert (budget.current, budget.lowered) == (3000, 1)
+    budget.on_out_of_memory(8000)  # an older, larger batch: no change
+    assert (budget.current, budget.lowered) == (3000, 1)
+    budget.on_out_of_memory(100)
+    assert budget.current == 64  # never below the floor
