@@ -23,7 +23,7 @@ log = logging.getLogger("worker")
 
 # Modules that add sub-commands: each has `register(subparsers, add_settings_flags, settings_from_args)`
 # and sets `func` on its parsers (returning an exit code; raise CommandError for user-fixable failures).
-COMMAND_MODULES: tuple[str, ...] = ("worker.lag", "worker.tuning", "worker.report")
+COMMAND_MODULES: tuple[str, ...] = ("worker.lag", "worker.tuning", "worker.bench", "worker.report")
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
 

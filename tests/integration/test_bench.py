@@ -1,0 +1,59 @@
+"""A short run of the benchmark on the real broker: report structure and conservation, no timings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from worker.bench import BenchOptions, format_table, run_bench
+from worker.config import WorkerSettings
+
+PHASE_KEYS = {"messages", "seconds", "messages_per_second", "results", "dead_letters"}
+
+
+def test_bench_conserves_every_message_and_reports_each_phase(
+    kafka_bootstrap: str, tiny_model_dir: Path, tiny_classifier: Any
+) -> None:
+    settings = WorkerSettings(
+        bootstrap_servers=kafka_bootstrap,
+        model=str(tiny_model_dir),
+        device="cpu",
+        http_port=0,
+        max_wait_ms=20,
+    )
+    options = BenchOptions.quick(
+        messages=150, model_only_messages=120, naive_messages=15, latency_messages=30, rate_per_s=30.0
+    )
+    report = run_bench(settings, tiny_classifier, options, max_batch_tokens=512, tuned_from="test")
+
+    json.dumps(report)  # the report is written as JSON
+    for phase in ("model_only", "end_to_end", "naive", "latency"):
+        assert set(report[phase]) >= PHASE_KEYS, phase
+    model_only, e2e, naive, latency = (report[k] for k in ("model_only", "end_to_end", "naive", "latency"))
+
+    # N in → N out, by id, in every phase.
+    assert model_only["messages"] == 120 and model_only["results"] + model_only["dead_letters"] == 120
+    assert e2e["conservation"] == {"inputs": 150, "outputs": 150, "missing": 0, "duplicates": 0, "ok": True}
+    assert e2e["results"] + e2e["dead_letters"] == 150
+    assert e2e["worker_summary"]["consumed"] == 150
+    assert naive["messages"] == naive["results"] == 15 and naive["padded_to"] == 64  # the tiny model's limit
+    assert latency["conservation"]["ok"] and latency["results"] + latency["dead_letters"] == 30
+    assert latency["offered_rate_per_s"] == 30.0
+
+    # The measurements the table and the targets are built from are present.
+    assert 0 < model_only["padding_efficiency"] <= 1 and 0 <= model_only["tokenization_share"] <= 1
+    assert {"p50", "p95", "p99"} <= set(latency["latency_ms"]) and latency["latency_ms"]["p50"] is not None
+    assert e2e["rss"]["samples"] >= 1 and e2e["rss"]["peak_bytes"] > 0
+    assert report["max_batch_tokens"] == 512 and report["max_batch_size"] == settings.max_batch_size
+    assert set(report["targets"]) == {
+        "e2e_vs_model_only",
+        "e2e_vs_naive",
+        "padding_efficiency",
+        "tokenization_share",
+        "rss_growth",
+    }
+    assert all({"value", "target", "met"} <= set(flag) for flag in report["targets"].values())
+    table = format_table(report)
+    for row in ("model-only", "end-to-end", "naive loop", "latency", "worker RSS", "padding_efficiency"):
+        assert row in table
