@@ -1,0 +1,90 @@
+"""The `sentiment-worker` commands as a user runs them: exit codes, outputs, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.integration.helpers import SAMPLES
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None, timeout: float = 180) -> Any:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SENTIMENT_")}
+    return subprocess.run(
+        [sys.executable, "-m", "worker", *args],
+        cwd=REPO,
+        env={**base, **(env or {})},
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_predict_gives_one_line_per_input_line_in_order(tiny_model_dir: Path, tiny_classifier: Any) -> None:
+    texts = [json.loads(line)["text"] for line in SAMPLES.read_text(encoding="utf-8").splitlines()]
+    lines = [*texts[:10], "   ", *texts[10:20]]
+    done = cli("predict", "--model", str(tiny_model_dir), "--device", "cpu", stdin="\n".join(lines) + "\n")
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["line"] for r in rows] == list(range(1, 22))
+    assert rows[10]["error"] == "empty_text"
+    valid = [r for r in rows if "error" not in r]
+    assert [r["text"] for r in valid] == texts[:20]
+    expected = tiny_classifier.predict_texts(texts[:20])
+    assert [r["label"] for r in valid] == [tiny_classifier.labels[int(np.argmax(p))] for p in expected]
+
+
+def test_produce_run_tail_and_doctor_through_the_cli(
+    kafka_bootstrap: str, topics: Any, tiny_model_dir: Path
+) -> None:
+    names = topics()
+    env = {
+        "SENTIMENT_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "SENTIMENT_INPUT_TOPIC": names["reviews"],
+        "SENTIMENT_OUTPUT_TOPIC": names["results"],
+        "SENTIMENT_DLQ_TOPIC": names["dlq"],
+        "SENTIMENT_GROUP_ID": names["group"],
+        "SENTIMENT_MODEL": str(tiny_model_dir),
+        "SENTIMENT_DEVICE": "cpu",
+        "SENTIMENT_HTTP_PORT": "0",
+    }
+    produced = cli("produce", str(SAMPLES), env=env)
+    assert produced.returncode == 0 and "produced 30 of 30" in produced.stdout, produced.stderr
+
+    run = cli("run", "--max-messages", "30", env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    summary = json.loads(run.stdout.strip().splitlines()[-1])
+    assert (summary["consumed"], summary["results"], summary["dead_letters"]) == (30, 30, 0)
+
+    tail = cli("tail", "--idle-exit-s", "3", env=env)
+    assert tail.returncode == 0, tail.stderr
+    rows = [json.loads(line) for line in tail.stdout.splitlines()]
+    assert sorted(r["id"] for r in rows) == [f"demo-{i:03d}" for i in range(1, 31)]
+    assert {r["label"] for r in rows} <= {"positive", "negative"}
+
+    doctor = cli("doctor", env=env)
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    assert "[OK  ] broker" in doctor.stdout and f"[OK  ] topic {names['results']}" in doctor.stdout
+
+    missing = cli("doctor", env={**env, "SENTIMENT_DLQ_TOPIC": names["dlq"] + "-nope"})
+    assert missing.returncode == 1
+    assert f"[FAIL] topic {names['dlq']}-nope: missing" in missing.stdout
+
+
+def test_bad_settings_and_a_missing_model_are_clear_errors_without_tracebacks(tmp_path: Path) -> None:
+    bad = cli("run", env={"SENTIMENT_MAX_BATCH_SIZE": "zero"})
+    assert bad.returncode == 2 and "max_batch_size" in bad.stderr and "Traceback" not in bad.stderr
+    missing = cli("run", "--model", str(tmp_path / "no-such-model"), "--device", "cpu")
+    assert missing.returncode == 2 and "model" in missing.stderr and "Traceback" not in missing.stderr
+    assert "sentiment-worker train" in missing.stderr  # says how to get one
