@@ -33,8 +33,10 @@ def main() -> int:
             f"{review_id:9} {sample['domain']:11} {sample['expected']:9} {result['label']:9}"
             f" {result['confidence']:5.2f}{mark} {fit(sample['text'], 60)}"
         )
-    print(f"\n{len(results)}/{len(samples)} sample reviews labelled; the model agrees with the human label on "
-          f"{agree} of them (these domains are not in its training corpus)")
+    print(
+        f"\n{len(results)}/{len(samples)} sample reviews labelled; the model agrees with the human label on "
+        f"{agree} of them (these domains are not in its training corpus)"
+    )
     return 0 if len(results) == len(samples) else 1
 
 

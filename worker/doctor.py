@@ -86,7 +86,7 @@ def _check_model(settings: WorkerSettings, device: object) -> Check:
         probs = classifier.predict_texts(["质量很好，非常满意", "太差了，再也不买"])
         labels = [classifier.labels[int(row.argmax())] for row in probs]
         seconds = time.perf_counter() - started
-        detail = f"{classifier.name} {classifier.version} loaded and ran in {seconds:.1f} s; sample labels {labels}"
+        detail = f"{classifier.name} {classifier.version} ran in {seconds:.1f} s; samples: {labels}"
         return Check("model", "OK", detail)
 
     return _guard("model", body)

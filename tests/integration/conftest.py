@@ -28,5 +28,3 @@ def topics(unique_name: Callable[[str], str], create_topics: Any) -> Callable[..
         return names
 
     return make
-
-

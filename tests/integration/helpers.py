@@ -52,5 +52,3 @@ def assert_partition_order(messages: list[Any]) -> None:
         by_source[(src["topic"], src["partition"])].append(src["offset"])
     for key, offsets in by_source.items():
         assert offsets == sorted(offsets), f"results of {key} out of input order"
-
-

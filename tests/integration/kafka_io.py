@@ -40,7 +40,9 @@ def review_records(reviews: Sequence[dict[str, Any]]) -> list[tuple[bytes | None
     return [(str(r["id"]).encode(), json.dumps(r, ensure_ascii=False).encode()) for r in reviews]
 
 
-def read_topic(bootstrap: str, topic: str, *, expected: int, timeout_s: float = 60.0, settle_s: float = 1.0) -> list[Message]:
+def read_topic(
+    bootstrap: str, topic: str, *, expected: int, timeout_s: float = 60.0, settle_s: float = 1.0
+) -> list[Message]:
     """Reads a topic from the beginning until `expected` records arrived (then `settle_s` more, to catch
     extras) or `timeout_s` passed. Read-committed, commits nothing."""
     consumer = Consumer(
@@ -81,9 +83,14 @@ def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -
 
 
 def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "end-offsets", "enable.auto.commit": False})
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "end-offsets", "enable.auto.commit": False}
+    )
     try:
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in range(partitions)}
+        return {
+            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(partitions)
+        }
     finally:
         consumer.close()
 

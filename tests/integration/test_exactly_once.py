@@ -10,7 +10,14 @@ from confluent_kafka import Consumer
 
 from schemas.dead_letter import parse_dead_letter_headers
 from tests.integration.helpers import assert_partition_order, make_settings, run_worker, sample_reviews
-from tests.integration.kafka_io import committed_offsets, end_offsets, produce, read_topic, results_of, review_records
+from tests.integration.kafka_io import (
+    committed_offsets,
+    end_offsets,
+    produce,
+    read_topic,
+    results_of,
+    review_records,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -56,7 +63,9 @@ def test_records_of_an_unfinished_transaction_are_invisible_to_read_committed_re
     producer.flush(10)
     producer.abort_transaction(30)
     produce(kafka_bootstrap, names["reviews"], review_records(sample_reviews(3)))
-    run_worker(make_settings(kafka_bootstrap, names, delivery="exactly_once"), tiny_classifier, max_messages=3)
+    run_worker(
+        make_settings(kafka_bootstrap, names, delivery="exactly_once"), tiny_classifier, max_messages=3
+    )
 
     out = read_topic(kafka_bootstrap, names["results"], expected=3)
     assert sorted(r["id"] for r in results_of(out)) == ["r-0000", "r-0001", "r-0002"]

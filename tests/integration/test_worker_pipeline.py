@@ -11,10 +11,18 @@ import pytest
 from schemas.dead_letter import DeadLetterKind, parse_dead_letter_headers
 from schemas.sentiment_result import SentimentResult
 from tests.integration.helpers import assert_partition_order, make_settings, run_worker, sample_reviews
-from tests.integration.kafka_io import committed_offsets, end_offsets, produce, read_topic, results_of, review_records
+from tests.integration.kafka_io import (
+    committed_offsets,
+    end_offsets,
+    produce,
+    read_topic,
+    results_of,
+    review_records,
+)
 from worker.app import StartupError
 
 pytestmark = pytest.mark.integration
+
 
 def test_happy_path_every_review_labelled_once_in_order(
     kafka_bootstrap: str, topics: Any, tiny_classifier: Any
@@ -40,7 +48,11 @@ def test_happy_path_every_review_labelled_once_in_order(
         got = by_id[review["id"]]
         assert got["label"] == tiny_classifier.labels[int(np.argmax(probs))]
         assert got["confidence"] == pytest.approx(float(np.max(probs)), abs=1e-4)
-        assert got["metadata"] == {"domain": review["domain"], "expected": review["expected"], "seq": review["seq"]}
+        assert got["metadata"] == {
+            "domain": review["domain"],
+            "expected": review["expected"],
+            "seq": review["seq"],
+        }
         assert got["model"] == {"name": tiny_classifier.name, "version": tiny_classifier.version}
     assert_partition_order(out)
     # Everything was acknowledged, so everything is committed: the group's lag is zero.
@@ -68,7 +80,7 @@ def test_malformed_mix_results_plus_dead_letters_equal_inputs(
     records: list[tuple[bytes | None, bytes | None]] = []
     expected_kinds: dict[int, DeadLetterKind] = {}
     good_iter = iter(review_records(good))
-    for i, (key, value, kind) in enumerate(bad):  # interleave: good, bad, good, bad ...
+    for key, value, kind in bad:  # interleave: good, bad, good, bad ...
         records.append(next(good_iter))
         expected_kinds[len(records)] = kind
         records.append((key, value))
@@ -97,7 +109,9 @@ def test_malformed_mix_results_plus_dead_letters_equal_inputs(
     assert_partition_order(out)
 
 
-def test_restart_resumes_from_committed_offsets(kafka_bootstrap: str, topics: Any, tiny_classifier: Any) -> None:
+def test_restart_resumes_from_committed_offsets(
+    kafka_bootstrap: str, topics: Any, tiny_classifier: Any
+) -> None:
     names = topics()
     reviews = sample_reviews(60)
     produce(kafka_bootstrap, names["reviews"], review_records(reviews))
@@ -105,7 +119,13 @@ def test_restart_resumes_from_committed_offsets(kafka_bootstrap: str, topics: An
 
     first = run_worker(settings, tiny_classifier, max_messages=25)
     assert first.results == 25
-    assert sum(max(0, o) for o in committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 3).values()) == 25
+    assert (
+        sum(
+            max(0, o)
+            for o in committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 3).values()
+        )
+        == 25
+    )
 
     second = run_worker(settings, tiny_classifier, idle_exit_s=3)
     assert second.results == 35  # the rest, nothing twice
@@ -124,7 +144,9 @@ def test_missing_output_topic_refuses_to_start_and_commits_nothing(
     settings = make_settings(kafka_bootstrap, {**names, "results": names["results"] + "-missing"})
     with pytest.raises(StartupError, match="create it"):
         run_worker(settings, tiny_classifier, idle_exit_s=2)
-    assert all(o < 0 for o in committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 3).values())
+    assert all(
+        o < 0 for o in committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 3).values()
+    )
 
 
 class SlowedClassifier:
@@ -157,7 +179,12 @@ def test_a_window_longer_than_max_poll_interval_keeps_the_partitions(
     produce(kafka_bootstrap, names["reviews"], review_records(reviews), partition=0)
     # 14 single-review batches of 1 s each: one window takes ~14 s, beyond max.poll.interval.ms = 10 s.
     settings = make_settings(
-        kafka_bootstrap, names, max_batch_size=1, max_window_messages=14, max_wait_ms=2000, max_poll_interval_ms=10_000
+        kafka_bootstrap,
+        names,
+        max_batch_size=1,
+        max_window_messages=14,
+        max_wait_ms=2000,
+        max_poll_interval_ms=10_000,
     )
     registry = CollectorRegistry()
     slow = SlowedClassifier(tiny_classifier, delay_s=1.0)

@@ -18,8 +18,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from schemas.sentiment_result import ModelRef
-from tests.integration.kafka_io import committed_offsets, end_offsets, produce, read_topic, results_of, review_records
 from tests.integration.helpers import make_settings, sample_reviews
+from tests.integration.kafka_io import (
+    committed_offsets,
+    end_offsets,
+    produce,
+    read_topic,
+    results_of,
+    review_records,
+)
 from worker.app import SentimentWorker
 
 pytestmark = pytest.mark.integration
@@ -56,9 +63,7 @@ def start_worker(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
     )
 
 
-def test_sigterm_mid_stream_loses_nothing(
-    kafka_bootstrap: str, topics: Any, tiny_model_dir: Path
-) -> None:
+def test_sigterm_mid_stream_loses_nothing(kafka_bootstrap: str, topics: Any, tiny_model_dir: Path) -> None:
     names = topics()
     reviews = sample_reviews(600)
     records = review_records(reviews)
@@ -110,7 +115,9 @@ def test_gpu_requested_without_cuda_exits_non_zero_with_a_clear_message(
     assert proc.returncode == 2
     assert "device" in err and "cpu" in err.lower(), err  # says what to do: use cpu or install the GPU build
     assert "Traceback" not in err
-    assert all(o < 0 for o in committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 3).values())
+    assert all(
+        o < 0 for o in committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 3).values()
+    )
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -146,7 +153,9 @@ def test_readyz_flips_after_warm_up_and_assignment_and_metrics_count(
         read_topic(kafka_bootstrap, names["results"], expected=20)
         time.sleep(1.5)  # gauges refresh every second
         families = {f.name: f for f in text_string_to_metric_families(_get(base + "/metrics")[1])}
-        published = sum(s.value for s in families["sentiment_results_published"].samples if s.name.endswith("_total"))
+        published = sum(
+            s.value for s in families["sentiment_results_published"].samples if s.name.endswith("_total")
+        )
         assert published == 20
         lag = {s.labels["partition"]: s.value for s in families["sentiment_consumer_lag_messages"].samples}
         assert set(lag) == {"0", "1", "2"} and all(v == 0 for v in lag.values())

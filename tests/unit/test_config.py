@@ -27,9 +27,13 @@ def test_defaults_match_the_documented_names() -> None:
     assert s.model == "models/default" and s.device == "auto"
 
 
-def test_flags_beat_environment_which_beats_the_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_flags_beat_environment_which_beats_the_config_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     config = tmp_path / "worker.json"
-    config.write_text(json.dumps({"input_topic": "from-file", "output_topic": "out-file", "group_id": "g-file"}))
+    config.write_text(
+        json.dumps({"input_topic": "from-file", "output_topic": "out-file", "group_id": "g-file"})
+    )
     monkeypatch.setenv("SENTIMENT_INPUT_TOPIC", "from-env")
     monkeypatch.setenv("SENTIMENT_GROUP_ID", "g-env")
     s = load_settings(config, group_id="g-flag", output_topic=None)
