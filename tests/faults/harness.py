@@ -1,0 +1,359 @@
+"""Building blocks of the fault scenarios: worker processes, a background feeder and output collector,
+a private broker, and the conservation tally (inputs, results, dead letters, duplicates, lost)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, Producer
+
+from tests.kafka_fixtures import free_port, run_launcher
+
+REPO = Path(__file__).resolve().parents[2]
+Record = tuple[bytes, bytes | None]  # (key = the input's unique id, value)
+
+
+# --------------------------------------------------------------------------- worker processes
+
+
+def worker_env(bootstrap: str, names: dict[str, str], model_dir: Path, **extra: str) -> dict[str, str]:
+    """Environment of a `python -m worker run` process: the test's topics and group, CPU, no HTTP port."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SENTIMENT_")}
+    env.update(
+        {
+            "SENTIMENT_BOOTSTRAP_SERVERS": bootstrap,
+            "SENTIMENT_INPUT_TOPIC": names["reviews"],
+            "SENTIMENT_OUTPUT_TOPIC": names["results"],
+            "SENTIMENT_DLQ_TOPIC": names["dlq"],
+            "SENTIMENT_GROUP_ID": names["group"],
+            "SENTIMENT_MODEL": str(model_dir),
+            "SENTIMENT_DEVICE": "cpu",
+            "SENTIMENT_HTTP_PORT": "0",
+            "SENTIMENT_MAX_WINDOW_MESSAGES": "32",
+            "SENTIMENT_MAX_WAIT_MS": "20",
+            # Several processes share two cores: one math thread each keeps them from thrashing.
+            "OMP_NUM_THREADS": "1",
+            **extra,
+        }
+    )
+    return env
+
+
+class WorkerProcess:
+    """One `python -m worker run` process; stdout/stderr go to files (a full pipe would block it)."""
+
+    def __init__(self, env: dict[str, str], log_dir: Path, name: str, *args: str) -> None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.name = name
+        self.stdout_path = log_dir / f"{name}.out"
+        self.stderr_path = log_dir / f"{name}.err"
+        with self.stdout_path.open("wb") as out, self.stderr_path.open("wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "worker", "run", *args],
+                cwd=REPO,
+                env=env,
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill9(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def terminate(self) -> None:
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout_s: float) -> int:
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+            raise AssertionError(
+                f"{self.name} did not exit within {timeout_s:.0f} s:\n{self.stderr_tail()}"
+            ) from None
+
+    def stop(self) -> None:
+        """Kill it if it still runs (test teardown)."""
+        if self.alive():
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+    def stdout(self) -> str:
+        return self.stdout_path.read_text(errors="replace")
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def stderr_tail(self, chars: int = 3000) -> str:
+        return self.stderr()[-chars:]
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON summary `run` prints as its last stdout line on a clean stop."""
+        lines = [line for line in self.stdout().splitlines() if line.startswith("{")]
+        assert lines, f"{self.name} printed no summary; stderr:\n{self.stderr_tail()}"
+        return dict(json.loads(lines[-1]))
+
+
+# --------------------------------------------------------------------------- input and output
+
+
+def review(i: int, prefix: str) -> Record:
+    """A valid JSON review with the unique id ``{prefix}-{i:05d}`` as key and `id`."""
+    texts = (
+        "质量很好，物流也快，非常满意",
+        "太差了，用了两天就坏了",
+        "一般般吧，价格还可以",
+        "客服态度很好，下次还来",
+    )
+    rid = f"{prefix}-{i:05d}"
+    value = json.dumps({"id": rid, "text": texts[i % len(texts)], "seq": i}, ensure_ascii=False)
+    return rid.encode(), value.encode()
+
+
+def produce_all(bootstrap: str, topic: str, records: Sequence[Record], **conf: Any) -> None:
+    """Produces every record (keyed, so a key always lands on the same partition) and waits for acks."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True, **conf})
+    errors: list[str] = []
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        if err is not None:
+            errors.append(str(err))
+
+    for key, value in records:
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+    left = producer.flush(60)
+    assert left == 0 and not errors, f"test producer: {left} undelivered, errors {errors[:3]}"
+
+
+class Feeder(threading.Thread):
+    """Produces `records` in chunks of `chunk` every `pause_s` seconds, in the background."""
+
+    def __init__(
+        self, bootstrap: str, topic: str, records: Sequence[Record], chunk: int = 50, pause_s: float = 0.1
+    ) -> None:
+        super().__init__(daemon=True)
+        self._args = (bootstrap, topic, records, chunk, pause_s)
+        self.sent = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        bootstrap, topic, records, chunk, pause_s = self._args
+        try:
+            for start in range(0, len(records), chunk):
+                produce_all(bootstrap, topic, records[start : start + chunk])
+                self.sent += len(records[start : start + chunk])
+                time.sleep(pause_s)
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the test via `finish()`
+            self.error = exc
+
+    def finish(self, timeout_s: float = 120.0) -> None:
+        self.join(timeout_s)
+        assert not self.is_alive(), "the feeder did not finish"
+        if self.error is not None:
+            raise self.error
+
+
+@dataclass(frozen=True)
+class OutRecord:
+    """A record read back from the output or dead-letter topic."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: dict[str, bytes]
+
+    def json(self) -> dict[str, Any]:
+        return dict(json.loads(self.value or b"null"))
+
+
+class Collector(threading.Thread):
+    """Reads topics from the beginning in the background (read_committed) and keeps every record."""
+
+    def __init__(self, bootstrap: str, topics: Sequence[str], **conf: Any) -> None:
+        super().__init__(daemon=True)
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"fault-collector-{time.monotonic_ns()}",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "fetch.message.max.bytes": 2 * 1024 * 1024,
+                **conf,
+            }
+        )
+        self._consumer.subscribe(list(topics))
+        self._lock = threading.Lock()
+        self._records: list[OutRecord] = []
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self._halt.is_set():
+                batch = []
+                for m in self._consumer.consume(500, 0.2):
+                    if m.error() is None:
+                        batch.append(
+                            OutRecord(
+                                m.topic(),
+                                m.partition(),
+                                m.offset(),
+                                m.key(),
+                                m.value(),
+                                {k: v for k, v in (m.headers() or [])},
+                            )
+                        )
+                with self._lock:
+                    self._records.extend(batch)
+        finally:
+            self._consumer.close()
+
+    def records(self, topic: str | None = None) -> list[OutRecord]:
+        with self._lock:
+            return [r for r in self._records if topic is None or r.topic == topic]
+
+    def count(self, topic: str | None = None) -> int:
+        return len(self.records(topic))
+
+    def distinct_keys(self) -> set[bytes | None]:
+        return {r.key for r in self.records()}
+
+    def wait_until(self, condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            assert time.monotonic() < deadline, f"timed out after {timeout_s:.0f} s waiting for {what}"
+            time.sleep(0.1)
+
+    def settle(self, quiet_s: float = 1.5, timeout_s: float = 30.0) -> None:
+        """Waits until no new record arrived for `quiet_s` seconds (to catch late duplicates)."""
+        deadline = time.monotonic() + timeout_s
+        last, since = self.count(), time.monotonic()
+        while time.monotonic() - since < quiet_s and time.monotonic() < deadline:
+            time.sleep(0.1)
+            now = self.count()
+            if now != last:
+                last, since = now, time.monotonic()
+
+    def close(self) -> None:
+        self._halt.set()
+        self.join(30)
+
+
+# --------------------------------------------------------------------------- figures
+
+
+@dataclass
+class Figures:
+    """Conservation figures of one scenario; `lost` and `duplicates` count ids."""
+
+    scenario: str
+    inputs: int
+    results: int
+    dead_letters: int
+    duplicates: int
+    lost: int
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def line(self) -> str:
+        extra = " ".join(f"{k}={v}" for k, v in self.notes.items())
+        return (
+            f"[fault] {self.scenario}: inputs={self.inputs} results={self.results} "
+            f"dead_letters={self.dead_letters} duplicates={self.duplicates} lost={self.lost}"
+            + (f" {extra}" if extra else "")
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def tally(
+    scenario: str, input_keys: Iterable[bytes], results: Sequence[OutRecord], dead: Sequence[OutRecord]
+) -> Figures:
+    """Counts by id (the record key): distinct results and dead letters, extra copies, ids with neither."""
+    inputs = set(input_keys)
+    copies = Counter(r.key for r in [*results, *dead])
+    unknown = set(copies) - inputs
+    assert not unknown, f"outputs for ids never produced: {sorted(unknown)[:5]}"
+    return Figures(
+        scenario=scenario,
+        inputs=len(inputs),
+        results=len({r.key for r in results}),
+        dead_letters=len({r.key for r in dead}),
+        duplicates=sum(n - 1 for n in copies.values()),
+        lost=len(inputs - set(copies)),
+    )
+
+
+def duplicated_keys(records: Sequence[OutRecord]) -> set[bytes | None]:
+    return {key for key, n in Counter(r.key for r in records).items() if n > 1}
+
+
+def source_offsets_by_partition(results: Sequence[OutRecord]) -> dict[tuple[str, int], list[int]]:
+    """Input offsets of the results, per input partition, in the order they appear in the output."""
+    by_source: dict[tuple[str, int], list[tuple[int, int, int]]] = defaultdict(list)
+    for r in results:
+        src = r.json()["source"]
+        by_source[(src["topic"], src["partition"])].append((r.partition, r.offset, src["offset"]))
+    return {key: [o for _p, _off, o in sorted(rows)] for key, rows in by_source.items()}
+
+
+# --------------------------------------------------------------------------- a broker of one's own
+
+
+class PrivateBroker:
+    """A launcher broker on free ports in its own data dir, for tests that stop and restart it."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.port, self.controller_port = free_port(), free_port()
+        self.bootstrap = f"localhost:{self.port}"
+
+    def _args(self) -> list[str]:
+        return ["--data-dir", str(self.data_dir), "--pid-file", str(self.data_dir / "broker.pid")]
+
+    def up(self) -> None:
+        args = ["up", "--port", str(self.port), "--controller-port", str(self.controller_port), *self._args()]
+        proc = run_launcher(*args, "--timeout-s", "120")
+        assert proc.returncode == 0, f"private broker did not start:\n{proc.stdout}\n{proc.stderr}"
+
+    def down(self) -> None:
+        proc = run_launcher("down", *self._args(), timeout_s=90)
+        assert proc.returncode == 0, f"private broker did not stop:\n{proc.stdout}\n{proc.stderr}"
+
+
+def wait_for_log(worker: WorkerProcess, needle: str, timeout_s: float = 120.0) -> None:
+    """Waits until `needle` appears in the worker's stderr (e.g. "assigned"); fails if it exits first."""
+    deadline = time.monotonic() + timeout_s
+    while needle not in worker.stderr():
+        assert worker.alive(), f"{worker.name} exited ({worker.proc.returncode}):\n{worker.stderr_tail()}"
+        assert time.monotonic() < deadline, f"{worker.name}: no {needle!r} in the log after {timeout_s:.0f} s"
+        time.sleep(0.2)

@@ -1,0 +1,143 @@
+"""kill -9 of a worker in the middle of a stream, then a restart.
+
+At-least-once: every id comes out, and duplicates only come from the uncommitted tail: outputs that were
+published after the last offset commit. The worker labels one window (at most `max_window_messages`
+messages) at a time, stores offsets as soon as their outputs are acknowledged, and librdkafka commits the
+stored offsets every `commit_interval_ms`. With the feed paced so that at most `FEED_PER_COMMIT` messages
+arrive per commit interval, the published-but-uncommitted tail at the moment of the kill is at most: the
+window being published + the windows acknowledged within the last commit interval (+ one auto-commit in
+flight) ≤ W + 2 x max(W, FEED_PER_COMMIT) — the `DUPLICATE_BOUND` below. (Windows still queued for
+inference, up to `max_queued_windows`, were never published, so they are redone, not duplicated.)
+
+Exactly-once (`SENTIMENT_DELIVERY=exactly_once`): results, dead letters and offsets commit in one
+transaction per window, so a read_committed reader sees every id exactly once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.faults.harness import (
+    Collector,
+    Feeder,
+    Figures,
+    WorkerProcess,
+    duplicated_keys,
+    review,
+    tally,
+    wait_for_log,
+    worker_env,
+)
+from tests.integration.kafka_io import committed_offsets
+from worker.config import WorkerSettings
+
+pytestmark = pytest.mark.integration
+
+INPUTS = 1000
+PARTITIONS = 3
+WINDOW = 32  # SENTIMENT_MAX_WINDOW_MESSAGES
+COMMIT_INTERVAL_MS = 100
+CHUNK, PAUSE_S = 50, 0.1  # the feed: 50 messages every 0.1 s (plus produce time) = at most 500 msg/s
+FEED_PER_COMMIT = CHUNK * COMMIT_INTERVAL_MS // int(PAUSE_S * 1000)
+DUPLICATE_BOUND = WINDOW + 2 * max(WINDOW, FEED_PER_COMMIT)
+KILL_AFTER_OUTPUTS = 300
+
+
+def _kill9_then_restart(
+    bootstrap: str, names: dict[str, str], model_dir: Path, log_dir: Path, **env_extra: str
+) -> tuple[Figures, Collector, dict[int, int]]:
+    """Runs the scenario; returns the figures, the closed collector and the offsets committed at the kill."""
+    records = [review(i, "k9") for i in range(INPUTS)]
+    env = worker_env(
+        bootstrap,
+        names,
+        model_dir,
+        SENTIMENT_MAX_WINDOW_MESSAGES=str(WINDOW),
+        SENTIMENT_COMMIT_INTERVAL_MS=str(COMMIT_INTERVAL_MS),
+        # session.timeout.ms follows it (10 s): the killed member's partitions are reassigned sooner.
+        SENTIMENT_MAX_POLL_INTERVAL_MS="10000",
+        **env_extra,
+    )
+    collector = Collector(bootstrap, [names["results"], names["dlq"]])
+    collector.start()
+    first = WorkerProcess(env, log_dir, "first")
+    second: WorkerProcess | None = None
+    try:
+        wait_for_log(first, "assigned")
+        feeder = Feeder(bootstrap, names["reviews"], records, chunk=CHUNK, pause_s=PAUSE_S)
+        feeder.start()
+        collector.wait_until(
+            lambda: collector.count() >= KILL_AFTER_OUTPUTS or not first.alive(),
+            180,
+            "outputs before the kill",
+        )
+        assert first.alive(), f"worker died before the kill:\n{first.stderr_tail()}"
+        first.kill9()
+        killed_at = collector.count()
+        committed = committed_offsets(bootstrap, names["group"], names["reviews"], PARTITIONS)
+        feeder.finish()
+        assert killed_at < INPUTS, "the kill should land mid-stream"
+        # No --idle-exit-s: the group holds the dead member's partitions until its session times out.
+        second = WorkerProcess(env, log_dir, "second")
+        collector.wait_until(
+            lambda: len(collector.distinct_keys()) >= INPUTS or not second.alive(), 180, "every id"
+        )
+        collector.settle()
+        second.terminate()
+        assert second.wait(60) == 0, second.stderr_tail()
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+        collector.close()
+    fig = tally(
+        "kill9-" + env_extra.get("SENTIMENT_DELIVERY", "at_least_once"),
+        [key for key, _ in records],
+        collector.records(names["results"]),
+        collector.records(names["dlq"]),
+    )
+    fig.notes.update({"outputs_at_kill": killed_at, "duplicate_bound": DUPLICATE_BOUND, "window": WINDOW})
+    return fig, collector, committed
+
+
+def test_kill_9_mid_stream_then_restart_loses_nothing_and_duplicates_stay_in_the_uncommitted_tail(
+    kafka_bootstrap: str,
+    fault_topics: Callable[..., dict[str, str]],
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    record_figures: Callable[[Figures], None],
+) -> None:
+    names = fault_topics(PARTITIONS, PARTITIONS)
+    fig, collector, committed = _kill9_then_restart(kafka_bootstrap, names, tiny_model_dir, tmp_path)
+    record_figures(fig)
+    assert fig.lost == 0
+    assert fig.results == INPUTS and fig.dead_letters == 0
+    results = collector.records(names["results"])
+    # Every duplicate comes from the tail past the offsets committed when the worker died.
+    for record in results:
+        if record.key in duplicated_keys(results):
+            src: dict[str, Any] = record.json()["source"]
+            assert src["offset"] >= committed[src["partition"]], (record.key, src, committed)
+    assert fig.duplicates <= DUPLICATE_BOUND
+
+
+def test_exactly_once_kill_9_mid_stream_then_restart_yields_every_id_exactly_once(
+    kafka_bootstrap: str,
+    fault_topics: Callable[..., dict[str, str]],
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    record_figures: Callable[[Figures], None],
+) -> None:
+    assert "delivery" in WorkerSettings.model_fields  # else SENTIMENT_DELIVERY would be silently ignored
+    names = fault_topics(PARTITIONS, PARTITIONS)
+    fig, _collector, _committed = _kill9_then_restart(
+        kafka_bootstrap, names, tiny_model_dir, tmp_path, SENTIMENT_DELIVERY="exactly_once"
+    )
+    record_figures(fig)
+    # The collector reads with isolation.level=read_committed: aborted transactions are invisible.
+    assert fig.lost == 0 and fig.duplicates == 0
+    assert fig.results == INPUTS
