@@ -8,6 +8,7 @@ keeping the worker's own metrics (`sentiment_*`) and the process' (`process_*`).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import sys
@@ -228,6 +229,11 @@ def summarize(recording: Recording) -> ReportSummary:
     )
 
 
+def _since_start(counter: Sequence[float]) -> list[float]:
+    """A counter's increase since the first scrape; a labelled counter is absent (0) until its first event."""
+    return list(itertools.accumulate(increase([0.0 if math.isnan(v) else v for v in counter])))
+
+
 def _label(labels: LabelKey, keys: Iterable[str]) -> str:
     d = dict(labels)
     if "topic" in d and "partition" in d:
@@ -260,13 +266,14 @@ def render(
         ax.set_title(name)
         ax.set_xlabel("seconds since start of recording")
         ax.set_ylabel(ylabel)
-        drawn = False
+        finite = [v for values in lines.values() for v in values if math.isfinite(v)]
         for label, values in lines.items():
-            if any(not math.isnan(v) for v in values):
+            if any(math.isfinite(v) for v in values):
                 ax.plot(x, values, label=label, linewidth=1.4)
-                drawn = True
-        if drawn:
+        if finite:
             ax.legend(fontsize=8, loc="upper left")
+            top = max(finite)  # every panel shows a non-negative quantity: keep 0 at the bottom
+            ax.set_ylim(0, top * 1.1 if top > 0 else 1)
         else:
             ax.text(
                 0.5, 0.5, note or "no data", ha="center", va="center", transform=ax.transAxes, color="grey"
@@ -328,7 +335,7 @@ def render(
         "Dead letters by kind (cumulative during the recording)",
         "dead letters",
         {
-            _label(k, ("kind",)): [v - values[0] for v in values]
+            _label(k, ("kind",)): _since_start(values)
             for k, values in recording.series("sentiment_dead_letters_total").items()
         },
         note="no dead letters",

@@ -1,0 +1,175 @@
+"""The monitoring assets against a running worker: every metric the Grafana dashboard and the Prometheus
+alert rules query exists in its /metrics output; and `record` + `report` turn a live run into a PNG."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from schemas.sentiment_result import ModelRef
+from tests.integration.helpers import make_settings, sample_reviews
+from tests.integration.kafka_io import produce, read_topic, review_records
+from tests.kafka_fixtures import free_port
+from worker.app import SentimentWorker
+from worker.cli import main
+from worker.metrics import DeviceMemoryCollector
+from worker.report import load_recording, record, summarize
+
+pytestmark = pytest.mark.integration
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+# Exported by the worker only on a GPU (see tests/unit/test_metrics_collectors.py).
+GPU_ONLY = set(DeviceMemoryCollector.NAMES)
+# Declared by the worker but without a sample until the event happens (labelled by the failing topic).
+EVENT_ONLY = {"sentiment_delivery_failures_total"}
+_KEYWORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "and",
+    "or",
+    "unless",
+    "offset",
+    "inf",
+    "nan",
+}
+
+
+def promql_metric_names(expr: str) -> set[str]:
+    """Metric names an expression selects (functions, keywords, labels, numbers and variables removed)."""
+    expr = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    expr = re.sub(r"\$\w+", "", expr)
+    expr = re.sub(r"\{[^}]*\}|\[[^\]]*\]", "", expr)
+    expr = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", expr)
+    expr = re.sub(r"(?<![\w.])\d+(\.\d+)?([eE][-+]?\d+)?", "0", expr)
+    names = set()
+    for match in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", expr):
+        if expr[match.end() :].lstrip().startswith("(") or match.group(0).lower() in _KEYWORDS:
+            continue
+        names.add(match.group(0))
+    return names
+
+
+def test_promql_metric_names_extraction() -> None:
+    expr = (
+        "histogram_quantile(0.95, sum by (le) "
+        '(rate(a_bucket{instance=~"$instance", x="y(z)"}[$__rate_interval])))'
+        " / clamp_min(sum(rate(b_total[5m])) + c, 1e-9) > 0.05 unless on (instance) d == 0"
+    )
+    assert promql_metric_names(expr) == {"a_bucket", "b_total", "c", "d"}
+
+
+def dashboard_queries() -> dict[str, set[str]]:
+    dashboard = json.loads((DEPLOY / "grafana/dashboards/sentiment-worker.json").read_text(encoding="utf-8"))
+    queries = {
+        f"{panel['title']} / {target['refId']}": promql_metric_names(target["expr"])
+        for panel in dashboard["panels"]
+        for target in panel.get("targets", [])
+    }
+    for variable in dashboard["templating"]["list"]:
+        (metric,) = re.findall(r"label_values\((\w+),", variable["definition"])
+        queries[f"variable {variable['name']}"] = {metric}
+    return queries
+
+
+def alert_queries() -> dict[str, set[str]]:
+    groups = yaml.safe_load((DEPLOY / "prometheus/alerts.yml").read_text(encoding="utf-8"))["groups"]
+    return {rule["alert"]: promql_metric_names(rule["expr"]) for g in groups for rule in g["rules"]}
+
+
+def _scrape(url: str) -> tuple[set[str], set[str]]:
+    """(names with a sample, names declared by a family) in a /metrics page."""
+    with urllib.request.urlopen(url, timeout=5) as response:
+        families = list(text_string_to_metric_families(response.read().decode()))
+    sampled = {s.name for f in families for s in f.samples}
+    suffixes = {
+        "counter": ["_total"],
+        "histogram": ["_bucket", "_sum", "_count"],
+        "info": ["_info"],
+        "summary": ["_sum", "_count"],
+    }
+    declared = {f.name + s for f in families for s in suffixes.get(f.type, [""])}
+    return sampled, declared | sampled
+
+
+@pytest.fixture
+def running_worker(
+    kafka_bootstrap: str, topics: Any, tiny_classifier: Any
+) -> Iterator[tuple[str, dict[str, str]]]:
+    """A worker in this process with /metrics on a free port; yields (metrics URL, topic names)."""
+    names = topics(input_partitions=3)
+    settings = make_settings(kafka_bootstrap, names).model_copy(update={"http_port": free_port()})
+    worker = SentimentWorker(settings, tiny_classifier, ModelRef(name="tiny", version="1"))
+    thread = threading.Thread(target=worker.run, kwargs={"idle_exit_s": 120})
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not worker.health.readiness()[0]:
+        assert thread.is_alive() and time.monotonic() < deadline, "worker never became ready"
+        time.sleep(0.2)
+    try:
+        yield f"http://127.0.0.1:{settings.http_port}/metrics", names
+    finally:
+        worker.request_stop()
+        thread.join(timeout=60)
+    assert not thread.is_alive()
+
+
+def _feed(bootstrap: str, names: dict[str, str], n: int) -> None:
+    produce(bootstrap, names["reviews"], review_records(sample_reviews(n)) + [(b"bad", b"{not json")])
+    assert len(read_topic(bootstrap, names["results"], expected=n)) == n
+    assert len(read_topic(bootstrap, names["dlq"], expected=1)) == 1
+
+
+def test_every_metric_the_dashboard_and_alerts_query_is_exported(
+    kafka_bootstrap: str, running_worker: tuple[str, dict[str, str]]
+) -> None:
+    url, names = running_worker
+    _feed(kafka_bootstrap, names, 30)  # results, a dead letter, batches: every histogram has observations
+    time.sleep(1.5)  # the loop refreshes its gauges every second
+    sampled, declared = _scrape(url)
+
+    dashboard = dashboard_queries()
+    assert all(dashboard.values()), [q for q, n in dashboard.items() if not n]
+    queried = set().union(*dashboard.values())
+    assert queried & GPU_ONLY == GPU_ONLY  # the GPU memory panel
+    missing = {q: sorted(n - sampled - GPU_ONLY - EVENT_ONLY) for q, n in dashboard.items()}
+    assert {q: n for q, n in missing.items() if n} == {}
+    assert EVENT_ONLY & queried <= declared
+
+    alerts = alert_queries()
+    undeclared = {a: sorted(n - declared - {"up"}) for a, n in alerts.items()}
+    assert {a: n for a, n in undeclared.items() if n} == {}
+
+
+def test_record_and_report_render_a_live_run(
+    kafka_bootstrap: str, running_worker: tuple[str, dict[str, str]], tmp_path: Path
+) -> None:
+    url, names = running_worker
+    recording_path, png = tmp_path / "run.jsonl", tmp_path / "report.png"
+    recorder = threading.Thread(
+        target=record, args=(url, recording_path), kwargs={"interval_s": 0.5, "duration_s": 12}
+    )
+    recorder.start()
+    while not recording_path.exists() or not recording_path.read_text():
+        time.sleep(0.1)
+    _feed(kafka_bootstrap, names, 40)
+    recorder.join(timeout=60)
+
+    summary = summarize(load_recording(recording_path))
+    assert summary.outputs == 41 and summary.dead_letters == 1  # everything fed after the first scrape
+    assert summary.final_total_lag_messages == 0 and summary.scrapes >= 20
+    assert main(["report", str(recording_path), "--out", str(png)]) == 0
+    assert png.read_bytes()[:4] == b"\x89PNG"
