@@ -65,6 +65,7 @@ class BenchOptions:
     rss_interval_s: float = 0.5
     seed: int = 7
     worker_timeout_s: float = 3600.0
+    keep_topics: bool = False
 
     @classmethod
     def quick(cls, **overrides: Any) -> BenchOptions:
@@ -163,6 +164,18 @@ def create_bench_topics(common: dict[str, Any], names: Sequence[str], partitions
     for name, future in admin.create_topics(topics, operation_timeout=30).items():
         future.result(timeout=60)
         log.debug("created %s", name)
+
+
+def delete_bench_topics(common: dict[str, Any], prefix: str) -> list[str]:
+    """Deletes every topic whose name starts with `prefix` (this run's); returns their names."""
+    admin = AdminClient(common)
+    names = [name for name in admin.list_topics(timeout=30).topics if name.startswith(prefix)]
+    for name, future in (admin.delete_topics(names, operation_timeout=30) if names else {}).items():
+        try:
+            future.result(timeout=60)
+        except Exception as exc:  # noqa: BLE001 - cleanup is best effort; say what was left behind
+            log.warning("could not delete topic %s: %s", name, exc)
+    return names
 
 
 def produce_backlog(common: dict[str, Any], topic: str, texts: Sequence[str], prefix: str) -> float:
@@ -563,17 +576,21 @@ def run_bench(
     report["model_only"] = _phase_json(model_only)
     with tempfile.TemporaryDirectory(prefix="sentiment-bench-") as tmp:
         workdir = Path(tmp)
-        e2e = bench_end_to_end(settings, texts[: options.messages], options, prefix, workdir, say)
-        report["end_to_end"] = _phase_json(e2e)
-        say(f"naive loop: {options.naive_messages} reviews one at a time")
-        naive_count = min(options.naive_messages, options.messages)
-        naive = bench_naive(settings, classifier, f"{prefix}-e2e-reviews", naive_count, prefix)
-        report["naive"] = _phase_json(naive)
-        rate = options.rate_per_s or max(1.0, round(0.5 * e2e.messages_per_second))
-        latency = bench_latency(
-            settings, texts[: options.latency_messages], rate, options, prefix, workdir, say
-        )
-        report["latency"] = _phase_json(latency)
+        try:
+            e2e = bench_end_to_end(settings, texts[: options.messages], options, prefix, workdir, say)
+            report["end_to_end"] = _phase_json(e2e)
+            say(f"naive loop: {options.naive_messages} reviews one at a time")
+            naive_count = min(options.naive_messages, options.messages)
+            naive = bench_naive(settings, classifier, f"{prefix}-e2e-reviews", naive_count, prefix)
+            report["naive"] = _phase_json(naive)
+            rate = options.rate_per_s or max(1.0, round(0.5 * e2e.messages_per_second))
+            latency = bench_latency(
+                settings, texts[: options.latency_messages], rate, options, prefix, workdir, say
+            )
+            report["latency"] = _phase_json(latency)
+        finally:
+            if not options.keep_topics:
+                report["deleted_topics"] = delete_bench_topics(settings.librdkafka_common(), prefix)
     report["ratios"] = {
         "e2e_vs_model_only": _ratio(e2e.messages_per_second, model_only.messages_per_second),
         "e2e_vs_naive": _ratio(e2e.messages_per_second, naive.messages_per_second),
@@ -692,6 +709,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         "messages": args.messages, "naive_messages": args.naive_messages,
         "latency_messages": args.latency_messages, "model_only_messages": args.model_only_messages,
         "rate_per_s": args.rate, "max_batch_size": args.max_batch_size, "partitions": args.partitions,
+        "keep_topics": args.keep_topics,
     }  # fmt: skip
     options = make(**{k: v for k, v in overrides.items() if v is not None})
 
@@ -741,5 +759,6 @@ def register(
     bench.add_argument("--max-batch-tokens", type=int, default=None, help="default: the tuned budget")
     bench.add_argument("--max-batch-size", type=int, default=None, help="default: SENTIMENT_MAX_BATCH_SIZE")
     bench.add_argument("--partitions", type=int, default=None, help="input partitions (3)")
+    bench.add_argument("--keep-topics", action="store_true", default=None, help="keep the bench's topics")
     bench.add_argument("--json", type=Path, default=None, help="where to write the JSON report")
     bench.set_defaults(func=cmd_bench, settings_from_args=settings_from_args)

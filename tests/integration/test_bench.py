@@ -54,6 +54,9 @@ def test_bench_conserves_every_message_and_reports_each_phase(
         "rss_growth",
     }
     assert all({"value", "target", "met"} <= set(flag) for flag in report["targets"].values())
+    # The run's topics are deleted afterwards (a full run leaves 200k messages otherwise).
+    deleted = report["deleted_topics"]
+    assert len(deleted) == 7 and all(name.startswith("bench-") for name in deleted)
     table = format_table(report)
     for row in ("model-only", "end-to-end", "naive loop", "latency", "worker RSS", "padding_efficiency"):
         assert row in table
