@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
@@ -88,6 +89,9 @@ class SentimentWorker:
         self._tracker = OffsetTracker()
         self._window: BatchWindow[InputMessage] = self._new_window()
         self._last_done_timestamp_ms: dict[PartitionKey, int] = {}
+        # (offset, timestamp ms) of consumed messages per partition, trimmed as offsets become committable:
+        # its head is the oldest message not yet done, whose age is the partition's lag in seconds.
+        self._unfinished: dict[PartitionKey, deque[tuple[int, int | None]]] = {}
         self._summary = RunSummary()
         self._consumer: ReviewConsumer | None = None
         self._publisher: ResultPublisher | None = None
@@ -278,6 +282,7 @@ class SentimentWorker:
         value = message.value()
         epoch = self._epochs.get((topic, partition), -1)
         self._tracker.track(topic, partition, offset)
+        self._unfinished.setdefault((topic, partition), deque()).append((offset, position.timestamp_ms))
         self._window.add(
             InputMessage(position, message.key(), value, self._clock(), epoch), len(value or b"")
         )
@@ -346,6 +351,7 @@ class SentimentWorker:
         self._drop_window_items(partitions)
         self._tracker.forget(partitions)
         for key in partitions:
+            self._unfinished.pop(key, None)
             if key in self._epochs:
                 self._epochs[key] = self._next_epoch()  # windows still in the pipeline for it are stale
         consumer.rewind_to_committed(partitions)
@@ -477,6 +483,7 @@ class SentimentWorker:
         for key in partitions:
             self._epochs.pop(key, None)
             self._last_done_timestamp_ms.pop(key, None)
+            self._unfinished.pop(key, None)
             for gauge in (self._metrics.consumer_lag_messages, self._metrics.consumer_lag_seconds):
                 with suppress(KeyError):
                     gauge.remove(key[0], str(key[1]))
@@ -513,13 +520,27 @@ class SentimentWorker:
         self._metrics.ready.set(1 if self._health.readiness()[0] else 0)
         for (topic, partition), lag in consumer.lag_messages().items():
             self._metrics.consumer_lag_messages.labels(topic, str(partition)).set(lag)
-            done_ts = self._last_done_timestamp_ms.get((topic, partition))
-            if lag == 0:
-                self._metrics.consumer_lag_seconds.labels(topic, str(partition)).set(0)
-            elif done_ts is not None:
-                self._metrics.consumer_lag_seconds.labels(topic, str(partition)).set(
-                    (now_ms - done_ts) / 1000.0
-                )
+            oldest_ms = self._oldest_unfinished_timestamp_ms((topic, partition))
+            done_ms = self._last_done_timestamp_ms.get((topic, partition))
+            if oldest_ms is not None:  # consumed, not done yet: its age
+                seconds = (now_ms - oldest_ms) / 1000.0
+            elif lag == 0:
+                seconds = 0.0
+            elif done_ms is not None:  # behind, nothing fetched yet: the next one is at most this old
+                seconds = (now_ms - done_ms) / 1000.0
+            else:
+                continue  # unknown until the first fetch
+            self._metrics.consumer_lag_seconds.labels(topic, str(partition)).set(max(0.0, seconds))
+
+    def _oldest_unfinished_timestamp_ms(self, key: PartitionKey) -> int | None:
+        unfinished = self._unfinished.get(key)
+        if not unfinished:
+            return None
+        done_below = self._tracker.position(*key)
+        if done_below is not None:
+            while unfinished and unfinished[0][0] < done_below:
+                unfinished.popleft()
+        return unfinished[0][1] if unfinished else None
 
     def _check_broker(self) -> None:
         _, publisher = self._require_stages()

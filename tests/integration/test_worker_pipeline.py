@@ -199,3 +199,65 @@ def test_a_window_longer_than_max_poll_interval_keeps_the_partitions(
     out = read_topic(kafka_bootstrap, names["results"], expected=14)
     assert sorted(r["id"] for r in results_of(out)) == sorted(r["id"] for r in reviews)
     assert committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 1) == {0: 14}
+
+
+def test_lag_seconds_is_the_age_of_the_oldest_unfinished_message(
+    kafka_bootstrap: str, topics: Any, tiny_classifier: Any
+) -> None:
+    import threading
+    import time
+
+    from confluent_kafka import Producer
+    from prometheus_client import CollectorRegistry
+
+    from schemas.sentiment_result import ModelRef
+    from worker.app import SentimentWorker
+
+    names = topics(input_partitions=1, output_partitions=1)
+    settings = make_settings(kafka_bootstrap, names, max_batch_size=1, max_window_messages=1)
+    registry = CollectorRegistry()
+    worker = SentimentWorker(
+        settings,
+        SlowedClassifier(tiny_classifier, 0.8),
+        ModelRef(name="slow", version="1"),
+        registry=registry,
+    )
+    thread = threading.Thread(target=worker.run, kwargs={"idle_exit_s": 60})
+    thread.start()
+
+    def done() -> float:
+        return (
+            registry.get_sample_value("sentiment_results_published_total", {"topic": names["results"]}) or 0
+        )
+
+    def watch_lag_until(results: float) -> float:
+        """Highest lag-seconds gauge value seen until `results` results are out."""
+        highest, deadline = 0.0, time.monotonic() + 60
+        while done() < results and time.monotonic() < deadline:
+            value = registry.get_sample_value(
+                "sentiment_consumer_lag_seconds", {"topic": names["reviews"], "partition": "0"}
+            )
+            highest = max(highest, value or 0.0)
+            time.sleep(0.1)
+        assert done() >= results, "the worker did not finish in time"
+        return highest
+
+    try:
+        producer = Producer({"bootstrap.servers": kafka_bootstrap})
+        hour_ago_ms = int(time.time() * 1000) - 3_600_000
+        for i, (key, value) in enumerate(review_records(sample_reviews(3))):
+            producer.produce(names["reviews"], key=key, value=value, timestamp=hour_ago_ms + i)
+        producer.flush(10)
+        assert watch_lag_until(3) >= 3500  # an hour-old backlog is an hour behind
+        time.sleep(2.5)  # idle: caught up
+        assert (
+            registry.get_sample_value(
+                "sentiment_consumer_lag_seconds", {"topic": names["reviews"], "partition": "0"}
+            )
+            == 0
+        )
+        produce(kafka_bootstrap, names["reviews"], review_records(sample_reviews(1)))
+        assert watch_lag_until(4) < 30  # a fresh message is seconds behind, not an hour
+    finally:
+        worker.request_stop()
+        thread.join(60)
