@@ -156,6 +156,8 @@ class SentimentWorker:
             except KafkaException as exc:
                 raise StartupError(f"exactly_once: cannot initialise transactions: {exc.args[0]}") from exc
         self._health.broker_reachable = True
+        if s.max_batch_tokens_auto:
+            self._calibrate_token_budget()
         self._warm_up()
         self._stage = InferenceStage(self._label, max_queued_windows=s.max_queued_windows)
         stack.callback(self._stage.close)
@@ -180,6 +182,23 @@ class SentimentWorker:
             s.output_topic,
             s.dlq_topic,
         )
+
+    def _calibrate_token_budget(self) -> None:
+        """max_batch_tokens=auto: a measured budget (GPU: memory; CPU: throughput), usually from the cache."""
+        from worker.tuning import TuningError, resolve_token_budget
+
+        try:
+            result = resolve_token_budget(self._settings, self._classifier, progress=log.info)
+        except TuningError as exc:
+            raise StartupError(f"max_batch_tokens=auto: {exc}") from exc
+        what = "device memory budget" if result.mode == "gpu-memory" else "CPU throughput (not memory)"
+        log.info(
+            "token budget %d padded tokens, calibrated for %s%s",
+            result.max_batch_tokens,
+            what,
+            " (cached)" if result.from_cache else "",
+        )
+        self._budget = TokenBudget(result.max_batch_tokens)
 
     def _warm_up(self) -> None:
         started = self._clock()

@@ -261,3 +261,27 @@ def test_lag_seconds_is_the_age_of_the_oldest_unfinished_message(
     finally:
         worker.request_stop()
         thread.join(60)
+
+
+def test_auto_token_budget_is_calibrated_at_start_up_then_read_from_the_cache(
+    kafka_bootstrap: str, topics: Any, tiny_classifier: Any, tmp_path: Any
+) -> None:
+    import json as json_module
+
+    from prometheus_client import CollectorRegistry
+
+    from schemas.sentiment_result import ModelRef
+    from worker.app import SentimentWorker
+
+    names = topics()
+    produce(kafka_bootstrap, names["reviews"], review_records(sample_reviews(10)))
+    settings = make_settings(kafka_bootstrap, names, max_batch_tokens_auto=True, tuning_cache_dir=tmp_path)
+    budgets = []
+    for _ in range(2):
+        registry = CollectorRegistry()
+        worker = SentimentWorker(settings, tiny_classifier, ModelRef(name="t", version="1"), registry=registry)
+        worker.run(max_messages=5)
+        budgets.append(registry.get_sample_value("sentiment_token_budget_tokens"))
+    cached = [json_module.loads(p.read_text()) for p in tmp_path.rglob("*.json")]
+    assert len(cached) == 1  # measured once, reused the second time
+    assert budgets == [cached[0]["result"]["max_batch_tokens"]] * 2
