@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import socket
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import tomllib
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -23,6 +23,7 @@ class WorkerSettings(BaseSettings):
     """Everything the worker can be told. Units are in the names."""
 
     model_config = SettingsConfigDict(env_prefix="SENTIMENT_", frozen=True, extra="forbid")
+    _config_file_values: ClassVar[dict[str, Any]] = {}  # set by load_settings on a subclass
 
     # --- Kafka ---
     bootstrap_servers: str = Field("localhost:9092", description="Kafka bootstrap servers, comma-separated.")
@@ -163,8 +164,8 @@ class WorkerSettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Explicit arguments (CLI flags, the config file's values) win over the environment.
-        return (init_settings, env_settings)
+        # Explicit arguments (CLI flags) > environment > config file (see load_settings) > defaults.
+        return (init_settings, env_settings, _ConfigFileSource(settings_cls, cls._config_file_values))
 
     def librdkafka_common(self) -> dict[str, Any]:
         """Properties shared by consumer and producer, including credentials (handle with care)."""
@@ -226,15 +227,6 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> WorkerSe
         raise ValueError(f"config file {config_file} has unknown settings: {', '.join(unknown)}")
 
     class _Settings(WorkerSettings):
-        @classmethod
-        def settings_customise_sources(
-            cls,
-            settings_cls: type[BaseSettings],
-            init_settings: PydanticBaseSettingsSource,
-            env_settings: PydanticBaseSettingsSource,
-            dotenv_settings: PydanticBaseSettingsSource,
-            file_secret_settings: PydanticBaseSettingsSource,
-        ) -> tuple[PydanticBaseSettingsSource, ...]:
-            return (init_settings, env_settings, _ConfigFileSource(settings_cls, file_values))
+        _config_file_values: ClassVar[dict[str, Any]] = file_values
 
     return _Settings(**{key: value for key, value in overrides.items() if value is not None})
