@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from worker.consumer import PartitionKey, ReviewConsumer
 from worker.decode import DecodedReview
 from worker.health import HealthServer, HealthState
 from worker.inference import Classifier, TokenBudget, WindowStats, label_texts
+from worker.lag_clock import LagClock
 from worker.metrics import WorkerMetrics, create_metrics
 from worker.offsets import OffsetTracker
 from worker.pipeline import InferenceStage
@@ -88,10 +88,7 @@ class SentimentWorker:
         self._stop = Event()
         self._tracker = OffsetTracker()
         self._window: BatchWindow[InputMessage] = self._new_window()
-        self._last_done_timestamp_ms: dict[PartitionKey, int] = {}
-        # (offset, timestamp ms) of consumed messages per partition, trimmed as offsets become committable:
-        # its head is the oldest message not yet done, whose age is the partition's lag in seconds.
-        self._unfinished: dict[PartitionKey, deque[tuple[int, int | None]]] = {}
+        self._lag_clock = LagClock()
         self._summary = RunSummary()
         self._consumer: ReviewConsumer | None = None
         self._publisher: ResultPublisher | None = None
@@ -301,7 +298,7 @@ class SentimentWorker:
         value = message.value()
         epoch = self._epochs.get((topic, partition), -1)
         self._tracker.track(topic, partition, offset)
-        self._unfinished.setdefault((topic, partition), deque()).append((offset, position.timestamp_ms))
+        self._lag_clock.consumed((topic, partition), offset, position.timestamp_ms)
         self._window.add(
             InputMessage(position, message.key(), value, self._clock(), epoch), len(value or b"")
         )
@@ -370,7 +367,7 @@ class SentimentWorker:
         self._drop_window_items(partitions)
         self._tracker.forget(partitions)
         for key in partitions:
-            self._unfinished.pop(key, None)
+            self._lag_clock.forget(key)
             if key in self._epochs:
                 self._epochs[key] = self._next_epoch()  # windows still in the pipeline for it are stale
         consumer.rewind_to_committed(partitions)
@@ -442,7 +439,7 @@ class SentimentWorker:
                 self._metrics.end_to_end_latency_seconds.observe(
                     max(0.0, (now_ms - src.timestamp_ms) / 1000.0)
                 )
-                self._last_done_timestamp_ms[(src.topic, src.partition)] = src.timestamp_ms
+                self._lag_clock.done((src.topic, src.partition), src.timestamp_ms)
         committable = self._tracker.committable()
         if committable and not self._exactly_once:  # exactly-once commits offsets in the transaction
             consumer.store(committable)
@@ -501,8 +498,7 @@ class SentimentWorker:
         self._paused.difference_update(partitions)
         for key in partitions:
             self._epochs.pop(key, None)
-            self._last_done_timestamp_ms.pop(key, None)
-            self._unfinished.pop(key, None)
+            self._lag_clock.forget(key)
             for gauge in (self._metrics.consumer_lag_messages, self._metrics.consumer_lag_seconds):
                 with suppress(KeyError):
                     gauge.remove(key[0], str(key[1]))
@@ -539,27 +535,14 @@ class SentimentWorker:
         self._metrics.ready.set(1 if self._health.readiness()[0] else 0)
         for (topic, partition), lag in consumer.lag_messages().items():
             self._metrics.consumer_lag_messages.labels(topic, str(partition)).set(lag)
-            oldest_ms = self._oldest_unfinished_timestamp_ms((topic, partition))
-            done_ms = self._last_done_timestamp_ms.get((topic, partition))
-            if oldest_ms is not None:  # consumed, not done yet: its age
-                seconds = (now_ms - oldest_ms) / 1000.0
-            elif lag == 0:
-                seconds = 0.0
-            elif done_ms is not None:  # behind, nothing fetched yet: the next one is at most this old
-                seconds = (now_ms - done_ms) / 1000.0
-            else:
-                continue  # unknown until the first fetch
-            self._metrics.consumer_lag_seconds.labels(topic, str(partition)).set(max(0.0, seconds))
-
-    def _oldest_unfinished_timestamp_ms(self, key: PartitionKey) -> int | None:
-        unfinished = self._unfinished.get(key)
-        if not unfinished:
-            return None
-        done_below = self._tracker.position(*key)
-        if done_below is not None:
-            while unfinished and unfinished[0][0] < done_below:
-                unfinished.popleft()
-        return unfinished[0][1] if unfinished else None
+            seconds = self._lag_clock.lag_seconds(
+                (topic, partition),
+                lag_messages=lag,
+                done_below=self._tracker.position(topic, partition),
+                now_ms=now_ms,
+            )
+            if seconds is not None:
+                self._metrics.consumer_lag_seconds.labels(topic, str(partition)).set(seconds)
 
     def _check_broker(self) -> None:
         _, publisher = self._require_stages()
