@@ -24,6 +24,8 @@ TINY_OPTIONS = {
     "learning_rate": 2e-3,
     "limit": 4000,
     "seed": 7,
+    "label_smoothing": 0.0,
+    "truncation": "head",
 }
 
 

