@@ -54,7 +54,9 @@ class WorkerProcess:
     """One `python -m worker run` process; stdout/stderr go to files (a full pipe would block it)."""
 
     def __init__(self, env: dict[str, str], log_dir: Path, name: str, *args: str) -> None:
+        """Starts it; its worker id (client.id, transactional id) is `name` unless the env sets one."""
         log_dir.mkdir(parents=True, exist_ok=True)
+        env = {"SENTIMENT_WORKER_ID": name, **env}
         self.name = name
         self.stdout_path = log_dir / f"{name}.out"
         self.stderr_path = log_dir / f"{name}.err"
@@ -208,6 +210,7 @@ class Collector(threading.Thread):
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
                 "fetch.message.max.bytes": 2 * 1024 * 1024,
+                "log_level": 0,  # broker outages are expected here; the worker's own log is what matters
                 **conf,
             }
         )
@@ -357,3 +360,39 @@ def wait_for_log(worker: WorkerProcess, needle: str, timeout_s: float = 120.0) -
         assert worker.alive(), f"{worker.name} exited ({worker.proc.returncode}):\n{worker.stderr_tail()}"
         assert time.monotonic() < deadline, f"{worker.name}: no {needle!r} in the log after {timeout_s:.0f} s"
         time.sleep(0.2)
+
+
+def make_topics(bootstrap: str, partitions: dict[str, int]) -> None:
+    """Creates topics (name → partitions) on `bootstrap` and waits until every partition has a leader."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics(
+        [NewTopic(n, num_partitions=p, replication_factor=1) for n, p in partitions.items()]
+    )
+    for future in futures.values():
+        future.result(timeout=30)
+    deadline = time.monotonic() + 30
+    while True:
+        topics = admin.list_topics(timeout=10).topics
+        if all(
+            n in topics
+            and topics[n].error is None
+            and len(topics[n].partitions) == p
+            and all(x.leader >= 0 for x in topics[n].partitions.values())
+            for n, p in partitions.items()
+        ):
+            return
+        assert time.monotonic() < deadline, f"topics {list(partitions)} have no leaders after 30 s"
+        time.sleep(0.1)
+
+
+def first_seen_in_order(offsets: Sequence[int]) -> bool:
+    """True when the offsets, each counted at its first appearance only, increase (replays are tolerated)."""
+    seen: set[int] = set()
+    firsts = []
+    for offset in offsets:
+        if offset not in seen:
+            seen.add(offset)
+            firsts.append(offset)
+    return firsts == sorted(firsts)

@@ -60,6 +60,9 @@ def _kill9_then_restart(
         SENTIMENT_COMMIT_INTERVAL_MS=str(COMMIT_INTERVAL_MS),
         # session.timeout.ms follows it (10 s): the killed member's partitions are reassigned sooner.
         SENTIMENT_MAX_POLL_INTERVAL_MS="10000",
+        # The restart is the same replica: same worker id, so exactly-once's transactional id fences the
+        # killed producer at once instead of leaving its transaction open for transaction_timeout_ms.
+        SENTIMENT_WORKER_ID="k9-replica",
         **env_extra,
     )
     collector = Collector(bootstrap, [names["results"], names["dlq"]])
