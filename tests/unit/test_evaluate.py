@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from worker.cli import main
+from worker.model.evaluate import (
+    HELDOUT_FILE,
+    classification_metrics,
+    expected_calibration_error,
+    format_report,
+    static_speed_probe,
+)
+from worker.model.training import METRICS_FILE, TrainReport
+
+NAMES = ["negative", "positive"]
+
+
+def test_metrics_by_hand() -> None:
+    labels = np.array([0, 0, 0, 1, 1])
+    probs = np.array([[0.9, 0.1], [0.8, 0.2], [0.3, 0.7], [0.4, 0.6], [0.45, 0.55]])
+    m = classification_metrics(labels, probs, NAMES)
+    assert m.confusion == [[2, 1], [0, 2]]
+    assert m.accuracy == pytest.approx(0.8)
+    assert (m.per_class["negative"].precision, m.per_class["negative"].recall) == (1.0, pytest.approx(2 / 3))
+    assert (m.per_class["positive"].precision, m.per_class["positive"].recall) == (pytest.approx(2 / 3), 1.0)
+    assert m.per_class["negative"].support == 3 and m.per_class["positive"].support == 2
+    assert m.macro_f1 == pytest.approx(0.8)  # both F1s are 0.8
+    # bins: 0.9 -> (0.8,0.9] correct; 0.8 -> (0.7,0.8] correct; 0.7 -> (0.6,0.7] wrong;
+    # 0.6 and 0.55 -> (0.5,0.6] both correct, mean confidence 0.575
+    expected = (abs(1 - 0.9) + abs(1 - 0.8) + abs(0 - 0.7) + 2 * abs(1 - 0.575)) / 5
+    assert m.ece == pytest.approx(expected)
+
+
+def test_ece_extremes() -> None:
+    labels = np.array([0, 1, 0, 1])
+    assert expected_calibration_error(labels, np.eye(2)[labels]) == 0.0
+    assert expected_calibration_error(labels, np.eye(2)[1 - labels]) == 1.0
+    assert expected_calibration_error(np.zeros(0, dtype=np.int64), np.zeros((0, 2))) == 0.0
+
+
+def test_metrics_reject_mismatched_shapes() -> None:
+    with pytest.raises(ValueError, match="does not match"):
+        classification_metrics(np.array([0, 1]), np.ones((3, 2)) / 2, NAMES)
+
+
+def test_static_probe_uses_measure_backend_speed_when_present(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = types.ModuleType("worker.model.static_backend")
+    calls: list[str] = []
+
+    def measure_backend_speed(model: str) -> dict[str, float]:
+        calls.append(model)
+        return {"static_over_dynamic": 5.2, "efficiency": 0.7}
+
+    fake.measure_backend_speed = measure_backend_speed  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "worker.model.static_backend", fake)
+    static, note = static_speed_probe("/models/x")
+    assert static == {"static_over_dynamic": 5.2, "efficiency": 0.7} and note == "" and calls == ["/models/x"]
+
+    monkeypatch.setitem(
+        sys.modules, "worker.model.static_backend", types.ModuleType("worker.model.static_backend")
+    )
+    static, note = static_speed_probe("/models/x")
+    assert static is None and "no measure_backend_speed" in note and "dynamic throughput only" in note
+
+
+def test_evaluate_heldout_json_matches_training_metrics(
+    tiny_model_dir: Path, tiny_model_report: TrainReport, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["evaluate", "--model", str(tiny_model_dir), "--heldout", "--json", "--no-static"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    metrics = out["metrics"]
+    assert metrics["n"] == tiny_model_report.test_size
+    assert sum(map(sum, metrics["confusion"])) == metrics["n"]
+    trained = json.loads((tiny_model_dir / METRICS_FILE).read_text(encoding="utf-8"))
+    # same split; the serving classifier may cut the few over-long reviews differently than training did
+    assert metrics["accuracy"] == pytest.approx(trained["test_accuracy"], abs=0.015)
+    assert 0.0 <= metrics["ece"] <= 1.0 and set(metrics["per_class"]) == set(NAMES)
+    assert out["throughput"]["sequences"] == metrics["n"] and out["throughput"]["sequences_per_second"] > 0
+    assert out["throughput"]["static"] is None and "not requested" in out["throughput"]["note"]
+
+
+def test_evaluate_table_on_a_csv(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = [json.loads(line) for line in (tiny_model_dir / HELDOUT_FILE).read_text("utf-8").splitlines()[:40]]
+    data = tmp_path / "labelled.csv"
+    with data.open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["text", "label"])
+        writer.writerows((r["text"], r["label"]) for r in rows)
+    assert main(["evaluate", "--model", str(tiny_model_dir), "--data", str(data), "--limit", "30"]) == 0
+    out = capsys.readouterr().out
+    assert "30 reviews" in out
+    for heading in ("accuracy", "macro-F1", "ECE (10 bins)", "precision", "confusion (rows: true", "seq/s"):
+        assert heading in out, heading
+    # with the probe on, the report carries the static backend's numbers or says why it has none
+    assert "static backend probe:" in out or "dynamic throughput only" in out
+
+
+def test_evaluate_errors(tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "好", "label": "great"}\n', encoding="utf-8")
+    assert main(["evaluate", "--model", str(tiny_model_dir), "--data", str(bad)]) == 2
+    assert "bad.jsonl:1" in capsys.readouterr().err
+    assert main(["evaluate", "--model", str(tmp_path), "--heldout"]) == 2
+    assert "heldout.jsonl not found" in capsys.readouterr().err
+
+
+def test_format_report_is_a_table() -> None:
+    from worker.model.evaluate import EvaluationReport, Throughput
+
+    m = classification_metrics(np.array([0, 1]), np.array([[0.8, 0.2], [0.3, 0.7]]), NAMES)
+    text = format_report(
+        EvaluationReport("m", "v1", "d.csv", m, Throughput(2, 0.5, 4.0, 32, None, "dynamic throughput only"))
+    )
+    assert "accuracy                    1.0000" in text
+    assert "negative" in text and "4.0 seq/s" in text and "dynamic throughput only" in text
