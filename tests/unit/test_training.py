@@ -31,6 +31,7 @@ from worker.model.training import (
     TrainReport,
     _bucketed_batches,
     epoch_batches,
+    mask_tokens,
     micro_batches,
     train,
     truncate_ids,
@@ -376,3 +377,29 @@ def test_cli_train_stop_and_resume(tmp_path: Path, capsys: pytest.CaptureFixture
     assert (tmp_path / "model_state.pdparams").is_file()
     assert main(["train", "--output-dir", str(tmp_path / "x"), "--data", str(tmp_path / "missing.csv")]) == 2
     assert "missing.csv: no such file" in capsys.readouterr().err
+
+
+def test_mask_tokens_only_touches_text_tokens() -> None:
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(3, 60, size=64)
+    ids = np.zeros((64, 60), dtype=np.int64)  # pad = 0
+    mask = np.zeros_like(ids)
+    for row, n in enumerate(lengths):
+        ids[row, :n] = [2, *rng.integers(5, 100, size=n - 2), 3]  # [CLS] text [SEP]
+        mask[row, :n] = 1
+    corrupted, positions, targets = mask_tokens(ids, mask, rng, mask_id=4, first_regular_id=5, vocab=100)
+    rows, cols = np.divmod(positions, ids.shape[1])
+    assert np.all(cols > 0) and np.all(cols < lengths[rows] - 1), "chose [CLS], [SEP] or padding"
+    np.testing.assert_array_equal(targets, ids[rows, cols])
+    share = len(positions) / int((lengths - 2).sum())
+    assert 0.12 < share < 0.18
+    masked = corrupted[rows, cols] == 4
+    assert 0.7 < masked.mean() < 0.9
+    untouched = np.ones_like(ids, dtype=bool)
+    untouched[rows, cols] = False
+    np.testing.assert_array_equal(corrupted[untouched], ids[untouched])
+
+
+def test_mlm_pretraining_is_for_scratch_models_only(tmp_path: Path) -> None:
+    with pytest.raises(TrainingError, match="init=scratch only"):
+        train(TrainOptions(output_dir=tmp_path, init="some/model", mlm_epochs=1), lambda _: None)
