@@ -29,6 +29,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "worker.bench",
     "worker.report",
     "worker.model.train_commands",
+    "worker.model.commands",
 )
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
@@ -53,6 +54,9 @@ _SETTING_FLAGS = {
     "device": "gpu | cpu | auto (SENTIMENT_DEVICE)",
     "http_port": "port of /metrics /healthz /readyz, 0 = off (SENTIMENT_HTTP_PORT)",
     "input_format": "json | text (SENTIMENT_INPUT_FORMAT)",
+    "backend": "auto | dynamic | static (SENTIMENT_BACKEND)",
+    "tokenizer": "auto | fast | slow (SENTIMENT_TOKENIZER)",
+    "long_text": "truncate | head_tail | chunk (SENTIMENT_LONG_TEXT)",
 }
 
 
@@ -109,7 +113,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     _configure_logging(settings.log_level)
-    classifier, model_ref = _load_model(settings.model, settings.device, settings.max_seq_len)
+    classifier, model_ref = _load_model(settings)
     worker = SentimentWorker(settings, classifier, model_ref)
     _install_stop_handlers(worker.request_stop)
     try:
@@ -148,21 +152,40 @@ def _install_stop_handlers(request_stop: Callable[[], None]) -> None:
     signal.signal(signal.SIGINT, handler)
 
 
-def _load_model(model: str, device: str, max_seq_len: int | None) -> tuple[Any, Any]:
+def _load_model(
+    model: str | WorkerSettings, device: str | None = None, max_seq_len: int | None = None
+) -> tuple[Any, Any]:
+    """The classifier and its ModelRef, built as the settings say: model, device, max_seq_len, backend
+    (dynamic/static), tokenizer, long_text, cpu_threads, FP16/TensorRT. Given WorkerSettings, all of it
+    comes from them; given a model name (callers with their own --model/--device flags), those three come
+    from the arguments and the rest from the environment / config file like any other setting."""
     from schemas.sentiment_result import ModelRef
     from worker.model.device import DeviceUnavailableError, activate, choose_device
-    from worker.model.loading import ModelLoadError, load_classifier
+    from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier
 
+    if isinstance(model, WorkerSettings):
+        settings = model
+    else:
+        try:
+            settings = load_settings(_env_config_file(), model=model, device=device, max_seq_len=max_seq_len)
+        except (ValidationError, ValueError) as exc:
+            raise CommandError(f"invalid settings: {exc}") from None
     try:
-        choice = choose_device(device)  # type: ignore[arg-type]
+        choice = choose_device(settings.device)
     except DeviceUnavailableError as exc:
         raise CommandError(f"device: {exc}") from None
     log.info("device %s (%s)", choice.paddle_device, choice.reason)
     activate(choice)
     try:
-        classifier = load_classifier(model, choice, max_seq_len=max_seq_len)
+        classifier = load_classifier(
+            settings.model,
+            choice,
+            max_seq_len=settings.max_seq_len,
+            options=InferenceOptions.from_settings(settings),
+        )
     except ModelLoadError as exc:
         raise CommandError(f"model: {exc}") from None
+    log.info("model %r", classifier)
     return classifier, ModelRef(name=classifier.name, version=classifier.version)
 
 
@@ -170,7 +193,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from worker.predict import predict_lines
 
     _configure_logging("WARNING")
-    classifier, _ = _load_model(args.model, args.device, None)
+    classifier, _ = _load_model(_settings(args))
     for row in predict_lines(classifier, sys.stdin, max_batch_size=args.batch_size):
         sys.stdout.write(json.dumps(row, ensure_ascii=False) + "\n")
     sys.stdout.flush()
@@ -290,6 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--model", required=True, help="model directory or PaddleNLP name")
     predict.add_argument("--device", default="auto", choices=["gpu", "cpu", "auto"])
     predict.add_argument("--batch-size", type=int, default=32)
+    _add_settings_flags(predict, "backend", "tokenizer", "long_text")
     predict.set_defaults(func=cmd_predict)
 
     topics = sub.add_parser("topics", help="manage the worker's topics")

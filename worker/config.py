@@ -129,6 +129,32 @@ class WorkerSettings(BaseSettings):
     )
     max_seq_len: int | None = Field(None, ge=8, description="Token limit per review; default: the model's.")
 
+    # --- inference backend ---
+    backend: Literal["auto", "dynamic", "static"] = Field(
+        "auto",
+        description="static: Paddle Inference predictor on a `sentiment-worker export` directory (oneDNN on "
+        "CPU); dynamic: dygraph on a training directory; auto: static when the model directory is an "
+        "exported one, else dynamic.",
+    )
+    tokenizer: Literal["auto", "fast", "slow"] = Field(
+        "auto",
+        description="fast: Rust WordPiece (same ids as ErnieTokenizer); slow: ErnieTokenizer itself; "
+        "auto: fast if it matches the slow one on probe texts at start-up.",
+    )
+    cpu_threads: int | None = Field(
+        None, ge=1, description="Static backend on CPU: math threads per predictor; default: all cores."
+    )
+    use_fp16: bool = Field(False, description="Static backend on GPU: FP16 inference.")
+    use_tensorrt: bool = Field(False, description="Static backend on GPU: TensorRT subgraphs.")
+    long_text: Literal["truncate", "head_tail", "chunk"] = Field(
+        "head_tail",
+        description="Reviews over max_seq_len tokens: truncate keeps the head; head_tail the first 1/4 and "
+        "last 3/4; chunk labels overlapping windows and averages their probabilities (one result each).",
+    )
+    chunk_stride_tokens: int | None = Field(
+        None, ge=1, description="chunk: tokens between window starts; default: half a window."
+    )
+
     # --- operations ---
     http_host: str = Field("127.0.0.1", description="Address of /metrics, /healthz, /readyz.")
     http_port: int = Field(9108, ge=0, le=65535, description="Port of /metrics, /healthz, /readyz; 0 = off.")

@@ -74,19 +74,24 @@ def _check_device(settings: WorkerSettings) -> tuple[Check, object | None]:
 def _check_model(settings: WorkerSettings, device: object) -> Check:
     def body() -> Check:
         from worker.model.device import DeviceChoice, activate
-        from worker.model.loading import ModelLoadError, load_classifier
+        from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier
 
         assert isinstance(device, DeviceChoice)
         activate(device)
         started = time.perf_counter()
         try:
-            classifier = load_classifier(settings.model, device, max_seq_len=settings.max_seq_len)
+            options = InferenceOptions.from_settings(settings)
+            limit = settings.max_seq_len
+            classifier = load_classifier(settings.model, device, max_seq_len=limit, options=options)
         except ModelLoadError as exc:
             return Check("model", "FAIL", str(exc))
         probs = classifier.predict_texts(["质量很好，非常满意", "太差了，再也不买"])
         labels = [classifier.labels[int(row.argmax())] for row in probs]
         seconds = time.perf_counter() - started
-        detail = f"{classifier.name} {classifier.version} ran in {seconds:.1f} s; samples: {labels}"
+        detail = (
+            f"{classifier.name} {classifier.version} ({getattr(classifier, 'backend', 'dynamic')} backend) "
+            f"ran in {seconds:.1f} s; samples: {labels}"
+        )
         return Check("model", "OK", detail)
 
     return _guard("model", body)

@@ -12,6 +12,7 @@ import numpy as np
 
 from schemas.dead_letter import DeadLetterKind
 from worker.batcher import plan_batches
+from worker.model.long_text import flatten_chunks, merge_chunk_outputs
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,28 @@ class TokenBudget:
             self.lowered += 1
 
 
+def sequences_for(classifier: Classifier, texts: Sequence[str]) -> tuple[list[list[int]], list[int] | None]:
+    """The token-id sequences to label for `texts`, and how many belong to each text when a classifier in
+    long_text=chunk mode splits long texts into windows (None: exactly one per text, in order)."""
+    if not texts:
+        return [], None
+    chunker: Callable[[Sequence[str]], list[list[list[int]]]] | None = getattr(
+        classifier, "token_id_chunks", None
+    )
+    if chunker is None:
+        return classifier.token_ids(texts), None
+    flat, counts = flatten_chunks(chunker(texts))
+    return flat, (counts if len(flat) != len(texts) else None)
+
+
+def merge_sequences(
+    outputs: list[np.ndarray | InferenceFailure], counts: list[int] | None
+) -> list[np.ndarray | InferenceFailure]:
+    """One output per text from the outputs of `sequences_for`'s sequences: a text's window probabilities
+    are averaged; a text with any failed window gets that failure (it is dead-lettered, not half-labelled)."""
+    return outputs if counts is None else merge_chunk_outputs(outputs, counts)
+
+
 def label_texts(
     classifier: Classifier,
     texts: Sequence[str],
@@ -98,15 +121,16 @@ def label_texts(
     max_batch_tokens: int,
     clock: Callable[[], float] = time.perf_counter,
 ) -> tuple[list[np.ndarray | InferenceFailure], WindowStats]:
-    """Tokenizes `texts` and labels them (see `label_ids`) with a fixed token budget."""
+    """Tokenizes `texts` and labels them (see `label_ids`) with a fixed token budget: one output per text,
+    in input order (chunked long texts averaged back into one)."""
     started = clock()
-    ids = classifier.token_ids(texts) if texts else []
+    ids, counts = sequences_for(classifier, texts)
     tokenize_seconds = clock() - started
     outputs, stats = label_ids(
         classifier, ids, max_batch_size=max_batch_size, budget=TokenBudget(max_batch_tokens), clock=clock
     )
     stats.tokenize_seconds = tokenize_seconds
-    return outputs, stats
+    return merge_sequences(outputs, counts), stats
 
 
 def label_ids(

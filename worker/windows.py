@@ -12,19 +12,31 @@ import numpy as np
 from schemas.dead_letter import DeadLetterKind
 from worker.config import WorkerSettings
 from worker.decode import DecodedReview, DecodeFailure, decode_review
-from worker.inference import Classifier, InferenceFailure, TokenBudget, WindowStats, label_ids
+from worker.inference import (
+    Classifier,
+    InferenceFailure,
+    TokenBudget,
+    WindowStats,
+    label_ids,
+    merge_sequences,
+    sequences_for,
+)
 from worker.producer import OutboundRecord
 from worker.records import InputMessage
 
 
 @dataclass(frozen=True)
 class PreparedWindow:
-    """Messages in consume order, each decoded; token ids for the valid ones (in the same order)."""
+    """Messages in consume order, each decoded; token ids for the valid ones (in the same order).
+
+    With long_text=chunk, a long review has several sequences: `chunk_counts[i]` is the number of
+    sequences of the i-th valid review (None: one each)."""
 
     items: list[InputMessage]
     decoded: list[DecodedReview | DecodeFailure]
     token_ids: list[list[int]]
     tokenize_seconds: float
+    chunk_counts: list[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -51,17 +63,18 @@ def prepare_window(
     ]
     texts = [d.text for d in decoded if isinstance(d, DecodedReview)]
     started = time.perf_counter()
-    token_ids = classifier.token_ids(texts) if texts else []
-    return PreparedWindow(items, decoded, token_ids, time.perf_counter() - started)
+    token_ids, counts = sequences_for(classifier, texts)
+    return PreparedWindow(items, decoded, token_ids, time.perf_counter() - started, counts)
 
 
 def label_window(
     prepared: PreparedWindow, classifier: Classifier, *, max_batch_size: int, budget: TokenBudget
 ) -> LabelledWindow:
-    """Runs the model on a prepared window (runs on the inference thread)."""
+    """Runs the model on a prepared window (runs on the inference thread): one output per valid review,
+    in order — chunked reviews' windows are batched like any sequence, then averaged back."""
     outputs, stats = label_ids(classifier, prepared.token_ids, max_batch_size=max_batch_size, budget=budget)
     stats.tokenize_seconds = prepared.tokenize_seconds
-    return LabelledWindow(prepared, outputs, stats)
+    return LabelledWindow(prepared, merge_sequences(outputs, prepared.chunk_counts), stats)
 
 
 ResultBuilder = Callable[[InputMessage, DecodedReview, np.ndarray], OutboundRecord]

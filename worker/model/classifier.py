@@ -1,4 +1,4 @@
-"""A loaded ERNIE sequence classifier: tokenization to ids and batched, no-grad inference."""
+"""A loaded ERNIE sequence classifier (dygraph backend): tokenization to ids, batched no-grad inference."""
 
 from __future__ import annotations
 
@@ -8,16 +8,91 @@ from typing import Any
 import numpy as np
 
 from worker.model.device import DeviceChoice
+from worker.model.fast_tokenizer import SlowErnieTokenizer
+from worker.model.long_text import SequenceEncoder, flatten_chunks, merge_chunk_outputs
 
 DEFAULT_LABELS = ["negative", "positive"]
 
 
-class SentimentClassifier:
-    """Wraps a PaddleNLP ``ErnieForSequenceClassification`` and its tokenizer.
+class TextClassifierBase:
+    """What both backends share: texts → ids through a ``SequenceEncoder`` (fast or slow tokenizer, a
+    long-text layout), and ``predict_texts`` on top of the backend's ``predict_ids``."""
 
-    ``labels[i]`` is the name of label id ``i``. Inputs are truncated to ``max_seq_len`` tokens including
-    [CLS] and [SEP]. Probabilities come back as float32 arrays of shape [n, len(labels)].
+    name: str
+    version: str
+    labels: list[str]
+    max_seq_len: int
+    device: DeviceChoice
+    _encoder: SequenceEncoder
+    _tokenizer: Any
+    _pad_id: int
+
+    @property
+    def pad_id(self) -> int:
+        """The id used to pad batches."""
+        return self._pad_id
+
+    @property
+    def tokenizer(self) -> Any:
+        """The underlying PaddleNLP tokenizer (the reference; ``encoder`` says which one encodes)."""
+        return self._tokenizer
+
+    @property
+    def encoder(self) -> SequenceEncoder:
+        """Tokenizer kind and long-text layout in use."""
+        return self._encoder
+
+    @property
+    def long_text(self) -> str:
+        """truncate | head_tail | chunk."""
+        return self._encoder.mode
+
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """One sequence per text: [CLS] + tokens + [SEP], at most ``max_seq_len`` ids (long texts laid out
+        by the long-text mode; chunk mode gives its head_tail view here)."""
+        return self._encoder.token_ids(texts)
+
+    def token_id_chunks(self, texts: Sequence[str]) -> list[list[list[int]]]:
+        """Per text, the sequences whose probabilities are averaged into its result (several only in chunk
+        mode for texts longer than ``max_seq_len``)."""
+        return self._encoder.token_id_chunks(texts)
+
+    def predict_ids(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
+        raise NotImplementedError
+
+    def predict_texts(self, texts: Sequence[str]) -> np.ndarray:
+        """Tokenize and classify ``texts`` in one batch (chunks averaged); float32 [n, num_labels]."""
+        flat, counts = flatten_chunks(self.token_id_chunks(texts))
+        probs = self.predict_ids(flat)
+        merged = merge_chunk_outputs(list(probs), counts)
+        if not merged:
+            return np.zeros((0, len(self.labels)), dtype=np.float32)
+        return np.stack(merged).astype(np.float32, copy=False)
+
+    def _check_batch(self, batch: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+        """Right-padded int64 ids and attention mask [n, longest]; raises ValueError on bad lengths."""
+        longest = max(len(seq) for seq in batch)
+        if longest == 0:
+            raise ValueError("empty token sequence in batch")
+        if longest > self.max_seq_len:
+            raise ValueError(f"sequence of {longest} tokens exceeds max_seq_len={self.max_seq_len}")
+        ids = np.full((len(batch), longest), self._pad_id, dtype=np.int64)
+        mask = np.zeros((len(batch), longest), dtype=np.int64)
+        for row, seq in enumerate(batch):
+            ids[row, : len(seq)] = seq
+            mask[row, : len(seq)] = 1
+        return ids, mask
+
+
+class SentimentClassifier(TextClassifierBase):
+    """Wraps a PaddleNLP ``ErnieForSequenceClassification`` (dygraph) and its tokenizer.
+
+    ``labels[i]`` is the name of label id ``i``. Inputs are laid out in at most ``max_seq_len`` tokens
+    including [CLS] and [SEP] (see worker.model.long_text). Probabilities come back as float32 arrays of
+    shape [n, len(labels)]. Without an ``encoder``: the slow tokenizer and head_tail.
     """
+
+    backend = "dynamic"
 
     def __init__(
         self,
@@ -29,6 +104,7 @@ class SentimentClassifier:
         labels: Sequence[str],
         max_seq_len: int,
         device: DeviceChoice,
+        encoder: SequenceEncoder | None = None,
     ) -> None:
         if max_seq_len < 3:
             raise ValueError(f"max_seq_len must be at least 3 ([CLS] x [SEP]), got {max_seq_len}")
@@ -43,27 +119,12 @@ class SentimentClassifier:
         self._sep_id = int(tokenizer.sep_token_id)
         self._pad_id = int(tokenizer.pad_token_id)
         self._unk_id = int(tokenizer.unk_token_id)
+        self._encoder = encoder or SequenceEncoder(
+            SlowErnieTokenizer(tokenizer), cls_id=self._cls_id, sep_id=self._sep_id, max_seq_len=max_seq_len
+        )
+        if self._encoder.max_seq_len != max_seq_len:
+            raise ValueError(f"encoder lays out {self._encoder.max_seq_len} tokens, model {max_seq_len}")
         self._model.eval()
-
-    @property
-    def pad_id(self) -> int:
-        """The id used to pad batches."""
-        return self._pad_id
-
-    @property
-    def tokenizer(self) -> Any:
-        """The underlying PaddleNLP tokenizer (for tokenization strategies built on top)."""
-        return self._tokenizer
-
-    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
-        """Token ids per text: [CLS] + tokens + [SEP], tokens cut so the total is at most ``max_seq_len``."""
-        tok = self._tokenizer
-        keep = self.max_seq_len - 2
-        out: list[list[int]] = []
-        for text in texts:
-            ids = tok.convert_tokens_to_ids(tok.tokenize(text))
-            out.append([self._cls_id, *ids[:keep], self._sep_id])
-        return out
 
     def predict_ids(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
         """Label probabilities for already-tokenized inputs, float32 [n, num_labels].
@@ -76,16 +137,7 @@ class SentimentClassifier:
         n = len(batch)
         if n == 0:
             return np.zeros((0, len(self.labels)), dtype=np.float32)
-        longest = max(len(seq) for seq in batch)
-        if longest == 0:
-            raise ValueError("empty token sequence in batch")
-        if longest > self.max_seq_len:
-            raise ValueError(f"sequence of {longest} tokens exceeds max_seq_len={self.max_seq_len}")
-        ids = np.full((n, longest), self._pad_id, dtype=np.int64)
-        mask = np.zeros((n, longest), dtype=np.int64)
-        for row, seq in enumerate(batch):
-            ids[row, : len(seq)] = seq
-            mask[row, : len(seq)] = 1
+        ids, mask = self._check_batch(batch)
         with paddle.no_grad():
             input_ids = paddle.to_tensor(ids)
             logits = self._model(
@@ -100,12 +152,9 @@ class SentimentClassifier:
         assert probs.shape == (n, len(self.labels)), f"model returned {probs.shape} for {n} inputs"
         return probs
 
-    def predict_texts(self, texts: Sequence[str]) -> np.ndarray:
-        """Tokenize and classify ``texts`` in one batch; float32 [n, num_labels] probabilities."""
-        return self.predict_ids(self.token_ids(texts))
-
     def __repr__(self) -> str:
         return (
             f"SentimentClassifier(name={self.name!r}, version={self.version!r}, labels={self.labels}, "
-            f"max_seq_len={self.max_seq_len}, device={self.device.paddle_device})"
+            f"max_seq_len={self.max_seq_len}, device={self.device.paddle_device}, "
+            f"tokenizer={self._encoder.tokenizer.kind}, long_text={self.long_text})"
         )

@@ -1,14 +1,19 @@
-"""Load a SentimentClassifier from a local ``save_pretrained`` directory or a PaddleNLP model name."""
+"""Load a classifier: dygraph from a ``save_pretrained`` directory or a PaddleNLP model name, or static from
+a ``sentiment-worker export`` directory; with the chosen tokenizer (fast/slow) and long-text layout."""
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from worker.model.classifier import DEFAULT_LABELS, SentimentClassifier
+from worker.model.classifier import DEFAULT_LABELS, SentimentClassifier, TextClassifierBase
 from worker.model.device import DeviceChoice, activate
+from worker.model.fast_tokenizer import TokenizerKind, choose_tokenizer
+from worker.model.long_text import LongTextMode, SequenceEncoder
 from worker.model.metadata import (
     CONFIG_FILES,
     METADATA_FILE,
@@ -18,7 +23,12 @@ from worker.model.metadata import (
     weights_version,
 )
 
+if TYPE_CHECKING:
+    from worker.config import WorkerSettings
+
 log = logging.getLogger(__name__)
+
+Backend = Literal["auto", "dynamic", "static"]
 
 HUB_DEFAULT_MAX_SEQ_LEN = 128
 TRAIN_HINT = "pass a local model directory, e.g. one made by `sentiment-worker train`"
@@ -26,6 +36,61 @@ TRAIN_HINT = "pass a local model directory, e.g. one made by `sentiment-worker t
 
 class ModelLoadError(RuntimeError):
     """The model could not be loaded; the message says what is wrong and what to do."""
+
+
+@dataclass(frozen=True)
+class InferenceOptions:
+    """How to run a model: backend, tokenizer, long-text layout, and the static predictor's switches.
+
+    ``backend=auto``: static when the directory is an exported one, else dynamic. ``cpu_threads`` None:
+    all cores. ``max_batch_size`` bounds TensorRT's dynamic shapes.
+    """
+
+    backend: Backend = "auto"
+    tokenizer: TokenizerKind = "auto"
+    long_text: LongTextMode = "head_tail"
+    chunk_stride_tokens: int | None = None
+    cpu_threads: int | None = None
+    use_fp16: bool = False
+    use_tensorrt: bool = False
+    max_batch_size: int = 32
+
+    @classmethod
+    def from_settings(cls, settings: WorkerSettings) -> InferenceOptions:
+        """The options the worker's settings ask for."""
+        return cls(
+            backend=settings.backend,
+            tokenizer=settings.tokenizer,
+            long_text=settings.long_text,
+            chunk_stride_tokens=settings.chunk_stride_tokens,
+            cpu_threads=settings.cpu_threads,
+            use_fp16=settings.use_fp16,
+            use_tensorrt=settings.use_tensorrt,
+            max_batch_size=settings.max_batch_size,
+        )
+
+
+def resolve_backend(directory: Path | None, requested: Backend) -> Literal["dynamic", "static"]:
+    """The backend for a model directory (None: a hub name); raises ModelLoadError on a mismatch."""
+    from worker.model.static_backend import is_exported_dir
+
+    exported = directory is not None and is_exported_dir(directory)
+    if requested == "auto":
+        return "static" if exported else "dynamic"
+    if requested == "static" and not exported:
+        where = (
+            f"{directory} is not an exported model directory" if directory else "a hub name is not exported"
+        )
+        raise ModelLoadError(
+            f"backend=static but {where}: run `sentiment-worker export --model {directory or 'MODEL'} "
+            "--output-dir DIR` and point SENTIMENT_MODEL at DIR, or set SENTIMENT_BACKEND=dynamic"
+        )
+    if requested == "dynamic" and exported and directory is not None and find_weights(directory) is None:
+        raise ModelLoadError(
+            f"backend=dynamic but {directory} holds only an exported inference model (no dygraph weights): "
+            "set SENTIMENT_BACKEND=static, or point SENTIMENT_MODEL at the training directory"
+        )
+    return requested  # type: ignore[return-value]
 
 
 def _looks_like_path(model: str) -> bool:
@@ -122,16 +187,49 @@ def _max_position_embeddings(model: Any) -> int | None:
     return int(value) if value else None
 
 
+def load_dygraph(directory: Path) -> tuple[Any, Any, ModelMetadata | None]:
+    """(ErnieForSequenceClassification, ErnieTokenizer, metadata) of a checked training directory."""
+    meta = _check_dir(directory)
+    net, tokenizer = _load_dir(directory)
+    return net, tokenizer, meta
+
+
+def _encoder(tokenizer: Any, max_seq_len: int, options: InferenceOptions) -> SequenceEncoder:
+    try:
+        content = choose_tokenizer(tokenizer, options.tokenizer)
+        return SequenceEncoder(
+            content,
+            cls_id=int(tokenizer.cls_token_id),
+            sep_id=int(tokenizer.sep_token_id),
+            max_seq_len=max_seq_len,
+            mode=options.long_text,
+            stride=options.chunk_stride_tokens,
+        )
+    except ValueError as exc:
+        raise ModelLoadError(str(exc)) from exc
+
+
 def load_classifier(
-    model: str, device: DeviceChoice, *, max_seq_len: int | None = None
-) -> SentimentClassifier:
-    """Load ``model`` (a local model directory or a PaddleNLP model name) onto ``device``.
+    model: str,
+    device: DeviceChoice,
+    *,
+    max_seq_len: int | None = None,
+    options: InferenceOptions | None = None,
+) -> TextClassifierBase:
+    """Load ``model`` (a training or exported directory, or a PaddleNLP model name) onto ``device``.
 
     ``max_seq_len`` (tokens incl. [CLS]/[SEP]) defaults to the directory's ``sentiment_model.json`` value,
-    else 128; it may not exceed the model's position embeddings. Raises ModelLoadError.
+    else 128; it may not exceed the model's position embeddings. The backend, tokenizer and long-text
+    layout come from ``options`` (default: auto, auto, head_tail). Raises ModelLoadError.
     """
+    options = options or InferenceOptions()
     activate(device)
     directory = Path(model).expanduser()
+    if _looks_like_path(model) and not directory.exists():
+        raise ModelLoadError(f"model directory {directory} does not exist: {TRAIN_HINT}")
+    backend = resolve_backend(directory if directory.is_dir() else None, options.backend)
+    if backend == "static":
+        return _load_static(directory, device, max_seq_len, options)
     meta: ModelMetadata | None = None
     if directory.is_dir():
         meta = _check_dir(directory)
@@ -173,4 +271,91 @@ def load_classifier(
         labels=labels,
         max_seq_len=chosen,
         device=device,
+        encoder=_encoder(tokenizer, chosen, options),
     )
+
+
+def _load_static(
+    directory: Path, device: DeviceChoice, max_seq_len: int | None, options: InferenceOptions
+) -> TextClassifierBase:
+    """An exported directory → StaticClassifier. Its version is the exported weights' version (recorded by
+    export in sentiment_model.json), so results name the same model version on both backends."""
+    from paddlenlp.transformers import ErnieTokenizer
+
+    from worker.model.static_backend import PARAMS_FILE, StaticClassifier, StaticOptions, make_config
+
+    meta = _read_meta(directory)
+    try:
+        tokenizer = ErnieTokenizer.from_pretrained(str(directory))
+    except Exception as exc:  # noqa: BLE001 - PaddleNLP raises many types; report them all the same way
+        raise ModelLoadError(
+            f"could not load the tokenizer from the exported directory {directory}: {exc}; re-run export"
+        ) from exc
+    limit = _config_value(directory, "max_position_embeddings")
+    chosen = (
+        max_seq_len if max_seq_len is not None else (meta.max_seq_len if meta else HUB_DEFAULT_MAX_SEQ_LEN)
+    )
+    if limit is not None and chosen > limit:
+        if max_seq_len is not None:
+            raise ModelLoadError(f"max_seq_len={max_seq_len} exceeds the model's {limit} position embeddings")
+        chosen = limit
+    static_options = StaticOptions(
+        cpu_threads=options.cpu_threads or os.cpu_count() or 1,
+        use_fp16=options.use_fp16,
+        use_tensorrt=options.use_tensorrt,
+        max_batch_size=options.max_batch_size,
+    )
+    try:
+        from paddle import inference
+
+        predictor = inference.create_predictor(make_config(directory, device, static_options, chosen))
+    except Exception as exc:  # noqa: BLE001 - Paddle raises its own error types for corrupt graphs
+        raise ModelLoadError(
+            f"could not create a Paddle Inference predictor from {directory}: {type(exc).__name__}: {exc}; "
+            "re-run `sentiment-worker export`"
+        ) from exc
+    labels = meta.labels if meta is not None else list(DEFAULT_LABELS)
+    version = meta.version if meta is not None and meta.version else _short_hash(directory / PARAMS_FILE)
+    return StaticClassifier(
+        predictor=predictor,
+        tokenizer=tokenizer,
+        encoder=_encoder(tokenizer, chosen, options),
+        name=meta.name if meta is not None else directory.resolve().name,
+        version=version,
+        labels=labels,
+        max_seq_len=chosen,
+        device=device,
+        options=static_options,
+    )
+
+
+def _read_meta(directory: Path) -> ModelMetadata | None:
+    path = directory / METADATA_FILE
+    if not path.is_file():
+        return None
+    try:
+        return ModelMetadata.read(path)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ModelLoadError(f"{path} is invalid ({exc}); fix or delete it, or re-run export") from exc
+
+
+def _config_value(directory: Path, key: str) -> int | None:
+    for name in CONFIG_FILES:
+        path = directory / name
+        if path.is_file():
+            try:
+                value = json.loads(path.read_text(encoding="utf-8")).get(key)
+            except (ValueError, UnicodeDecodeError, AttributeError) as exc:
+                raise ModelLoadError(f"{path} is not a valid JSON object ({exc}); re-run export") from exc
+            return int(value) if value else None
+    return None
+
+
+def _short_hash(path: Path, length: int = 12) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()[:length]
