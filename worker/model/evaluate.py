@@ -253,4 +253,6 @@ def format_report(report: EvaluationReport) -> str:
 
 
 def _short(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}: {_short(v)}" for k, v in value.items()) + "}"
     return f"{value:.3g}" if isinstance(value, float) else str(value)
