@@ -32,7 +32,7 @@ from worker.lag_clock import LagClock
 from worker.metrics import WorkerMetrics, create_metrics
 from worker.offsets import OffsetTracker
 from worker.pipeline import InferenceStage
-from worker.producer import OutboundRecord, ResultPublisher, SourcePosition
+from worker.producer import OutboundRecord, ResultPublisher, SourcePosition, is_too_large, record_size
 from worker.records import InputMessage, dead_letter_record, result_record
 from worker.windows import LabelledWindow, PreparedWindow, label_window, prepare_window, window_records
 
@@ -93,6 +93,7 @@ class SentimentWorker:
         self._consumer: ReviewConsumer | None = None
         self._publisher: ResultPublisher | None = None
         self._partition_counts: dict[str, int] = {}
+        self._max_message_bytes: dict[str, int] = {}
         self._paused: set[PartitionKey] = set()
         self._epochs: dict[PartitionKey, int] = {}  # bumped per assignment: stale work is never published
         self._epoch_counter = 0
@@ -143,6 +144,7 @@ class SentimentWorker:
         for topic in (s.output_topic, s.dlq_topic):
             try:
                 self._partition_counts[topic] = self._publisher.partition_count(topic)
+                self._max_message_bytes[topic] = self._publisher.topic_max_message_bytes(topic)
             except KafkaException as exc:
                 raise StartupError(
                     f"{exc.args[0]} (bootstrap servers: {s.bootstrap_servers}). Nothing was consumed."
@@ -322,6 +324,12 @@ class SentimentWorker:
             result=lambda item, review, probs: self._result(item, review, probs, now),
             dead_letter=self._dead_letter,
         )
+        # Checked before sending: a record over the topic's limit would be refused by the broker (and, in
+        # a transaction, abort it again on every retry).
+        records = [
+            r if record_size(r) <= self._max_message_bytes[r.topic] else self._oversized_dead_letter(r)
+            for r in records
+        ]
         if self._exactly_once:
             self._publish_transaction(records)
         else:
@@ -410,6 +418,28 @@ class SentimentWorker:
             worker_id=s.worker_id,
         )
 
+    def _oversized_dead_letter(self, record: OutboundRecord) -> OutboundRecord:
+        """Stands in for a result or dead letter the topic refused as too large: same key, no value."""
+        s, src = self._settings, record.source
+        size = len(record.value or b"")
+        reason = (
+            f"the {'result' if record.kind == 'result' else 'dead letter'} for this input is {size} bytes, "
+            f"more than topic {record.topic!r} accepts (max.message.bytes); the original value stays in "
+            f"{src.topic} partition {src.partition} at offset {src.offset}. Send smaller values or raise the "
+            "topic's max.message.bytes."
+        )
+        if record.kind not in ("result", DeadLetterKind.VALUE_TOO_LARGE.value):
+            reason += f" It was dead-lettered as {record.kind}."
+        log.warning("replacing an oversized record by a dead letter without value: %s", reason)
+        return dead_letter_record(
+            InputMessage(src, record.key, None, self._clock()),
+            DeadLetterKind.VALUE_TOO_LARGE,
+            reason,
+            topic=s.dlq_topic,
+            partition=self._output_partition(s.dlq_topic, src.partition),
+            worker_id=s.worker_id,
+        )
+
     def _output_partition(self, topic: str, source_partition: int) -> int | None:
         if self._settings.output_partitioning == "key":
             return None
@@ -423,6 +453,9 @@ class SentimentWorker:
         now_ms = time.time() * 1000.0
         for delivery in publisher.take_deliveries():
             record, src = delivery.record, delivery.record.source
+            if is_too_large(delivery):
+                publisher.publish(self._oversized_dead_letter(record))  # acked (and counted) when delivered
+                continue
             if delivery.error is not None:
                 self._metrics.delivery_failures.labels(record.topic).inc()
                 continue  # never acked: its offset and everything after it in the partition stay uncommitted

@@ -11,8 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource
 
 log = logging.getLogger(__name__)
+
+_KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
+# A record batch of one record: batch header + record framing, generously.
+_RECORD_OVERHEAD_BYTES = 512
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,21 @@ class Delivery:
     error: KafkaError | None
 
 
+def is_too_large(delivery: Delivery) -> bool:
+    """The record exceeded the producer's or the topic's message size limit (and had a value to drop)."""
+    return (
+        delivery.error is not None
+        and delivery.error.code() == KafkaError.MSG_SIZE_TOO_LARGE
+        and delivery.record.value is not None
+    )
+
+
+def record_size(record: OutboundRecord) -> int:
+    """An upper estimate of the bytes `record` takes on the broker (uncompressed, one per batch)."""
+    headers = sum(len(name) + len(value) for name, value in record.headers or ())
+    return len(record.key or b"") + len(record.value or b"") + headers + _RECORD_OVERHEAD_BYTES
+
+
 class DeliveryFailedError(RuntimeError):
     """The broker did not take a record; its input offset must not be committed."""
 
@@ -69,6 +89,9 @@ class ResultPublisher:
                 "enable.idempotence": True,
                 "linger.ms": linger_ms,
                 "compression.type": "lz4",
+                # Dead letters carry the input's value plus headers: allow more than an input can be.
+                # The topic's max.message.bytes still decides; larger records are replaced (see app).
+                "message.max.bytes": 4 * 1024 * 1024,
             }
         )
         if transactional_id is not None:
@@ -76,6 +99,7 @@ class ResultPublisher:
             # the transaction it left open.
             conf["transactional.id"] = transactional_id
             conf["transaction.timeout.ms"] = transaction_timeout_ms
+        self._common_conf = dict(common_conf)
         self._producer = Producer(conf)
         self._transactional = transactional_id is not None
         self._deliveries: list[Delivery] = []
@@ -100,11 +124,19 @@ class ResultPublisher:
             except BufferError:
                 # librdkafka's local queue is full: serve delivery reports to make room (backpressure).
                 self._producer.poll(0.1)
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                if error is None or error.code() != KafkaError.MSG_SIZE_TOO_LARGE:
+                    raise
+                self._record_delivery(record, error)  # reported like a refused delivery: the caller decides
+                return
 
     def _record_delivery(self, record: OutboundRecord, err: KafkaError | None) -> None:
         delivery = Delivery(record, err)
         self._deliveries.append(delivery)
-        if err is not None and self._first_error is None:
+        # A record too large for the topic is replaced by a smaller dead letter (see is_too_large); any
+        # other failure stops the worker before it commits past it.
+        if err is not None and not is_too_large(delivery) and self._first_error is None:
             self._first_error = delivery
 
     def poll(self, timeout_s: float = 0.0) -> None:
@@ -166,6 +198,18 @@ class ResultPublisher:
         self._producer.abort_transaction(timeout_s)
         self._deliveries.clear()  # acks of aborted records mean nothing
         self._first_error = None
+
+    def topic_max_message_bytes(self, topic: str, timeout_s: float = 10.0) -> int:
+        """The topic's max.message.bytes (the largest record batch the broker accepts for it)."""
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        conf = dict(self._common_conf)
+        admin = AdminClient(conf)
+        try:
+            configs = admin.describe_configs([resource])[resource].result(timeout=timeout_s)
+            return int(configs["max.message.bytes"].value)
+        except (KafkaException, KeyError, ValueError) as exc:
+            log.warning("cannot read max.message.bytes of %s (%s); assuming Kafka's default", topic, exc)
+            return _KAFKA_DEFAULT_MAX_MESSAGE_BYTES
 
     def pending(self) -> int:
         """Records queued or in flight, not yet acknowledged."""

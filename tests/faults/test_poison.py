@@ -168,12 +168,6 @@ def test_fuzzed_stream_never_crashes_the_worker_and_every_record_is_a_result_or_
     )
 
 
-@pytest.mark.xfail(
-    reason="worker bug: a dead letter (or result) bigger than the producer's message.max.bytes makes "
-    "ResultPublisher.publish raise MSG_SIZE_TOO_LARGE, the worker exits 1 and a restart crashes on the same "
-    "record (see the fault-suite report)",
-    strict=True,
-)
 def test_values_at_the_broker_limit_are_dead_lettered_without_stopping_the_pipeline(
     kafka_bootstrap: str,
     fault_topics: Callable[..., dict[str, str]],

@@ -285,3 +285,42 @@ def test_auto_token_budget_is_calibrated_at_start_up_then_read_from_the_cache(
     cached = [json_module.loads(p.read_text()) for p in tmp_path.rglob("*.json")]
     assert len(cached) == 1  # measured once, reused the second time
     assert budgets == [cached[0]["result"]["max_batch_tokens"]] * 2
+
+
+@pytest.mark.parametrize("delivery", ["at_least_once", "exactly_once"])
+def test_outputs_too_large_for_their_topic_become_dead_letters_without_value(
+    kafka_bootstrap: str, unique_name: Any, tiny_classifier: Any, delivery: str
+) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    names = {k: unique_name(k) for k in ("reviews", "results", "dlq", "group")}
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    small = {"max.message.bytes": "3000"}  # the output topics accept less than some inputs are
+    topics = [NewTopic(names["reviews"], 1, 1), NewTopic(names["results"], 1, 1, config=small)]
+    topics.append(NewTopic(names["dlq"], 1, 1, config=small))
+    for future in admin.create_topics(topics).values():
+        future.result(30)
+    try:
+        records: list[tuple[bytes | None, bytes | None]] = [
+            (b"ok-1", json.dumps({"id": "ok-1", "text": "很好"}).encode()),
+            (b"big-result", json.dumps({"id": "big-result", "text": "好评", "blob": "x" * 5000}).encode()),
+            (b"big-dead", b"\xff" * 5000),  # invalid UTF-8: its dead letter would carry 5000 bytes
+            (b"ok-2", json.dumps({"id": "ok-2", "text": "太差了"}).encode()),
+        ]
+        produce(kafka_bootstrap, names["reviews"], records, partition=0)
+        settings = make_settings(kafka_bootstrap, names, delivery=delivery)
+
+        summary = run_worker(settings, tiny_classifier, max_messages=4)
+
+        assert (summary.results, summary.dead_letters) == (2, 2)
+        out = read_topic(kafka_bootstrap, names["results"], expected=2)
+        dlq = read_topic(kafka_bootstrap, names["dlq"], expected=2)
+        assert sorted(m.key() for m in out) == [b"ok-1", b"ok-2"]
+        assert sorted(m.key() for m in dlq) == [b"big-dead", b"big-result"]
+        for message in dlq:
+            info = parse_dead_letter_headers(message.headers())
+            assert message.value() is None and info.kind.value == "value_too_large"
+            assert f"at offset {info.source_offset}" in info.reason  # where the original still is
+        assert committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 1) == {0: 4}
+    finally:
+        admin.delete_topics(list(names.values())[:3])
