@@ -33,6 +33,7 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
+OUTPUT_TOPIC_MAX_MESSAGE_BYTES = 2 * 1024 * 1024
 
 
 class CommandError(Exception):
@@ -204,9 +205,17 @@ def cmd_topics_create(args: argparse.Namespace) -> int:
     from worker.topics import TopicAdminError, create_topics
 
     settings = _settings(args)
-    names = [settings.input_topic, settings.output_topic, settings.dlq_topic]
+    conf = settings.librdkafka_common()
     try:
-        outcome = create_topics(settings.librdkafka_common(), names, partitions=args.partitions)
+        outcome = create_topics(conf, [settings.input_topic], partitions=args.partitions)
+        # A dead letter carries its input's value plus headers, so the output topics accept larger records
+        # than the input topic's default (1 MiB); larger ones still become value-less dead letters.
+        outcome |= create_topics(
+            conf,
+            [settings.output_topic, settings.dlq_topic],
+            partitions=args.partitions,
+            config={"max.message.bytes": str(OUTPUT_TOPIC_MAX_MESSAGE_BYTES)},
+        )
     except TopicAdminError as exc:
         raise CommandError(str(exc), EXIT_FAILED) from None
     for name, what in outcome.items():

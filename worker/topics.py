@@ -75,8 +75,10 @@ def create_topics(
     partitions: int,
     replication_factor: int = 1,
     timeout_s: float = 30,
+    config: dict[str, str] | None = None,
 ) -> dict[str, str]:
-    """Create each topic in `names` with `partitions` partitions; return name → "created" or "exists".
+    """Create each topic in `names` with `partitions` partitions (and topic `config`, if given); return
+    name → "created" or "exists".
 
     An already existing topic is not an error; when its partition count differs from `partitions` the
     status says so, e.g. "exists (3 partitions)". Any other failure (or no answer within `timeout_s`
@@ -91,7 +93,8 @@ def create_topics(
         return {}
     admin = _admin(common_conf)
     new_topics = [
-        NewTopic(name, num_partitions=partitions, replication_factor=replication_factor) for name in unique
+        NewTopic(name, num_partitions=partitions, replication_factor=replication_factor, config=config or {})
+        for name in unique
     ]
     # operation_timeout: how long the controller may take to create them before answering.
     futures = admin.create_topics(new_topics, operation_timeout=timeout_s, request_timeout=timeout_s)
