@@ -13,7 +13,7 @@ TEST_KAFKA_DIR := var/kafka-test
 MODEL_DIR ?= models/default
 PYTEST_ARGS ?=
 
-.PHONY: help install kafka-up kafka-down kafka-status train model demo test test-unit lint typecheck schemas clean
+.PHONY: help install kafka-up kafka-down kafka-status train model demo test test-unit test-faults lint typecheck schemas clean
 
 help:
 	@echo "make demo        broker up, default model trained if missing, sample reviews labelled, table printed"
@@ -60,6 +60,9 @@ test: install
 
 test-unit: install
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-faults: install
+	$(PY) -m pytest tests/faults $(PYTEST_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check worker schemas tests deploy

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,8 @@ import pytest
 from tests.faults.harness import Figures
 
 FIGURES_FILE = "fault-figures.json"
+# This session's figures by scenario, kept on the pytest config for the terminal summary.
+_FIGURES_KEY = pytest.StashKey[dict[str, dict[str, Any]]]()
 
 
 @pytest.fixture
@@ -34,20 +36,25 @@ def figures_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.getbasetemp() / FIGURES_FILE
 
 
-@pytest.fixture(scope="session")
-def _all_figures() -> dict[str, dict[str, Any]]:
-    return {}
-
-
 @pytest.fixture
-def record_figures(
-    figures_path: Path, _all_figures: dict[str, dict[str, Any]]
-) -> Iterator[Callable[[Figures], None]]:
+def record_figures(figures_path: Path, pytestconfig: pytest.Config) -> Callable[[Figures], None]:
     """``record_figures(fig)``: prints the scenario's one-line figures and writes them into the JSON file."""
+    figures = pytestconfig.stash.setdefault(_FIGURES_KEY, {})
 
     def record(fig: Figures) -> None:
         print("\n" + fig.line(), flush=True)
-        _all_figures[fig.scenario] = fig.as_dict()
-        figures_path.write_text(json.dumps(_all_figures, indent=2, ensure_ascii=False) + "\n")
+        figures[fig.scenario] = fig.as_dict()
+        figures_path.write_text(json.dumps(figures, indent=2, ensure_ascii=False) + "\n")
 
-    yield record
+    return record
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """The figures of every scenario that ran, at the end of the run (also without -s)."""
+    figures = config.stash.get(_FIGURES_KEY, {})
+    if figures:
+        terminalreporter.section("fault figures")
+        for fig in figures.values():
+            terminalreporter.write_line(Figures(**fig).line())
+        basetemp = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+        terminalreporter.write_line(f"(JSON: {basetemp / FIGURES_FILE})")

@@ -31,10 +31,10 @@ from tests.faults.harness import (
 
 pytestmark = pytest.mark.integration
 
-INPUTS = 1200
+INPUTS = 600
 PARTITIONS = 6
 MEMBERS = 3
-STORM_S = 25.0
+STORM_S = 20.0
 EVERY_S = 5.0
 CONSUMING = "consuming "  # logged once the worker subscribed (its SIGTERM handler is installed by then)
 
@@ -71,7 +71,7 @@ def test_rebalance_storm_loses_nothing_and_keeps_partition_order(
     stopped: list[WorkerProcess] = []
     try:
         wait_for_log(alive[0], CONSUMING)
-        feeder = Feeder(kafka_bootstrap, names["reviews"], records, chunk=40, pause_s=0.5)
+        feeder = Feeder(kafka_bootstrap, names["reviews"], records, chunk=20, pause_s=0.5)
         feeder.start()
         storm_until = time.monotonic() + STORM_S
         while time.monotonic() < storm_until:
