@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 KAFKA_VERSION = "4.1.1"
 HERE = Path(__file__).resolve().parent
@@ -461,7 +462,7 @@ def upsert_scram_users(cfg: BrokerConfig, timeout_s: float = 30.0) -> None:
     )
 
     admin = AdminClient({"bootstrap.servers": cfg.bootstrap, "log_level": 0})
-    upserts = [
+    upserts: list[Any] = [
         UserScramCredentialUpsertion(
             u.name, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), u.password.encode()
         )

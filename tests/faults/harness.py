@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer, Message, Producer
 
 from tests.kafka_fixtures import free_port, run_launcher
 
@@ -197,6 +197,17 @@ class OutRecord:
         return dict(json.loads(self.value or b"null"))
 
 
+def _out_record(m: Message) -> OutRecord:
+    topic, partition, offset, key, value = m.topic(), m.partition(), m.offset(), m.key(), m.value()
+    assert topic is not None and partition is not None and offset is not None  # data messages have them
+    headers = {name: bytes(v or b"") for name, v in (m.headers() or [])}
+    return OutRecord(topic, partition, offset, _as_bytes(key), _as_bytes(value), headers)
+
+
+def _as_bytes(data: str | bytes | None) -> bytes | None:
+    return data.encode() if isinstance(data, str) else data
+
+
 class Collector(threading.Thread):
     """Reads topics from the beginning in the background (read_committed) and keeps every record."""
 
@@ -222,19 +233,7 @@ class Collector(threading.Thread):
     def run(self) -> None:
         try:
             while not self._halt.is_set():
-                batch = []
-                for m in self._consumer.consume(500, 0.2):
-                    if m.error() is None:
-                        batch.append(
-                            OutRecord(
-                                m.topic(),
-                                m.partition(),
-                                m.offset(),
-                                m.key(),
-                                m.value(),
-                                {k: v for k, v in (m.headers() or [])},
-                            )
-                        )
+                batch = [_out_record(m) for m in self._consumer.consume(500, 0.2) if m.error() is None]
                 with self._lock:
                     self._records.extend(batch)
         finally:
@@ -305,7 +304,7 @@ def tally(
     inputs = set(input_keys)
     copies = Counter(r.key for r in [*results, *dead])
     unknown = set(copies) - inputs
-    assert not unknown, f"outputs for ids never produced: {sorted(unknown)[:5]}"
+    assert not unknown, f"outputs for ids never produced: {list(unknown)[:5]}"
     return Figures(
         scenario=scenario,
         inputs=len(inputs),
