@@ -200,7 +200,10 @@ class OutRecord:
 def _out_record(m: Message) -> OutRecord:
     topic, partition, offset, key, value = m.topic(), m.partition(), m.offset(), m.key(), m.value()
     assert topic is not None and partition is not None and offset is not None  # data messages have them
-    headers = {name: bytes(v or b"") for name, v in (m.headers() or [])}
+    headers: dict[str, bytes] = {}
+    for header in m.headers() or []:
+        name, v = header[0], header[1]
+        headers[str(name)] = _as_bytes(v) or b""
     return OutRecord(topic, partition, offset, _as_bytes(key), _as_bytes(value), headers)
 
 
