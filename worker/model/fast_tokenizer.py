@@ -4,7 +4,7 @@ The slow tokenizer (PaddleNLP ``ErnieTokenizer``) is the reference. The fast one
 `tokenizers` over the same vocabulary:
 
 - special tokens found verbatim in the text ([CLS], [UNK], ...) stay whole and are not lower-cased;
-- lower-case (per character), drop NUL/U+FFFD/control characters, map whitespace to a space;
+- drop NUL/U+FFFD/control/unassigned characters, lower-case (per character), map whitespace to a space;
 - NFD + drop non-spacing marks (accents) — only when lower-casing, as ErnieTokenizer does;
 - split on whitespace, isolate every punctuation *and symbol* character (ErnieTokenizer's BasicTokenizer
   also splits on Unicode symbols, e.g. emoji, unlike BERT's) and every CJK ideograph;
@@ -109,13 +109,12 @@ class FastErnieTokenizer:
             )
         )
         classes = _char_classes()
-        steps: list[Any] = []
+        # Removal first: Rust's case tables are newer than Python's, so lower-casing first would turn code
+        # points the reference treats as unassigned (and drops) into letters (U+A7CB → U+0264).
+        steps: list[Any] = [normalizers.Replace(Regex(classes.removed), "")]
         if do_lower_case:
             steps.append(normalizers.Lowercase())
-        steps += [
-            normalizers.Replace(Regex(classes.removed), ""),
-            normalizers.Replace(Regex(classes.whitespace), " "),
-        ]
+        steps.append(normalizers.Replace(Regex(classes.whitespace), " "))
         if do_lower_case:
             steps += [normalizers.NFD(), normalizers.Replace(Regex(classes.nonspacing_marks), "")]
         tokenizer.normalizer = normalizers.Sequence(steps)
