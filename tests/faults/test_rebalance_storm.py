@@ -51,12 +51,16 @@ def test_rebalance_storm_loses_nothing_and_keeps_partition_order(
     names = fault_topics(PARTITIONS, PARTITIONS)
     records = [review(i, "rb") for i in range(INPUTS)]
     # Each member has its own worker id (WorkerProcess sets it): its own transactional id in exactly_once.
+    # session.timeout.ms follows max_poll_interval_ms (10 s): a member that stops in the middle of a
+    # cooperative rebalance is sometimes only noticed when its session expires (seen: two 45 s stalls
+    # with the default), and the test should not wait that long.
     env = worker_env(
         kafka_bootstrap,
         names,
         tiny_model_dir,
         SENTIMENT_MAX_WINDOW_MESSAGES="16",
         SENTIMENT_DELIVERY=delivery,
+        SENTIMENT_MAX_POLL_INTERVAL_MS="10000",
     )
     collector = Collector(kafka_bootstrap, [names["results"], names["dlq"]])
     collector.start()
