@@ -52,7 +52,7 @@ train: install
 demo: install kafka-up model
 	@bash deploy/demo.sh $(MODEL_DIR) localhost:$(KAFKA_PORT)
 
-test: install
+test: install lint typecheck
 	@rm -rf $(TEST_KAFKA_DIR)
 	$(LAUNCHER) up --port $(TEST_KAFKA_PORT) --data-dir $(TEST_KAFKA_DIR)
 	@set +e; KAFKA_BOOTSTRAP_SERVERS=localhost:$(TEST_KAFKA_PORT) $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \

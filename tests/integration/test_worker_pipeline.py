@@ -279,7 +279,9 @@ def test_auto_token_budget_is_calibrated_at_start_up_then_read_from_the_cache(
     budgets = []
     for _ in range(2):
         registry = CollectorRegistry()
-        worker = SentimentWorker(settings, tiny_classifier, ModelRef(name="t", version="1"), registry=registry)
+        worker = SentimentWorker(
+            settings, tiny_classifier, ModelRef(name="t", version="1"), registry=registry
+        )
         worker.run(max_messages=5)
         budgets.append(registry.get_sample_value("sentiment_token_budget_tokens"))
     cached = [json_module.loads(p.read_text()) for p in tmp_path.rglob("*.json")]
