@@ -403,3 +403,15 @@ def test_mask_tokens_only_touches_text_tokens() -> None:
 def test_mlm_pretraining_is_for_scratch_models_only(tmp_path: Path) -> None:
     with pytest.raises(TrainingError, match="init=scratch only"):
         train(TrainOptions(output_dir=tmp_path, init="some/model", mlm_epochs=1), lambda _: None)
+
+
+@pytest.mark.gpu
+def test_amp_on_gpu_trains_with_grad_scaler_and_matches_fp32_closely(tmp_path: Path) -> None:
+    common = {**MICRO, "epochs": 2, "dropout": 0.0, "device": "gpu", "limit": 600}
+    fp32 = train(TrainOptions(output_dir=tmp_path / "fp32", **common), lambda _: None)  # type: ignore[arg-type]
+    lines: list[str] = []
+    amp = train(TrainOptions(output_dir=tmp_path / "amp", amp=True, **common), lines.append)  # type: ignore[arg-type]
+    assert amp.amp_used and not any("--amp ignored" in line for line in lines)
+    assert any(line.startswith("training:") and line.endswith(", AMP") for line in lines)
+    assert json.loads((tmp_path / "amp" / METRICS_FILE).read_text(encoding="utf-8"))["amp_used"] is True
+    assert abs(amp.dev_accuracy - fp32.dev_accuracy) <= 0.05

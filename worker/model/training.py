@@ -743,6 +743,13 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
             steps=state.global_step, interrupted=True, amp_used=amp_used,
         )  # fmt: skip
 
+    if rank != 0:  # only rank 0 holds best.pdparams, evaluates on test and writes the model directory
+        return TrainReport(
+            output_dir=out, dev_accuracy=state.best_dev, test_accuracy=0.0, best_epoch=state.best_epoch,
+            train_size=len(parts.train), dev_size=len(parts.dev), test_size=len(parts.test),
+            vocab_size=vocab_size, seconds=time.monotonic() - started, history=history,
+            steps=state.global_step, amp_used=amp_used,
+        )  # fmt: skip
     net = _unwrap(model)
     net.set_state_dict(paddle.load(str(ckpt / "best.pdparams")))
     test_probs = _predict_probs(net, test_ids, pad_id) if test_ids else None
