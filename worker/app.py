@@ -77,6 +77,7 @@ class SentimentWorker:
         *,
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
+        stop: Event | None = None,
     ) -> None:
         self._settings = settings
         self._classifier = classifier
@@ -85,7 +86,7 @@ class SentimentWorker:
         self._metrics: WorkerMetrics = create_metrics(self._registry)
         self._clock = clock
         self._health = HealthState(settings.liveness_timeout_s, clock)
-        self._stop = Event()
+        self._stop = stop if stop is not None else Event()  # set before run(): it stops at once
         self._tracker = OffsetTracker()
         self._window: BatchWindow[InputMessage] = self._new_window()
         self._lag_clock = LagClock()
@@ -95,6 +96,7 @@ class SentimentWorker:
         self._partition_counts: dict[str, int] = {}
         self._max_message_bytes: dict[str, int] = {}
         self._paused: set[PartitionKey] = set()
+        self._last_activity_at = clock()
         self._epochs: dict[PartitionKey, int] = {}  # bumped per assignment: stale work is never published
         self._epoch_counter = 0
         self._budget = TokenBudget(settings.max_batch_tokens)
@@ -136,11 +138,16 @@ class SentimentWorker:
             stack.callback(server.close)
             self.http_address = server.address
             log.info("metrics and health on http://%s:%d (/metrics /healthz /readyz)", *server.address)
-        self._publisher = ResultPublisher(
-            s.librdkafka_common(),
-            transactional_id=f"sentiment-worker.{s.group_id}.{s.worker_id}" if self._exactly_once else None,
-            transaction_timeout_ms=s.transaction_timeout_ms,
-        )
+        try:
+            self._publisher = ResultPublisher(
+                s.librdkafka_common(),
+                transactional_id=f"sentiment-worker.{s.group_id}.{s.worker_id}"
+                if self._exactly_once
+                else None,
+                transaction_timeout_ms=s.transaction_timeout_ms,
+            )
+        except KafkaException as exc:
+            raise StartupError(f"the Kafka client settings were rejected: {_kafka_error_text(exc)}") from exc
         for topic in (s.output_topic, s.dlq_topic):
             try:
                 self._partition_counts[topic] = self._publisher.partition_count(topic)
@@ -160,17 +167,21 @@ class SentimentWorker:
         self._warm_up()
         self._stage = InferenceStage(self._label, max_queued_windows=s.max_queued_windows)
         stack.callback(self._stage.close)
-        self._consumer = ReviewConsumer(
-            s.librdkafka_common(),
-            group_id=s.group_id,
-            topic=s.input_topic,
-            commit_interval_ms=s.commit_interval_ms,
-            max_poll_interval_ms=s.max_poll_interval_ms,
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
-            transactional=self._exactly_once,
-        )
+        try:
+            self._consumer = ReviewConsumer(
+                s.librdkafka_common(),
+                group_id=s.group_id,
+                topic=s.input_topic,
+                commit_interval_ms=s.commit_interval_ms,
+                max_poll_interval_ms=s.max_poll_interval_ms,
+                session_timeout_ms=s.session_timeout_ms,
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+                on_lost=self._on_lost,
+                transactional=self._exactly_once,
+            )
+        except KafkaException as exc:
+            raise StartupError(f"the Kafka client settings were rejected: {_kafka_error_text(exc)}") from exc
         # Closing leaves the group; its revoke callback flushes and commits what is acknowledged.
         stack.callback(self._consumer.close)
         self._consumer.subscribe()
@@ -211,7 +222,7 @@ class SentimentWorker:
     def _loop(self, max_messages: int | None, idle_exit_s: float | None) -> str:
         consumer, publisher = self._require_stages()
         stage = self._require_stage()
-        last_input_at = self._clock()
+        self._last_activity_at = self._clock()
         next_metrics_at = 0.0
         next_broker_check_at = self._clock() + _BROKER_CHECK_EVERY_S
         while True:
@@ -238,7 +249,7 @@ class SentimentWorker:
             for message in messages:
                 self._accept(message)
             if messages:
-                last_input_at = self._clock()
+                self._last_activity_at = self._clock()
             publisher.poll(0)
             self._handle_deliveries()
             now = self._clock()
@@ -252,7 +263,7 @@ class SentimentWorker:
             if max_messages is not None and done >= max_messages:
                 return f"processed {done} messages (--max-messages)"
             idle = not messages and not len(self._window) and not stage.in_flight and publisher.pending() == 0
-            if idle_exit_s is not None and idle and now - last_input_at >= idle_exit_s:
+            if idle_exit_s is not None and idle and now - self._last_activity_at >= idle_exit_s:
                 return f"no input for {idle_exit_s:g} s (--idle-exit-s)"
 
     def _drain(self) -> None:
@@ -480,6 +491,7 @@ class SentimentWorker:
     # ----- rebalance callbacks (run inside consume(), on the loop's thread) -----
     def _on_assign(self, partitions: list[PartitionKey]) -> None:
         self._metrics.rebalances.labels("assigned").inc()
+        self._last_activity_at = self._clock()  # the idle timer (--idle-exit-s) restarts with new partitions
         for key in partitions:
             self._epochs[key] = self._next_epoch()
         log.info("assigned %s", _fmt(partitions))
@@ -631,6 +643,11 @@ class SentimentWorker:
 def _device_of(classifier: Classifier) -> str:
     device = getattr(classifier, "device", None)
     return str(getattr(device, "paddle_device", device) or "unknown")
+
+
+def _kafka_error_text(exc: KafkaException) -> str:
+    error = exc.args[0] if exc.args else exc
+    return error.str() if isinstance(error, KafkaError) else str(error)
 
 
 def _fmt(partitions: list[PartitionKey]) -> str:

@@ -9,6 +9,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -114,9 +115,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     settings = _settings(args)
     _configure_logging(settings.log_level)
+    stop = threading.Event()
+    reinstall = _install_stop_handlers(stop.set)  # before the model loads: a signal then stops it at once
     classifier, model_ref = _load_model(settings)
-    worker = SentimentWorker(settings, classifier, model_ref)
-    _install_stop_handlers(worker.request_stop)
+    reinstall()  # loading Paddle replaced them
+    worker = SentimentWorker(settings, classifier, model_ref, stop=stop)
     try:
         summary = worker.run(max_messages=args.max_messages, idle_exit_s=args.idle_exit_s)
     except StartupError as exc:
@@ -139,8 +142,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _install_stop_handlers(request_stop: Callable[[], None]) -> None:
-    """SIGTERM/SIGINT: stop cleanly (handler only sets an event); a second signal exits at once."""
+def _install_stop_handlers(request_stop: Callable[[], None]) -> Callable[[], None]:
+    """SIGTERM/SIGINT: stop cleanly (handler only sets an event); a second signal exits at once.
+
+    Returns a function that installs the same handlers again (Paddle installs its own when it loads).
+    """
     received: list[int] = []
 
     def handler(signum: int, _frame: FrameType | None) -> None:
@@ -149,8 +155,12 @@ def _install_stop_handlers(request_stop: Callable[[], None]) -> None:
             os._exit(128 + signum)
         request_stop()
 
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
+    def install() -> None:
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    install()
+    return install
 
 
 def _load_model(

@@ -22,7 +22,10 @@ DEFAULT_MODEL_DIR = "models/default"
 class WorkerSettings(BaseSettings):
     """Everything the worker can be told. Units are in the names."""
 
-    model_config = SettingsConfigDict(env_prefix="SENTIMENT_", frozen=True, extra="forbid")
+    # hide_input_in_errors: a validation error must never echo a password it was given.
+    model_config = SettingsConfigDict(
+        env_prefix="SENTIMENT_", frozen=True, extra="forbid", hide_input_in_errors=True
+    )
     _config_file_values: ClassVar[dict[str, Any]] = {}  # set by load_settings on a subclass
 
     # --- Kafka ---
@@ -165,6 +168,11 @@ class WorkerSettings(BaseSettings):
     max_poll_interval_ms: int = Field(
         300_000, ge=10_000, description="librdkafka max.poll.interval.ms; the loop polls well within it."
     )
+    session_timeout_ms: int = Field(
+        10_000,
+        ge=1000,
+        description="librdkafka session.timeout.ms: how soon the group reassigns a dead member's partitions.",
+    )
     liveness_timeout_s: float = Field(60.0, gt=0, description="/healthz fails when the loop stalls longer.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
 
@@ -179,6 +187,21 @@ class WorkerSettings(BaseSettings):
     def _topics_distinct(self) -> WorkerSettings:
         if self.input_topic in (self.output_topic, self.dlq_topic):
             raise ValueError("input_topic must differ from output_topic and dlq_topic (it would loop)")
+        return self
+
+    @model_validator(mode="after")
+    def _sasl_complete(self) -> WorkerSettings:
+        if not (self.security_protocol or "").upper().startswith("SASL"):
+            return self
+        mechanism = (self.sasl_mechanism or "").upper()
+        if not mechanism:
+            raise ValueError(
+                f"security_protocol={self.security_protocol} needs sasl_mechanism (PLAIN, SCRAM-SHA-512, ...)"
+            )
+        if (mechanism == "PLAIN" or mechanism.startswith("SCRAM")) and (
+            not self.sasl_username or self.sasl_password is None
+        ):
+            raise ValueError(f"sasl_mechanism={self.sasl_mechanism} needs sasl_username and sasl_password")
         return self
 
     @classmethod

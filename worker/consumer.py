@@ -29,6 +29,7 @@ class ReviewConsumer:
         topic: str,
         commit_interval_ms: int,
         max_poll_interval_ms: int,
+        session_timeout_ms: int = 10_000,
         on_assign: RebalanceCallback,
         on_revoke: RebalanceCallback,
         on_lost: RebalanceCallback,
@@ -49,8 +50,8 @@ class ReviewConsumer:
                 "auto.commit.interval.ms": commit_interval_ms,
                 "auto.offset.reset": "earliest",
                 "max.poll.interval.ms": max_poll_interval_ms,
-                # librdkafka requires session.timeout.ms <= max.poll.interval.ms (default session: 45 s).
-                "session.timeout.ms": min(45_000, max_poll_interval_ms),
+                # How soon the group notices a dead member; librdkafka requires it <= max.poll.interval.ms.
+                "session.timeout.ms": min(session_timeout_ms, max_poll_interval_ms),
                 # Transactional producers upstream: never read aborted records.
                 "isolation.level": "read_committed",
             }

@@ -138,18 +138,7 @@ def test_worker_with_credentials_labels_the_stream_and_never_shows_the_password(
     [
         ("wrong password", "SASL_PLAINTEXT", "SCRAM-SHA-512", "wrong-" + uuid.uuid4().hex),
         ("plaintext client", None, None, None),
-        pytest.param(
-            "SASL without mechanism or credentials",
-            "SASL_PLAINTEXT",
-            None,
-            None,
-            marks=pytest.mark.xfail(
-                reason="worker bug: librdkafka refuses the client config (default mechanism GSSAPI) in "
-                "Producer(); app._start does not turn that KafkaException into a StartupError, so the worker "
-                "exits 1 with a traceback instead of 2 with the reason",
-                strict=True,
-            ),
-        ),
+        ("SASL without mechanism or credentials", "SASL_PLAINTEXT", None, None),
     ],
     ids=["wrong-password", "plaintext-client", "sasl-without-credentials"],
 )
@@ -175,7 +164,11 @@ def test_worker_without_valid_credentials_is_refused_with_a_clear_error(
     err = worker.stderr()
     assert code == 2, f"{case}: exit {code}\n{worker.stderr_tail()}"
     error_line = [line for line in err.splitlines() if line.startswith("sentiment-worker run: error:")]
-    assert error_line and "Nothing was consumed" in error_line[-1], worker.stderr_tail()
+    assert error_line, worker.stderr_tail()
+    if protocol is not None and mechanism is None:  # refused by the settings check, before any connection
+        assert "needs sasl_mechanism" in error_line[-1], error_line[-1]
+    else:
+        assert "Nothing was consumed" in error_line[-1], error_line[-1]
     assert "Traceback" not in err
     if mechanism is not None:  # librdkafka says why (the worker's own line only says the broker failed)
         assert "SASL authentication error" in err and "Authentication failed" in err, worker.stderr_tail()
@@ -219,7 +212,12 @@ def test_doctor_connects_with_credentials_and_fails_with_a_wrong_password_withou
 
 def test_settings_never_show_the_password_in_repr_views_or_validation_errors(tmp_path: Path) -> None:
     secret = "pw-" + uuid.uuid4().hex
-    settings = WorkerSettings(sasl_username=USER, sasl_password=secret, security_protocol="SASL_SSL")
+    settings = WorkerSettings(
+        sasl_username=USER, sasl_password=secret, security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512"
+    )
+    with pytest.raises(ValidationError) as incomplete:  # a SASL protocol without a mechanism
+        WorkerSettings(sasl_username=USER, sasl_password=secret, security_protocol="SASL_SSL")
+    assert secret not in str(incomplete.value) and "needs sasl_mechanism" in str(incomplete.value)
     assert settings.librdkafka_common()["sasl.password"] == secret  # handed to librdkafka only
     for text in (repr(settings), str(settings), json.dumps(settings.public_view())):
         assert secret not in text
