@@ -23,7 +23,7 @@ echo "== producing the sample reviews (deploy/samples/reviews.jsonl: food delive
 $cli produce deploy/samples/reviews.jsonl
 heldout="$model_dir/heldout.jsonl"
 if [ -f "$heldout" ]; then
-  echo "== producing 2,000 held-out corpus reviews, to measure throughput =="
+  echo "== producing up to 2,000 held-out corpus reviews (the model never saw them), for throughput =="
   $cli produce "$heldout" --limit 2000
 fi
 echo
