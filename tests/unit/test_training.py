@@ -358,6 +358,12 @@ def test_fine_tune_from_a_local_model_dir_on_a_user_csv(tiny_model_dir: Path, tm
     assert metrics["init"] == str(tiny_model_dir) and "reviews.csv" in metrics["data"]
     clf = load_classifier(str(out), choose_device("cpu"))
     assert clf.name == "tuned" and clf.predict_texts(["很好"]).shape == (1, 2)
+    unnamed = TrainOptions(output_dir=out, init=str(tiny_model_dir))
+    assert unnamed.model_name() == f"sentiment-{tiny_model_dir.name}"
+    assert (
+        TrainOptions(output_dir=out, init="ernie-3.0-medium-zh").model_name()
+        == "sentiment-ernie-3.0-medium-zh"
+    )
 
 
 def test_unknown_init_is_a_clear_error(tmp_path: Path) -> None:

