@@ -244,7 +244,7 @@ def test_truncate_ids_head_and_head_tail() -> None:
     ids = list(range(10))
     assert truncate_ids(ids, 12, "head_tail") == ids
     assert truncate_ids(ids, 6, "head") == [0, 1, 2, 3, 4, 5]
-    assert truncate_ids(ids, 6, "head_tail") == [0, 1, 6, 7, 8, 9]
+    assert truncate_ids(ids, 8, "head_tail") == [0, 1, 4, 5, 6, 7, 8, 9]  # a quarter head, as serving does
 
 
 def test_epoch_batches_are_a_pure_function_of_seed_and_epoch() -> None:

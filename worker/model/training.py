@@ -208,13 +208,15 @@ def _load_examples(options: TrainOptions, progress: Callable[[str], None]) -> tu
 
 
 def truncate_ids(ids: Sequence[int], keep: int, truncation: Truncation) -> list[int]:
-    """At most ``keep`` ids: the head, or a third from the head and the rest from the tail."""
+    """At most ``keep`` ids: the head, or head + tail split as the serving ``long_text=head_tail`` does."""
     if len(ids) <= keep:
         return list(ids)
     if truncation == "head":
         return list(ids[:keep])
-    head = keep // 3
-    return [*ids[:head], *ids[len(ids) - (keep - head) :]]
+    from worker.model.long_text import head_tail_sizes
+
+    head, tail = head_tail_sizes(keep)
+    return [*ids[:head], *ids[len(ids) - tail :]]
 
 
 def _encode(
