@@ -591,11 +591,7 @@ class SentimentWorker:
 
     def _check_broker(self) -> None:
         _, publisher = self._require_stages()
-        try:
-            publisher.partition_count(self._settings.output_topic, timeout_s=2.0)
-            self._health.broker_reachable = True
-        except KafkaException:
-            self._health.broker_reachable = False
+        self._health.broker_reachable = publisher.broker_answers(timeout_s=2.0)
 
     def _on_consume_error(self, err: KafkaError) -> None:
         if err.code() == KafkaError._PARTITION_EOF:

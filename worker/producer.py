@@ -211,6 +211,14 @@ class ResultPublisher:
             log.warning("cannot read max.message.bytes of %s (%s); assuming Kafka's default", topic, exc)
             return _KAFKA_DEFAULT_MAX_MESSAGE_BYTES
 
+    def broker_answers(self, timeout_s: float) -> bool:
+        """True when a broker answers a metadata request within `timeout_s` (for readiness)."""
+        try:
+            metadata = self._producer.list_topics(timeout=timeout_s)
+        except KafkaException:
+            return False
+        return bool(metadata.brokers)
+
     def pending(self) -> int:
         """Records queued or in flight, not yet acknowledged."""
         return len(self._producer)
