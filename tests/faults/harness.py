@@ -4,7 +4,6 @@ a private broker, and the conservation tally (inputs, results, dead letters, dup
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Message, Producer
 
+from tests.integration.helpers import worker_env  # noqa: F401 (part of the harness API)
 from tests.kafka_fixtures import free_port, run_launcher
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,29 +25,6 @@ Record = tuple[bytes, bytes | None]  # (key = the input's unique id, value)
 
 
 # --------------------------------------------------------------------------- worker processes
-
-
-def worker_env(bootstrap: str, names: dict[str, str], model_dir: Path, **extra: str) -> dict[str, str]:
-    """Environment of a `python -m worker run` process: the test's topics and group, CPU, no HTTP port."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SENTIMENT_")}
-    env.update(
-        {
-            "SENTIMENT_BOOTSTRAP_SERVERS": bootstrap,
-            "SENTIMENT_INPUT_TOPIC": names["reviews"],
-            "SENTIMENT_OUTPUT_TOPIC": names["results"],
-            "SENTIMENT_DLQ_TOPIC": names["dlq"],
-            "SENTIMENT_GROUP_ID": names["group"],
-            "SENTIMENT_MODEL": str(model_dir),
-            "SENTIMENT_DEVICE": "cpu",
-            "SENTIMENT_HTTP_PORT": "0",
-            "SENTIMENT_MAX_WINDOW_MESSAGES": "32",
-            "SENTIMENT_MAX_WAIT_MS": "20",
-            # Several processes share two cores: one math thread each keeps them from thrashing.
-            "OMP_NUM_THREADS": "1",
-            **extra,
-        }
-    )
-    return env
 
 
 class WorkerProcess:

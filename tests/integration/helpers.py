@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -52,3 +53,26 @@ def assert_partition_order(messages: list[Any]) -> None:
         by_source[(src["topic"], src["partition"])].append(src["offset"])
     for key, offsets in by_source.items():
         assert offsets == sorted(offsets), f"results of {key} out of input order"
+
+
+def worker_env(bootstrap: str, names: dict[str, str], model_dir: Path, **extra: str) -> dict[str, str]:
+    """Environment of a `python -m worker run` process: the test's topics and group, CPU, no HTTP port."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SENTIMENT_")}
+    env.update(
+        {
+            "SENTIMENT_BOOTSTRAP_SERVERS": bootstrap,
+            "SENTIMENT_INPUT_TOPIC": names["reviews"],
+            "SENTIMENT_OUTPUT_TOPIC": names["results"],
+            "SENTIMENT_DLQ_TOPIC": names["dlq"],
+            "SENTIMENT_GROUP_ID": names["group"],
+            "SENTIMENT_MODEL": str(model_dir),
+            "SENTIMENT_DEVICE": "cpu",
+            "SENTIMENT_HTTP_PORT": "0",
+            "SENTIMENT_MAX_WINDOW_MESSAGES": "32",
+            "SENTIMENT_MAX_WAIT_MS": "20",
+            # Several processes share two cores: one math thread each keeps them from thrashing.
+            "OMP_NUM_THREADS": "1",
+            **extra,
+        }
+    )
+    return env

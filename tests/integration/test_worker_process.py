@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -18,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from schemas.sentiment_result import ModelRef
-from tests.integration.helpers import make_settings, sample_reviews
+from tests.integration.helpers import make_settings, sample_reviews, worker_env
 from tests.integration.kafka_io import (
     committed_offsets,
     end_offsets,
@@ -31,25 +30,6 @@ from worker.app import SentimentWorker
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
-
-
-def worker_env(bootstrap: str, names: dict[str, str], model_dir: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SENTIMENT_")}
-    env.update(
-        {
-            "SENTIMENT_BOOTSTRAP_SERVERS": bootstrap,
-            "SENTIMENT_INPUT_TOPIC": names["reviews"],
-            "SENTIMENT_OUTPUT_TOPIC": names["results"],
-            "SENTIMENT_DLQ_TOPIC": names["dlq"],
-            "SENTIMENT_GROUP_ID": names["group"],
-            "SENTIMENT_MODEL": str(model_dir),
-            "SENTIMENT_DEVICE": "cpu",
-            "SENTIMENT_HTTP_PORT": "0",
-            "SENTIMENT_MAX_WINDOW_MESSAGES": "16",
-            **extra,
-        }
-    )
-    return env
 
 
 def start_worker(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
@@ -67,7 +47,7 @@ def test_sigterm_mid_stream_loses_nothing(kafka_bootstrap: str, topics: Any, tin
     names = topics()
     reviews = sample_reviews(600)
     records = review_records(reviews)
-    env = worker_env(kafka_bootstrap, names, tiny_model_dir)
+    env = worker_env(kafka_bootstrap, names, tiny_model_dir, SENTIMENT_MAX_WINDOW_MESSAGES="16")
     first = start_worker(env)
 
     # Feed at a steady pace while the worker runs, so the signal lands mid-stream.
