@@ -281,9 +281,15 @@ class SentimentWorker:
         remaining = publisher.flush(max(0.0, deadline - self._clock()))
         self._handle_deliveries()
         if not self._exactly_once:
+            # A member stopping during a rebalance is refused (ILLEGAL_GENERATION / REBALANCE_IN_PROGRESS)
+            # until it has joined the new generation: it waits for that, up to a session timeout or what
+            # is left of the shutdown time, so the next owner does not redo published work.
+            wait_s = max(deadline - self._clock(), self._settings.session_timeout_ms / 1000)
             try:
-                consumer.commit_now(self._committable_positions(consumer.assignment))
+                retries = consumer.commit_through_rebalance(self._committable_positions, wait_s)
                 self._metrics.offsets_committed.inc()
+                if retries:
+                    log.info("final commit went through after the rebalance (%d retries)", retries)
             except KafkaException as exc:
                 # E.g. evicted from the group: the next owner redoes the uncommitted tail (no loss).
                 log.warning("final commit failed (%s); uncommitted inputs will be processed again", exc)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -12,6 +13,11 @@ log = logging.getLogger(__name__)
 
 PartitionKey = tuple[str, int]
 RebalanceCallback = Callable[[list[PartitionKey]], None]
+OffsetsFor = Callable[[frozenset[PartitionKey]], dict[PartitionKey, int]]
+
+# Commit refusals that only mean "the group is rebalancing": the same commit succeeds once this member
+# has joined the new generation.
+REBALANCING_CODES = frozenset({KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS})
 
 
 class ReviewConsumer:
@@ -111,6 +117,31 @@ class ReviewConsumer:
             if exc.args and exc.args[0].code() == KafkaError._NO_OFFSET:
                 return
             raise
+
+    def commit_through_rebalance(self, offsets_for: OffsetsFor, timeout_s: float, poll_s: float = 0.5) -> int:
+        """Commits ``offsets_for(assignment)``, riding out a rebalance; returns how many retries it took.
+
+        When the broker refuses the commit because the group is rebalancing, this member takes part in the
+        rebalance (polling serves the join and the revoke/assign callbacks; its partitions are paused, and
+        anything fetched meanwhile is dropped unstored, so its owner reads it again) and then commits again
+        what it still owns. Raises the last refusal after ``timeout_s``, or any other commit error at once.
+        """
+        deadline = time.monotonic() + timeout_s
+        retries = 0
+        while True:
+            try:
+                self.commit_now(offsets_for(self.assignment))
+                return retries
+            except KafkaException as exc:
+                if not exc.args or exc.args[0].code() not in REBALANCING_CODES:
+                    raise
+                if time.monotonic() >= deadline:
+                    raise
+                if retries == 0:
+                    log.info("commit refused while the group rebalances (%s); retrying", exc.args[0].str())
+            retries += 1
+            self.pause(self._assignment)
+            self.consume(100, poll_s)  # dropped: never stored, so never committed
 
     def group_metadata(self) -> Any:
         """The group's metadata, for send_offsets_to_transaction (fences zombies after a rebalance)."""
