@@ -16,24 +16,23 @@ from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from threading import Event
 
-import numpy as np
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaException, Message
 from prometheus_client import CollectorRegistry
 
-from schemas.dead_letter import DeadLetterKind
 from schemas.sentiment_result import ModelRef
+from worker import startup
 from worker.batcher import BatchWindow
 from worker.config import WorkerSettings
-from worker.consumer import PartitionKey, ReviewConsumer
-from worker.decode import DecodedReview
+from worker.consumer import PartitionKey, ReviewConsumer, is_broker_down
 from worker.health import HealthServer, HealthState
-from worker.inference import Classifier, TokenBudget, WindowStats, label_texts
+from worker.inference import Classifier, TokenBudget
 from worker.lag_clock import LagClock
 from worker.metrics import WorkerMetrics, create_metrics
 from worker.offsets import OffsetTracker
 from worker.pipeline import InferenceStage
-from worker.producer import OutboundRecord, ResultPublisher, SourcePosition, is_too_large, record_size
-from worker.records import InputMessage, dead_letter_record, result_record
+from worker.producer import OutboundRecord, ResultPublisher, SourcePosition, is_too_large
+from worker.records import InputMessage, OutboundRecords
+from worker.startup import StartupError, kafka_error_text
 from worker.windows import LabelledWindow, PreparedWindow, label_window, prepare_window, window_records
 
 log = logging.getLogger(__name__)
@@ -43,10 +42,6 @@ _BUSY_POLL_S = 0.01
 _METRICS_EVERY_S = 1.0
 _BROKER_CHECK_EVERY_S = 10.0
 _MAX_WINDOW_BYTES = 64 * 1024 * 1024
-
-
-class StartupError(RuntimeError):
-    """The worker cannot start as configured; the message says what to change."""
 
 
 @dataclass
@@ -93,8 +88,7 @@ class SentimentWorker:
         self._summary = RunSummary()
         self._consumer: ReviewConsumer | None = None
         self._publisher: ResultPublisher | None = None
-        self._partition_counts: dict[str, int] = {}
-        self._max_message_bytes: dict[str, int] = {}
+        self._records: OutboundRecords | None = None
         self._paused: set[PartitionKey] = set()
         self._last_activity_at = clock()
         self._epochs: dict[PartitionKey, int] = {}  # bumped per assignment: stale work is never published
@@ -138,33 +132,26 @@ class SentimentWorker:
             stack.callback(server.close)
             self.http_address = server.address
             log.info("metrics and health on http://%s:%d (/metrics /healthz /readyz)", *server.address)
-        try:
-            self._publisher = ResultPublisher(
-                s.librdkafka_common(),
-                transactional_id=f"sentiment-worker.{s.group_id}.{s.worker_id}"
-                if self._exactly_once
-                else None,
-                transaction_timeout_ms=s.transaction_timeout_ms,
-            )
-        except KafkaException as exc:
-            raise StartupError(f"the Kafka client settings were rejected: {_kafka_error_text(exc)}") from exc
-        for topic in (s.output_topic, s.dlq_topic):
-            try:
-                self._partition_counts[topic] = self._publisher.partition_count(topic)
-                self._max_message_bytes[topic] = self._publisher.topic_max_message_bytes(topic)
-            except KafkaException as exc:
-                raise StartupError(
-                    f"{exc.args[0]} (bootstrap servers: {s.bootstrap_servers}). Nothing was consumed."
-                ) from exc
+        self._publisher = startup.open_publisher(s)
+        partition_counts, max_message_bytes = startup.output_topic_limits(self._publisher, s)
+        self._records = OutboundRecords(
+            labels=self._classifier.labels,
+            model=self._model,
+            output_topic=s.output_topic,
+            dlq_topic=s.dlq_topic,
+            worker_id=s.worker_id,
+            partitioning=s.output_partitioning,
+            partition_counts=partition_counts,
+            max_message_bytes=max_message_bytes,
+            clock=self._clock,
+        )
         if self._exactly_once:
-            try:
-                self._publisher.init_transactions(timeout_s=30)
-            except KafkaException as exc:
-                raise StartupError(f"exactly_once: cannot initialise transactions: {exc.args[0]}") from exc
+            startup.init_transactions(self._publisher)
         self._health.broker_reachable = True
         if s.max_batch_tokens_auto:
-            self._calibrate_token_budget()
-        self._warm_up()
+            self._budget = startup.calibrated_token_budget(s, self._classifier)
+        startup.warm_up(self._classifier, self._model.name)
+        self._health.model_warm = True
         self._stage = InferenceStage(self._label, max_queued_windows=s.max_queued_windows)
         stack.callback(self._stage.close)
         try:
@@ -181,7 +168,7 @@ class SentimentWorker:
                 transactional=self._exactly_once,
             )
         except KafkaException as exc:
-            raise StartupError(f"the Kafka client settings were rejected: {_kafka_error_text(exc)}") from exc
+            raise StartupError(f"the Kafka client settings were rejected: {kafka_error_text(exc)}") from exc
         # Closing leaves the group; its revoke callback flushes and commits what is acknowledged.
         stack.callback(self._consumer.close)
         self._consumer.subscribe()
@@ -192,32 +179,6 @@ class SentimentWorker:
             s.output_topic,
             s.dlq_topic,
         )
-
-    def _calibrate_token_budget(self) -> None:
-        """max_batch_tokens=auto: a measured budget (GPU: memory; CPU: throughput), usually from the cache."""
-        from worker.tuning import TuningError, resolve_token_budget
-
-        try:
-            result = resolve_token_budget(self._settings, self._classifier, progress=log.info)
-        except TuningError as exc:
-            raise StartupError(f"max_batch_tokens=auto: {exc}") from exc
-        what = "device memory budget" if result.mode == "gpu-memory" else "CPU throughput (not memory)"
-        log.info(
-            "token budget %d padded tokens, calibrated for %s%s",
-            result.max_batch_tokens,
-            what,
-            " (cached)" if result.from_cache else "",
-        )
-        self._budget = TokenBudget(result.max_batch_tokens)
-
-    def _warm_up(self) -> None:
-        started = self._clock()
-        self._classifier.token_ids(["这个商品很好，物流也快"])
-        label_texts(
-            self._classifier, ["这个商品很好，物流也快", "太差了"], max_batch_size=2, max_batch_tokens=4096
-        )
-        self._health.model_warm = True
-        log.info("model %s warmed up in %.2f s", self._model.name, self._clock() - started)
 
     def _loop(self, max_messages: int | None, idle_exit_s: float | None) -> str:
         consumer, publisher = self._require_stages()
@@ -308,7 +269,8 @@ class SentimentWorker:
     def _accept(self, message: Message) -> None:
         err = message.error()
         if err is not None:
-            self._on_consume_error(err)
+            if is_broker_down(err, self._settings.input_topic):  # raises a fatal one, logs the others
+                self._health.broker_reachable = False
             return
         topic, partition, offset = message.topic(), message.partition(), message.offset()
         assert topic is not None and partition is not None and offset is not None  # data messages have them
@@ -333,20 +295,16 @@ class SentimentWorker:
     def _publish_window(self, labelled: LabelledWindow) -> None:
         """Publishes exactly one record per input of the window that is still ours, in input order."""
         _, publisher = self._require_stages()
-        self._observe_window(labelled.stats)
+        outbound = self._require_records()
+        self._metrics.observe_window(labelled.stats, self._budget.current)
         now = self._clock()
         records = window_records(
             labelled,
             owned=lambda item: self._epochs.get((item.position.topic, item.position.partition)) == item.epoch,
-            result=lambda item, review, probs: self._result(item, review, probs, now),
-            dead_letter=self._dead_letter,
+            result=lambda item, review, probs: outbound.result(item, review, probs, now),
+            dead_letter=outbound.dead_letter,
         )
-        # Checked before sending: a record over the topic's limit would be refused by the broker (and, in
-        # a transaction, abort it again on every retry).
-        records = [
-            r if record_size(r) <= self._max_message_bytes[r.topic] else self._oversized_dead_letter(r)
-            for r in records
-        ]
+        records = [outbound.fitting(record) for record in records]
         if self._exactly_once:
             self._publish_transaction(records)
         else:
@@ -363,25 +321,13 @@ class SentimentWorker:
         consumer, publisher = self._require_stages()
         if not records:
             return
-        next_offsets: dict[PartitionKey, int] = {}
-        for record in records:
-            key = (record.source.topic, record.source.partition)
-            next_offsets[key] = max(next_offsets.get(key, 0), record.source.offset + 1)
         timeout_s = self._settings.transaction_timeout_ms / 1000.0
-        try:
-            publisher.begin_transaction()
-            for record in records:
-                publisher.publish(record)
-            offsets = [TopicPartition(t, p, o) for (t, p), o in next_offsets.items()]
-            publisher.commit_transaction(offsets, consumer.group_metadata(), timeout_s)
-        except KafkaException as exc:
-            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-            if error is None or not error.txn_requires_abort():
-                raise
-            log.warning("transaction aborted (%s): rewinding %s", error.str(), _fmt(list(next_offsets)))
-            publisher.abort_transaction(timeout_s)
+        aborted = publisher.publish_transaction(records, consumer.group_metadata(), timeout_s)
+        if aborted is not None:
+            partitions = sorted({(r.source.topic, r.source.partition) for r in records})
+            log.warning("transaction aborted (%s): rewinding %s", aborted.str(), _fmt(partitions))
             self._metrics.transactions.labels("aborted").inc()
-            self._rewind(list(next_offsets))
+            self._rewind(partitions)
             return
         self._metrics.transactions.labels("committed").inc()
         self._handle_deliveries()
@@ -409,61 +355,6 @@ class SentimentWorker:
             self._paused = set()
         self._metrics.paused.set(1 if self._paused else 0)
 
-    def _result(
-        self, item: InputMessage, review: DecodedReview, probs: np.ndarray, now: float
-    ) -> OutboundRecord:
-        s = self._settings
-        return result_record(
-            item,
-            review,
-            probs,
-            labels=self._classifier.labels,
-            model=self._model,
-            topic=s.output_topic,
-            partition=self._output_partition(s.output_topic, item.position.partition),
-            now=now,
-        )
-
-    def _dead_letter(self, item: InputMessage, kind: DeadLetterKind, reason: str) -> OutboundRecord:
-        s = self._settings
-        return dead_letter_record(
-            item,
-            kind,
-            reason,
-            topic=s.dlq_topic,
-            partition=self._output_partition(s.dlq_topic, item.position.partition),
-            worker_id=s.worker_id,
-        )
-
-    def _oversized_dead_letter(self, record: OutboundRecord) -> OutboundRecord:
-        """Stands in for a result or dead letter the topic refused as too large: same key, no value."""
-        s, src = self._settings, record.source
-        size = len(record.value or b"")
-        reason = (
-            f"the {'result' if record.kind == 'result' else 'dead letter'} for this input is {size} bytes, "
-            f"more than topic {record.topic!r} accepts (max.message.bytes); the original value stays in "
-            f"{src.topic} partition {src.partition} at offset {src.offset}. Send smaller values or raise the "
-            "topic's max.message.bytes."
-        )
-        if record.kind not in ("result", DeadLetterKind.VALUE_TOO_LARGE.value):
-            reason += f" It was dead-lettered as {record.kind}."
-        log.warning("replacing an oversized record by a dead letter without value: %s", reason)
-        return dead_letter_record(
-            InputMessage(src, record.key, None, self._clock()),
-            DeadLetterKind.VALUE_TOO_LARGE,
-            reason,
-            topic=s.dlq_topic,
-            partition=self._output_partition(s.dlq_topic, src.partition),
-            worker_id=s.worker_id,
-        )
-
-    def _output_partition(self, topic: str, source_partition: int) -> int | None:
-        if self._settings.output_partitioning == "key":
-            return None
-        # Same partition number as the input (modulo): one input partition → one output partition, so the
-        # idempotent producer's per-partition ordering keeps input order end to end.
-        return source_partition % self._partition_counts[topic]
-
     def _handle_deliveries(self) -> None:
         """Acks delivered records in the tracker and stores the offsets that became committable."""
         consumer, publisher = self._require_stages()
@@ -471,7 +362,8 @@ class SentimentWorker:
         for delivery in publisher.take_deliveries():
             record, src = delivery.record, delivery.record.source
             if is_too_large(delivery):
-                publisher.publish(self._oversized_dead_letter(record))  # acked (and counted) when delivered
+                # The stand-in is acked (and counted) when it is delivered.
+                publisher.publish(self._require_records().too_large(record))
                 continue
             if delivery.error is not None:
                 self._metrics.delivery_failures.labels(record.topic).inc()
@@ -566,18 +458,6 @@ class SentimentWorker:
         self._metrics.ready.set(1 if self._health.readiness()[0] else 0)
 
     # ----- observability -----
-    def _observe_window(self, stats: WindowStats) -> None:
-        m = self._metrics
-        m.token_budget.set(self._budget.current)
-        m.out_of_memory_events.inc(stats.out_of_memory_events)
-        if stats.batches:
-            m.tokenization_seconds.observe(stats.tokenize_seconds)
-            m.padding_efficiency.set(stats.padding_efficiency)
-        for batch in stats.batches:
-            m.batch_size.observe(batch.size)
-            m.batch_tokens.observe(batch.padded_tokens)
-            m.inference_seconds.observe(batch.seconds)
-
     def _update_gauges(self) -> None:
         consumer, _ = self._require_stages()
         now_ms = time.time() * 1000.0
@@ -599,23 +479,6 @@ class SentimentWorker:
         _, publisher = self._require_stages()
         self._health.broker_reachable = publisher.broker_answers(timeout_s=2.0)
 
-    def _on_consume_error(self, err: KafkaError) -> None:
-        if err.code() == KafkaError._PARTITION_EOF:
-            return
-        if err.fatal():
-            raise KafkaException(err)
-        if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
-            self._health.broker_reachable = False
-            log.warning("broker unreachable (%s); librdkafka keeps retrying", err.str())
-        elif err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-            log.error(
-                "input topic %r does not exist yet (%s): create it with `sentiment-worker topics create`",
-                self._settings.input_topic,
-                err.str(),
-            )
-        else:
-            log.warning("consumer error: %s", err.str())
-
     # ----- helpers -----
     def _new_window(self) -> BatchWindow[InputMessage]:
         s = self._settings
@@ -636,6 +499,11 @@ class SentimentWorker:
             raise RuntimeError("the worker is not started")
         return self._stage
 
+    def _require_records(self) -> OutboundRecords:
+        if self._records is None:
+            raise RuntimeError("the worker is not started")
+        return self._records
+
     def _require_stages(self) -> tuple[ReviewConsumer, ResultPublisher]:
         if self._consumer is None or self._publisher is None:
             raise RuntimeError("the worker is not started")
@@ -645,11 +513,6 @@ class SentimentWorker:
 def _device_of(classifier: Classifier) -> str:
     device = getattr(classifier, "device", None)
     return str(getattr(device, "paddle_device", device) or "unknown")
-
-
-def _kafka_error_text(exc: KafkaException) -> str:
-    error = exc.args[0] if exc.args else exc
-    return error.str() if isinstance(error, KafkaError) else str(error)
 
 
 def _fmt(partitions: list[PartitionKey]) -> str:

@@ -20,6 +20,27 @@ OffsetsFor = Callable[[frozenset[PartitionKey]], dict[PartitionKey, int]]
 REBALANCING_CODES = frozenset({KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS})
 
 
+def is_broker_down(err: KafkaError, input_topic: str) -> bool:
+    """Handles an error event from consume(): raises a fatal one, logs the others with what to do, and
+    says whether it means the brokers are unreachable (librdkafka keeps retrying)."""
+    if err.code() == KafkaError._PARTITION_EOF:
+        return False
+    if err.fatal():
+        raise KafkaException(err)
+    if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
+        log.warning("broker unreachable (%s); librdkafka keeps retrying", err.str())
+        return True
+    if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+        log.error(
+            "input topic %r does not exist yet (%s): create it with `sentiment-worker topics create`",
+            input_topic,
+            err.str(),
+        )
+    else:
+        log.warning("consumer error: %s", err.str())
+    return False
+
+
 class ReviewConsumer:
     """Consumes the input topic in a group with cooperative-sticky assignment.
 

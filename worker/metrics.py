@@ -13,10 +13,14 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from worker.inference import WindowStats
 
 _LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -51,6 +55,18 @@ class WorkerMetrics:
     inference_queue_windows: Gauge
     paused: Gauge
     transactions: Counter
+
+    def observe_window(self, stats: WindowStats, token_budget: int) -> None:
+        """Records one labelled window: its batches, tokenization time, padding and OOM splits."""
+        self.token_budget.set(token_budget)
+        self.out_of_memory_events.inc(stats.out_of_memory_events)
+        if stats.batches:
+            self.tokenization_seconds.observe(stats.tokenize_seconds)
+            self.padding_efficiency.set(stats.padding_efficiency)
+        for batch in stats.batches:
+            self.batch_size.observe(batch.size)
+            self.batch_tokens.observe(batch.padded_tokens)
+            self.inference_seconds.observe(batch.seconds)
 
 
 def create_metrics(registry: CollectorRegistry) -> WorkerMetrics:

@@ -193,6 +193,30 @@ class ResultPublisher:
         self._producer.send_offsets_to_transaction(offsets, group_metadata, timeout_s)
         self._producer.commit_transaction(timeout_s)
 
+    def publish_transaction(
+        self, records: list[OutboundRecord], group_metadata: Any, timeout_s: float
+    ) -> KafkaError | None:
+        """Publishes ``records`` and, for each source partition, the offset after its last record, in one
+        transaction. Returns None once committed, or the abortable error after aborting it (the caller
+        reads those partitions again from their committed offsets); any other error is raised."""
+        next_offsets: dict[tuple[str, int], int] = {}
+        for record in records:
+            key = (record.source.topic, record.source.partition)
+            next_offsets[key] = max(next_offsets.get(key, 0), record.source.offset + 1)
+        try:
+            self.begin_transaction()
+            for record in records:
+                self.publish(record)
+            offsets = [TopicPartition(t, p, o) for (t, p), o in next_offsets.items()]
+            self.commit_transaction(offsets, group_metadata, timeout_s)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if error is None or not error.txn_requires_abort():
+                raise
+            self.abort_transaction(timeout_s)
+            return error
+        return None
+
     def abort_transaction(self, timeout_s: float) -> None:
         """Aborts the open transaction; its records are never shown to read_committed readers."""
         self._producer.abort_transaction(timeout_s)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -10,7 +12,9 @@ import numpy as np
 from schemas.dead_letter import DeadLetterKind, build_dead_letter_headers
 from schemas.sentiment_result import ModelRef, SentimentResult, SourceRef
 from worker.decode import DecodedReview
-from worker.producer import OutboundRecord, SourcePosition
+from worker.producer import OutboundRecord, SourcePosition, record_size
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -91,3 +95,92 @@ def dead_letter_record(
         source=src,
         kind=DeadLetterKind(kind).value,
     )
+
+
+class OutboundRecords:
+    """The worker's outbound records: a result or dead letter per input, sent to the output partition that
+    keeps input order, and a value-less dead letter standing in for a record too large for its topic.
+
+    ``partition_counts`` and ``max_message_bytes`` hold the output and dead-letter topics' figures, read
+    from the broker at start-up.
+    """
+
+    def __init__(
+        self,
+        *,
+        labels: list[str],
+        model: ModelRef,
+        output_topic: str,
+        dlq_topic: str,
+        worker_id: str,
+        partitioning: str,
+        partition_counts: dict[str, int],
+        max_message_bytes: dict[str, int],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._labels = labels
+        self._model = model
+        self._output_topic = output_topic
+        self._dlq_topic = dlq_topic
+        self._worker_id = worker_id
+        self._partitioning = partitioning
+        self._partition_counts = dict(partition_counts)
+        self._max_message_bytes = dict(max_message_bytes)
+        self._clock = clock
+
+    def result(
+        self, item: InputMessage, review: DecodedReview, probs: np.ndarray, now: float
+    ) -> OutboundRecord:
+        return result_record(
+            item,
+            review,
+            probs,
+            labels=self._labels,
+            model=self._model,
+            topic=self._output_topic,
+            partition=self.partition(self._output_topic, item.position.partition),
+            now=now,
+        )
+
+    def dead_letter(self, item: InputMessage, kind: DeadLetterKind, reason: str) -> OutboundRecord:
+        return dead_letter_record(
+            item,
+            kind,
+            reason,
+            topic=self._dlq_topic,
+            partition=self.partition(self._dlq_topic, item.position.partition),
+            worker_id=self._worker_id,
+        )
+
+    def fitting(self, record: OutboundRecord) -> OutboundRecord:
+        """``record``, or its value-less stand-in when it is larger than its topic accepts.
+
+        Checked before sending: the broker would refuse it (and, in a transaction, abort it on every retry).
+        """
+        if record_size(record) <= self._max_message_bytes[record.topic]:
+            return record
+        return self.too_large(record)
+
+    def too_large(self, record: OutboundRecord) -> OutboundRecord:
+        """Stands in for a result or dead letter the topic refused as too large: same key, no value."""
+        src = record.source
+        size = len(record.value or b"")
+        reason = (
+            f"the {'result' if record.kind == 'result' else 'dead letter'} for this input is {size} bytes, "
+            f"more than topic {record.topic!r} accepts (max.message.bytes); the original value stays in "
+            f"{src.topic} partition {src.partition} at offset {src.offset}. Send smaller values or raise the "
+            "topic's max.message.bytes."
+        )
+        if record.kind not in ("result", DeadLetterKind.VALUE_TOO_LARGE.value):
+            reason += f" It was dead-lettered as {record.kind}."
+        log.warning("replacing an oversized record by a dead letter without value: %s", reason)
+        return self.dead_letter(
+            InputMessage(src, record.key, None, self._clock()), DeadLetterKind.VALUE_TOO_LARGE, reason
+        )
+
+    def partition(self, topic: str, source_partition: int) -> int | None:
+        if self._partitioning == "key":
+            return None
+        # Same partition number as the input (modulo): one input partition → one output partition, so the
+        # idempotent producer's per-partition ordering keeps input order end to end.
+        return source_partition % self._partition_counts[topic]
