@@ -11,6 +11,8 @@ KAFKA_PORT ?= 9092
 TEST_KAFKA_PORT ?= 19092
 TEST_KAFKA_DIR := var/kafka-test
 MODEL_DIR ?= models/default
+# What the worker serves on CPU: the exported (Paddle Inference + oneDNN) form of MODEL_DIR.
+STATIC_MODEL_DIR ?= $(MODEL_DIR)-static
 PYTEST_ARGS ?=
 
 .PHONY: help install kafka-up kafka-down kafka-status train model demo test test-unit test-faults lint typecheck schemas clean
@@ -21,6 +23,7 @@ help:
 	@echo "make test-unit   the tests that need neither broker nor trained model"
 	@echo "make kafka-up / kafka-down / kafka-status   the local Apache Kafka broker on localhost:$(KAFKA_PORT)"
 	@echo "make train       (re)train the default model into $(MODEL_DIR) (~10 min on 2 CPU cores)"
+	@echo "make model       train if missing, then export it to $(STATIC_MODEL_DIR) (what the demo serves)"
 	@echo "make lint / typecheck / schemas"
 
 $(VENV)/.installed: pyproject.toml constraints.txt
@@ -44,13 +47,16 @@ kafka-status: install
 $(MODEL_DIR)/metrics.json: | $(VENV)/.installed
 	$(CLI) train --output-dir $(MODEL_DIR)
 
-model: $(MODEL_DIR)/metrics.json
+$(STATIC_MODEL_DIR)/sentiment_model.json: $(MODEL_DIR)/metrics.json
+	$(CLI) export --model $(MODEL_DIR) --output-dir $(STATIC_MODEL_DIR) --overwrite
+
+model: $(STATIC_MODEL_DIR)/sentiment_model.json
 
 train: install
 	$(CLI) train --output-dir $(MODEL_DIR)
 
 demo: install kafka-up model
-	@bash deploy/demo.sh $(MODEL_DIR) localhost:$(KAFKA_PORT)
+	@bash deploy/demo.sh $(STATIC_MODEL_DIR) localhost:$(KAFKA_PORT) $(MODEL_DIR)
 
 test: install lint typecheck
 	@rm -rf $(TEST_KAFKA_DIR)

