@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 _IDLE_POLL_S = 0.2
 _BUSY_POLL_S = 0.01
+_MAX_UNPOLLED_S = 2.0
 _METRICS_EVERY_S = 1.0
 _BROKER_CHECK_EVERY_S = 10.0
 _MAX_WINDOW_BYTES = 64 * 1024 * 1024
@@ -186,6 +187,7 @@ class SentimentWorker:
         self._last_activity_at = self._clock()
         next_metrics_at = 0.0
         next_broker_check_at = self._clock() + _BROKER_CHECK_EVERY_S
+        full_since: float | None = None  # since when the window is full and the model's queue too
         while True:
             publisher.raise_for_error()
             if self._stop.is_set():
@@ -199,14 +201,28 @@ class SentimentWorker:
             budget = self._settings.max_window_messages - len(self._window)
             if max_messages is not None:
                 budget = min(budget, max_messages - self._summary.consumed)
-            # Backpressure: a full window waiting for the model pauses the partitions; polling goes on,
-            # which keeps this member in the group however long the model takes.
-            self._set_paused(budget <= 0)
-            if len(self._window) and budget > 0:
-                timeout = self._window.remaining_wait_s()
+            # Backpressure: while the window is full and the model's queue has no room, the loop stops
+            # consuming and waits for the model (librdkafka stops fetching at its queue limits and keeps
+            # what it prefetched). Only when that lasts longer than _MAX_UNPOLLED_S does it pause the
+            # partitions and poll again, which serves rebalances and keeps this member in the group however
+            # long the model takes. Pausing is the rare case on purpose: librdkafka throws a paused
+            # partition's prefetched messages away and fetches them again on resume.
+            if budget > 0 or not stage.in_flight:
+                full_since = None
+            elif full_since is None:
+                full_since = self._clock()
+            must_poll = full_since is None or self._clock() - full_since >= _MAX_UNPOLLED_S
+            self._set_paused(budget <= 0 and must_poll)
+            if not must_poll:
+                for labelled in stage.collect(timeout_s=_BUSY_POLL_S):
+                    self._publish_window(labelled)
+                messages = []
             else:
-                timeout = _BUSY_POLL_S if stage.in_flight or len(self._window) else _IDLE_POLL_S
-            messages = consumer.consume(max(1, budget), timeout)
+                if len(self._window) and budget > 0:
+                    timeout = self._window.remaining_wait_s()
+                else:
+                    timeout = _BUSY_POLL_S if stage.in_flight or len(self._window) else _IDLE_POLL_S
+                messages = consumer.consume(max(1, budget), timeout)
             for message in messages:
                 self._accept(message)
             if messages:

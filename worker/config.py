@@ -77,7 +77,10 @@ class WorkerSettings(BaseSettings):
         50, ge=0, description="Longest a window waits for more messages, timed from its first message."
     )
     max_queued_windows: int = Field(
-        2, ge=1, description="Windows queued for or in inference; when full, the partitions are paused."
+        2,
+        ge=1,
+        description="Windows queued for or in inference; when full, the poll thread stops consuming "
+        "(and pauses the partitions after 2 s).",
     )
 
     # --- memory budget ---

@@ -182,7 +182,7 @@ def create_metrics(registry: CollectorRegistry) -> WorkerMetrics:
         ),
         paused=Gauge(
             "sentiment_consumer_paused",
-            "1 while the partitions are paused because the inference queue is full (backpressure).",
+            "1 while the partitions are paused: the inference queue has been full for 2 s (backpressure).",
             registry=registry,
         ),
         transactions=Counter(
