@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from schemas.sentiment_result import ModelRef
 from worker import startup
+from worker.backpressure import Backpressure
 from worker.batcher import BatchWindow
 from worker.config import WorkerSettings
 from worker.consumer import PartitionKey, ReviewConsumer, is_broker_down
@@ -39,7 +40,6 @@ log = logging.getLogger(__name__)
 
 _IDLE_POLL_S = 0.2
 _BUSY_POLL_S = 0.01
-_MAX_UNPOLLED_S = 2.0
 _METRICS_EVERY_S = 1.0
 _BROKER_CHECK_EVERY_S = 10.0
 _MAX_WINDOW_BYTES = 64 * 1024 * 1024
@@ -95,6 +95,7 @@ class SentimentWorker:
         self._epochs: dict[PartitionKey, int] = {}  # bumped per assignment: stale work is never published
         self._epoch_counter = 0
         self._budget = TokenBudget(settings.max_batch_tokens)
+        self._backpressure = Backpressure()
         self._stage: InferenceStage[PreparedWindow, LabelledWindow] | None = None
         self._exactly_once = settings.delivery == "exactly_once"
         self.http_address: tuple[str, int] | None = None
@@ -187,7 +188,6 @@ class SentimentWorker:
         self._last_activity_at = self._clock()
         next_metrics_at = 0.0
         next_broker_check_at = self._clock() + _BROKER_CHECK_EVERY_S
-        full_since: float | None = None  # since when the window is full and the model's queue too
         while True:
             publisher.raise_for_error()
             if self._stop.is_set():
@@ -201,19 +201,10 @@ class SentimentWorker:
             budget = self._settings.max_window_messages - len(self._window)
             if max_messages is not None:
                 budget = min(budget, max_messages - self._summary.consumed)
-            # Backpressure: while the window is full and the model's queue has no room, the loop stops
-            # consuming and waits for the model (librdkafka stops fetching at its queue limits and keeps
-            # what it prefetched). Only when that lasts longer than _MAX_UNPOLLED_S does it pause the
-            # partitions and poll again, which serves rebalances and keeps this member in the group however
-            # long the model takes. Pausing is the rare case on purpose: librdkafka throws a paused
-            # partition's prefetched messages away and fetches them again on resume.
-            if budget > 0 or not stage.in_flight:
-                full_since = None
-            elif full_since is None:
-                full_since = self._clock()
-            must_poll = full_since is None or self._clock() - full_since >= _MAX_UNPOLLED_S
-            self._set_paused(budget <= 0 and must_poll)
-            if not must_poll:
+            busy = stage.in_flight > 0
+            decision = self._backpressure.decide(room=budget, model_busy=busy, now=self._clock())
+            self._set_paused(decision.pause)
+            if not decision.consume:  # the model is busy: wait for it (see worker/backpressure.py)
                 for labelled in stage.collect(timeout_s=_BUSY_POLL_S):
                     self._publish_window(labelled)
                 messages = []
