@@ -255,14 +255,7 @@ def load_classifier(
     num_labels = int(getattr(net, "num_labels", len(labels)))
     if num_labels != len(labels):
         raise ModelLoadError(f"model has {num_labels} outputs but {len(labels)} label names {labels}")
-    limit = _max_position_embeddings(net)
-    chosen = (
-        max_seq_len if max_seq_len is not None else (meta.max_seq_len if meta else HUB_DEFAULT_MAX_SEQ_LEN)
-    )
-    if limit is not None and chosen > limit:
-        if max_seq_len is not None:
-            raise ModelLoadError(f"max_seq_len={max_seq_len} exceeds the model's {limit} position embeddings")
-        chosen = limit
+    chosen = _choose_max_seq_len(max_seq_len, meta, _max_position_embeddings(net))
     return SentimentClassifier(
         model=net,
         tokenizer=tokenizer,
@@ -291,14 +284,7 @@ def _load_static(
         raise ModelLoadError(
             f"could not load the tokenizer from the exported directory {directory}: {exc}; re-run export"
         ) from exc
-    limit = _config_value(directory, "max_position_embeddings")
-    chosen = (
-        max_seq_len if max_seq_len is not None else (meta.max_seq_len if meta else HUB_DEFAULT_MAX_SEQ_LEN)
-    )
-    if limit is not None and chosen > limit:
-        if max_seq_len is not None:
-            raise ModelLoadError(f"max_seq_len={max_seq_len} exceeds the model's {limit} position embeddings")
-        chosen = limit
+    chosen = _choose_max_seq_len(max_seq_len, meta, _config_value(directory, "max_position_embeddings"))
     static_options = StaticOptions(
         cpu_threads=options.cpu_threads or os.cpu_count() or 1,
         use_fp16=options.use_fp16,
@@ -337,6 +323,17 @@ def _read_meta(directory: Path) -> ModelMetadata | None:
         return ModelMetadata.read(path)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ModelLoadError(f"{path} is invalid ({exc}); fix or delete it, or re-run export") from exc
+
+
+def _choose_max_seq_len(requested: int | None, meta: ModelMetadata | None, limit: int | None) -> int:
+    """The requested length, else the model's recorded one, else 128; capped at ``limit`` (the position
+    embeddings) unless it was requested explicitly, which is then an error."""
+    chosen = requested if requested is not None else (meta.max_seq_len if meta else HUB_DEFAULT_MAX_SEQ_LEN)
+    if limit is not None and chosen > limit:
+        if requested is not None:
+            raise ModelLoadError(f"max_seq_len={requested} exceeds the model's {limit} position embeddings")
+        chosen = limit
+    return chosen
 
 
 def _config_value(directory: Path, key: str) -> int | None:
