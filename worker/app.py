@@ -24,7 +24,7 @@ from worker import startup
 from worker.backpressure import Backpressure
 from worker.batcher import BatchWindow
 from worker.config import WorkerSettings
-from worker.consumer import PartitionKey, ReviewConsumer, is_broker_down
+from worker.consumer import PartitionKey, ReviewConsumer, handle_consume_error
 from worker.health import HealthServer, HealthState
 from worker.inference import Classifier, TokenBudget
 from worker.lag_clock import LagClock
@@ -276,7 +276,7 @@ class SentimentWorker:
     def _accept(self, message: Message) -> None:
         err = message.error()
         if err is not None:
-            if is_broker_down(err, self._settings.input_topic):  # raises a fatal one, logs the others
+            if handle_consume_error(err, self._settings.input_topic):  # True: brokers unreachable
                 self._health.broker_reachable = False
             return
         topic, partition, offset = message.topic(), message.partition(), message.offset()

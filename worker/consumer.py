@@ -20,9 +20,9 @@ OffsetsFor = Callable[[frozenset[PartitionKey]], dict[PartitionKey, int]]
 REBALANCING_CODES = frozenset({KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS})
 
 
-def is_broker_down(err: KafkaError, input_topic: str) -> bool:
-    """Handles an error event from consume(): raises a fatal one, logs the others with what to do, and
-    says whether it means the brokers are unreachable (librdkafka keeps retrying)."""
+def handle_consume_error(err: KafkaError, input_topic: str) -> bool:
+    """Handles an error event from consume(): raises a fatal one, logs the others with what to do. Returns
+    True when it means the brokers are unreachable (librdkafka keeps retrying)."""
     if err.code() == KafkaError._PARTITION_EOF:
         return False
     if err.fatal():
