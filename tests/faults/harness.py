@@ -87,6 +87,20 @@ class WorkerProcess:
     def stderr_tail(self, chars: int = 3000) -> str:
         return self.stderr()[-chars:]
 
+    def refusal_line(self, timeout_s: float = 120.0) -> str:
+        """Waits for a worker expected to refuse to start: exit 2, no traceback. Returns its last
+        ``sentiment-worker run: error:`` line (what the user is told to change)."""
+        try:
+            code = self.wait(timeout_s)
+        finally:
+            self.stop()
+        err = self.stderr()
+        assert code == 2, f"{self.name}: exit {code}\n{self.stderr_tail()}"
+        assert "Traceback" not in err, self.stderr_tail()
+        lines = [line for line in err.splitlines() if line.startswith("sentiment-worker run: error:")]
+        assert lines, self.stderr_tail()
+        return lines[-1]
+
     def summary(self) -> dict[str, Any]:
         """The JSON summary `run` prints as its last stdout line on a clean stop."""
         lines = [line for line in self.stdout().splitlines() if line.startswith("{")]

@@ -157,19 +157,12 @@ def test_worker_without_valid_credentials_is_refused_with_a_clear_error(
         sasl_broker, names, tiny_model_dir, mechanism=mechanism, password=password, protocol=protocol
     )
     worker = WorkerProcess(env, tmp_path, "refused")
-    try:
-        code = worker.wait(120)
-    finally:
-        worker.stop()
+    error_line = worker.refusal_line()
     err = worker.stderr()
-    assert code == 2, f"{case}: exit {code}\n{worker.stderr_tail()}"
-    error_line = [line for line in err.splitlines() if line.startswith("sentiment-worker run: error:")]
-    assert error_line, worker.stderr_tail()
     if protocol is not None and mechanism is None:  # refused by the settings check, before any connection
-        assert "needs sasl_mechanism" in error_line[-1], error_line[-1]
+        assert "needs sasl_mechanism" in error_line, error_line
     else:
-        assert "Nothing was consumed" in error_line[-1], error_line[-1]
-    assert "Traceback" not in err
+        assert "Nothing was consumed" in error_line, error_line
     if mechanism is not None:  # librdkafka says why (the worker's own line only says the broker failed)
         assert "SASL authentication error" in err and "Authentication failed" in err, worker.stderr_tail()
     for secret in (sasl_broker.password, password):
