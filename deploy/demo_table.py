@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from worker.config import load_settings
-from worker.tail import fit, tail_records
+from worker.tools.tail import fit, tail_records
 
 SAMPLES = Path(__file__).resolve().parent / "samples" / "reviews.jsonl"
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.model.training import TrainOptions, TrainReport, train
+from worker.training.training import TrainOptions, TrainReport, train
 
 # 1 layer, hidden 64, 4,000 examples, 3 epochs at seq len 64: ~15 s on 2 cores, ~0.75 held-out accuracy.
 TINY_OPTIONS = {

@@ -4,9 +4,6 @@ a private broker, and the conservation tally (inputs, results, dead letters, dup
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -19,93 +16,10 @@ from confluent_kafka import Consumer, Message, Producer
 
 from tests.integration.helpers import worker_env  # noqa: F401 (part of the harness API)
 from tests.kafka_fixtures import free_port, run_launcher
+from worker.tools.worker_process import WorkerProcess  # noqa: F401 (part of the harness API)
 
 REPO = Path(__file__).resolve().parents[2]
 Record = tuple[bytes, bytes | None]  # (key = the input's unique id, value)
-
-
-# --------------------------------------------------------------------------- worker processes
-
-
-class WorkerProcess:
-    """One `python -m worker run` process; stdout/stderr go to files (a full pipe would block it)."""
-
-    def __init__(self, env: dict[str, str], log_dir: Path, name: str, *args: str) -> None:
-        """Starts it; its worker id (client.id, transactional id) is `name` unless the env sets one."""
-        log_dir.mkdir(parents=True, exist_ok=True)
-        env = {"SENTIMENT_WORKER_ID": name, **env}
-        self.name = name
-        self.stdout_path = log_dir / f"{name}.out"
-        self.stderr_path = log_dir / f"{name}.err"
-        with self.stdout_path.open("wb") as out, self.stderr_path.open("wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "worker", "run", *args],
-                cwd=REPO,
-                env=env,
-                stdout=out,
-                stderr=err,
-                stdin=subprocess.DEVNULL,
-            )
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def kill9(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=30)
-
-    def terminate(self) -> None:
-        if self.alive():
-            self.proc.send_signal(signal.SIGTERM)
-
-    def wait(self, timeout_s: float) -> int:
-        try:
-            return self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=30)
-            raise AssertionError(
-                f"{self.name} did not exit within {timeout_s:.0f} s:\n{self.stderr_tail()}"
-            ) from None
-
-    def stop(self) -> None:
-        """Kill it if it still runs (test teardown)."""
-        if self.alive():
-            self.proc.kill()
-            self.proc.wait(timeout=30)
-
-    def stdout(self) -> str:
-        return self.stdout_path.read_text(errors="replace")
-
-    def stderr(self) -> str:
-        return self.stderr_path.read_text(errors="replace")
-
-    def stderr_tail(self, chars: int = 3000) -> str:
-        return self.stderr()[-chars:]
-
-    def refusal_line(self, timeout_s: float = 120.0) -> str:
-        """Waits for a worker expected to refuse to start: exit 2, no traceback. Returns its last
-        ``sentiment-worker run: error:`` line (what the user is told to change)."""
-        try:
-            code = self.wait(timeout_s)
-        finally:
-            self.stop()
-        err = self.stderr()
-        assert code == 2, f"{self.name}: exit {code}\n{self.stderr_tail()}"
-        assert "Traceback" not in err, self.stderr_tail()
-        lines = [line for line in err.splitlines() if line.startswith("sentiment-worker run: error:")]
-        assert lines, self.stderr_tail()
-        return lines[-1]
-
-    def summary(self) -> dict[str, Any]:
-        """The JSON summary `run` prints as its last stdout line on a clean stop."""
-        lines = [line for line in self.stdout().splitlines() if line.startswith("{")]
-        assert lines, f"{self.name} printed no summary; stderr:\n{self.stderr_tail()}"
-        return dict(json.loads(lines[-1]))
 
 
 # --------------------------------------------------------------------------- input and output

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from schemas.sentiment_result import ModelRef
-from worker.app import SentimentWorker
 from worker.config import WorkerSettings
+from worker.stream.app import SentimentWorker
 
 SAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "samples" / "reviews.jsonl"
 

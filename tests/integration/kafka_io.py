@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
+
+from worker.tools import topic_io
 
 
 def produce(
@@ -45,31 +46,9 @@ def read_topic(
 ) -> list[Message]:
     """Reads a topic from the beginning until `expected` records arrived (then `settle_s` more, to catch
     extras) or `timeout_s` passed. Read-committed, commits nothing."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"test-reader-{time.monotonic_ns()}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
+    return topic_io.read_topic(
+        {"bootstrap.servers": bootstrap}, topic, expected=expected, timeout_s=timeout_s, settle_s=settle_s
     )
-    consumer.subscribe([topic])
-    messages: list[Message] = []
-    deadline = time.monotonic() + timeout_s
-    settle_until: float | None = None
-    try:
-        while time.monotonic() < deadline:
-            if settle_until is not None and time.monotonic() >= settle_until:
-                break
-            for message in consumer.consume(500, 0.2):
-                if message.error() is None:
-                    messages.append(message)
-            if len(messages) >= expected and settle_until is None:
-                settle_until = time.monotonic() + settle_s
-    finally:
-        consumer.close()
-    return messages
 
 
 def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:

@@ -20,10 +20,10 @@ from schemas.sentiment_result import ModelRef
 from tests.integration.helpers import make_settings, sample_reviews
 from tests.integration.kafka_io import produce, read_topic, review_records
 from tests.kafka_fixtures import free_port
-from worker.app import SentimentWorker
 from worker.cli import main
-from worker.metrics import DeviceMemoryCollector
-from worker.report import load_recording, record, summarize
+from worker.stream.app import SentimentWorker
+from worker.stream.metrics import DeviceMemoryCollector
+from worker.tools.report import load_recording, record, summarize
 
 pytestmark = pytest.mark.integration
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

@@ -20,7 +20,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from tests.integration.helpers import assert_partition_order, sample_reviews
 from tests.integration.kafka_io import end_offsets, produce, read_topic, results_of, review_records
 from tests.integration.test_worker_process import start_worker, worker_env
-from worker.lag import GroupLag, measure_lag
+from worker.tools.lag import GroupLag, measure_lag
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 6

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from worker import topics
-from worker.feed import FeedFileError, produce_reviews, read_reviews
-from worker.tail import TailedRecord, TailError, format_table, result_row, tail_records
+from worker.tools import topics
+from worker.tools.feed import FeedFileError, produce_reviews, read_reviews
+from worker.tools.tail import TailedRecord, TailError, format_table, result_row, tail_records
 
 pytestmark = pytest.mark.integration
 

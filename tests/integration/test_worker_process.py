@@ -26,7 +26,7 @@ from tests.integration.kafka_io import (
     results_of,
     review_records,
 )
-from worker.app import SentimentWorker
+from worker.stream.app import SentimentWorker
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

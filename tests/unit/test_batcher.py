@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from worker.batcher import BatchWindow, padded_tokens, padding_efficiency, plan_batches
+from worker.stream.batch_plan import padded_tokens, padding_efficiency, plan_batches
+from worker.stream.consume_window import ConsumeWindow
 
 
 class FakeClock:
@@ -108,12 +109,12 @@ def test_padding_helpers() -> None:
     assert padding_efficiency([[2]], counts) == 1.0
 
 
-# --- BatchWindow -------------------------------------------------------------------------------------
+# --- ConsumeWindow -------------------------------------------------------------------------------------
 
 
-def make_window(clock: FakeClock, **overrides: int) -> BatchWindow[str]:
+def make_window(clock: FakeClock, **overrides: int) -> ConsumeWindow[str]:
     bounds = {"max_messages": 3, "max_wait_ms": 50, "max_tokens": 100} | overrides
-    return BatchWindow(clock=clock, **bounds)
+    return ConsumeWindow(clock=clock, **bounds)
 
 
 def test_empty_window_is_never_due() -> None:

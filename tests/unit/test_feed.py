@@ -1,4 +1,4 @@
-"""worker.feed: review files → records (each format, errors with line numbers) and the rate schedule."""
+"""worker.tools.feed: review files → records (each format, errors with line numbers) and the rate schedule."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from worker.decode import DecodedReview, InputFormat, decode_review
-from worker.feed import FeedFileError, FeedRecord, RateLimiter, detect_format, read_reviews
+from worker.stream.decode import DecodedReview, InputFormat, decode_review
+from worker.tools.feed import FeedFileError, FeedRecord, RateLimiter, detect_format, read_reviews
 
 
 def write(tmp_path: Path, name: str, content: str | bytes) -> Path:

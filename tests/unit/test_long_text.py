@@ -12,7 +12,6 @@ import pytest
 
 from schemas.dead_letter import DeadLetterKind
 from worker.config import WorkerSettings
-from worker.inference import InferenceFailure, TokenBudget, label_texts
 from worker.model.device import choose_device
 from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier
 from worker.model.long_text import (
@@ -23,9 +22,10 @@ from worker.model.long_text import (
     merge_chunk_outputs,
     single_layout,
 )
-from worker.producer import SourcePosition
-from worker.records import InputMessage
-from worker.windows import label_window, prepare_window
+from worker.stream.inference import InferenceFailure, TokenBudget, label_texts
+from worker.stream.producer import SourcePosition
+from worker.stream.records import InputMessage
+from worker.stream.windows import label_window, prepare_window
 
 CLS, SEP = 900, 901
 

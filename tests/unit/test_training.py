@@ -10,7 +10,10 @@ import pytest
 
 from tests.model_fixtures import TINY_OPTIONS, TinyTraining
 from worker.cli import main
-from worker.model.corpus import (
+from worker.model.device import choose_device
+from worker.model.loading import load_classifier
+from worker.model.metadata import METADATA_FILE
+from worker.training.corpus import (
     DataFileError,
     LabeledText,
     load_labeled_file,
@@ -18,11 +21,8 @@ from worker.model.corpus import (
     parse_label,
     split,
 )
-from worker.model.device import choose_device
-from worker.model.evaluate import HELDOUT_FILE
-from worker.model.loading import load_classifier
-from worker.model.metadata import METADATA_FILE
-from worker.model.training import (
+from worker.training.evaluate import HELDOUT_FILE
+from worker.training.training import (
     CHECKPOINT_DIR,
     METRICS_FILE,
     MODEL_CARD_FILE,
@@ -36,7 +36,7 @@ from worker.model.training import (
     train,
     truncate_ids,
 )
-from worker.model.vocab import SPECIAL_TOKENS, build_char_vocab
+from worker.training.vocab import SPECIAL_TOKENS, build_char_vocab
 
 # A very small model for the mechanics tests (accumulation, AMP, resume): ~1-2 s per run on 2 cores.
 MICRO = {

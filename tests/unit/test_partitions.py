@@ -1,0 +1,66 @@
+"""PartitionBook: epochs per assignment, stale work after a rewind or re-assignment, forgetting on revoke."""
+
+from __future__ import annotations
+
+from worker.stream.partitions import NOT_OWNED, PartitionBook
+
+A = ("reviews", 0)
+B = ("reviews", 1)
+
+
+def test_work_of_an_unassigned_partition_is_not_owned() -> None:
+    book = PartitionBook()
+    epoch = book.consumed(A, 0, None)
+    assert epoch == NOT_OWNED and not book.owns(A, epoch)
+
+
+def test_reassignment_makes_earlier_work_stale() -> None:
+    book = PartitionBook()
+    book.assigned([A, B])
+    first = book.consumed(A, 0, 1_000)
+    assert book.owns(A, first)
+    book.forget([A])
+    book.assigned([A])
+    assert not book.owns(A, first)
+    assert book.owns(A, book.epoch(A)) and book.epoch(A) != first
+
+
+def test_rewind_makes_in_flight_work_stale_and_forgets_offsets() -> None:
+    book = PartitionBook()
+    book.assigned([A])
+    epoch = book.consumed(A, 5, 1_000)
+    book.rewind([A])
+    assert not book.owns(A, epoch)
+    assert book.offsets.outstanding() == 0
+
+
+def test_positions_follow_contiguous_acknowledgements() -> None:
+    book = PartitionBook()
+    book.assigned([A, B])
+    for offset in (10, 11, 12):
+        book.consumed(A, offset, 1_000 + offset)
+    book.acknowledged(A, 11, 1_011)
+    assert book.positions([A, B]) == {}  # 10 is not acknowledged yet
+    book.acknowledged(A, 10, 1_010)
+    assert book.positions([A, B]) == {A: 12}
+
+
+def test_lag_seconds_is_the_age_of_the_oldest_unfinished_message() -> None:
+    book = PartitionBook()
+    book.assigned([A])
+    book.consumed(A, 0, 1_000)
+    book.consumed(A, 1, 3_000)
+    assert book.lag_seconds(A, 0, now_ms=5_000) == 4.0
+    book.acknowledged(A, 0, 1_000)
+    book.offsets.committable()
+    assert book.lag_seconds(A, 0, now_ms=5_000) == 2.0
+
+
+def test_forget_drops_paused_state_and_offsets() -> None:
+    book = PartitionBook()
+    book.assigned([A, B])
+    book.paused |= {A, B}
+    book.consumed(A, 0, None)
+    book.forget([A])
+    assert book.paused == {B}
+    assert book.epoch(A) == NOT_OWNED and book.offsets.outstanding() == 0

@@ -1,0 +1,83 @@
+"""`sentiment-worker bench`: model-only vs end-to-end vs naive throughput, latency at a fixed rate, RSS."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from worker.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    CommandError,
+    Subparsers,
+    add_settings_flags,
+    configure_logging,
+    load_model,
+    settings_from_args,
+)
+
+
+def register(subparsers: Subparsers) -> None:
+    """Adds `bench`."""
+    bench = subparsers.add_parser(
+        "bench",
+        help="model-only vs end-to-end vs naive throughput, latency at a fixed rate, RSS (table + JSON)",
+    )
+    add_settings_flags(bench, "bootstrap_servers", "model", "device")
+    bench.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
+    bench.add_argument("--messages", type=int, default=None, help="backlog drained end to end (200000)")
+    bench.add_argument("--model-only-messages", type=int, default=None, help="reviews for model-only (20000)")
+    bench.add_argument("--naive-messages", type=int, default=None, help="reviews for the naive loop (2000)")
+    bench.add_argument("--latency-messages", type=int, default=None, help="reviews at the fixed rate (3000)")
+    bench.add_argument("--rate", type=float, default=None, help="offered msg/s (default: half of end-to-end)")
+    bench.add_argument("--max-batch-tokens", type=int, default=None, help="default: the tuned budget")
+    bench.add_argument("--max-batch-size", type=int, default=None, help="default: SENTIMENT_MAX_BATCH_SIZE")
+    bench.add_argument("--partitions", type=int, default=None, help="input partitions (3)")
+    bench.add_argument("--keep-topics", action="store_true", default=None, help="keep the bench's topics")
+    bench.add_argument("--json", type=Path, default=None, help="where to write the JSON report")
+    bench.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from worker.stream.tuning import TuneOptions, TuningError, tune
+    from worker.tools.bench import BenchOptions, format_table, run_bench
+
+    settings = settings_from_args(args)
+    configure_logging("WARNING")
+    classifier, _ = load_model(settings.model, settings.device, settings.max_seq_len)
+    make = BenchOptions.quick if args.quick else BenchOptions
+    overrides = {
+        "messages": args.messages, "naive_messages": args.naive_messages,
+        "latency_messages": args.latency_messages, "model_only_messages": args.model_only_messages,
+        "rate_per_s": args.rate, "max_batch_size": args.max_batch_size, "partitions": args.partitions,
+        "keep_topics": args.keep_topics,
+    }  # fmt: skip
+    options = make(**{k: v for k, v in overrides.items() if v is not None})
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    if args.max_batch_tokens is not None:
+        budget, source = args.max_batch_tokens, "--max-batch-tokens"
+    else:
+        try:
+            tuned = tune(
+                classifier, TuneOptions.from_settings(settings, classifier.max_seq_len), progress=say
+            )
+        except TuningError as exc:
+            raise CommandError(f"tuning failed: {exc}; pass --max-batch-tokens", EXIT_FAILED) from None
+        budget = tuned.max_batch_tokens
+        source = f"tuned for {'VRAM' if tuned.mode == 'gpu-memory' else 'CPU throughput'}" + (
+            ", cached" if tuned.from_cache else ""
+        )
+    report = run_bench(settings, classifier, options, max_batch_tokens=budget, tuned_from=source, say=say)
+    print(format_table(report), flush=True)
+    path = args.json or Path(f"bench-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
+    print(f"wrote {path}", flush=True)
+    conserved = report["end_to_end"]["conservation"]["ok"] and report["latency"]["conservation"]["ok"]
+    return EXIT_OK if conserved else EXIT_FAILED

@@ -1,0 +1,148 @@
+"""What every `sentiment-worker` command shares: exit codes, CommandError, the settings flags and the one
+way settings are built from them, logging set-up and model loading. Command modules import this, nothing else
+in `worker/` imports `worker.cli`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeAlias
+
+from pydantic import ValidationError
+
+from worker.config import WorkerSettings, load_settings
+
+__all__ = [
+    "EXIT_CONFIG",
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "SETTING_FLAGS",
+    "CommandError",
+    "Subparsers",
+    "add_settings_flags",
+    "configure_logging",
+    "env_config_file",
+    "load_model",
+    "settings_from_args",
+]
+
+log = logging.getLogger("worker")
+
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
+
+# What `build_parser` hands each command module's `register(subparsers)`.
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+class CommandError(Exception):
+    """A failure the user can fix; printed without a traceback, exit code attached."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_CONFIG) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+# ----- settings from flags -----
+SETTING_FLAGS = {
+    "bootstrap_servers": "Kafka bootstrap servers (SENTIMENT_BOOTSTRAP_SERVERS)",
+    "input_topic": "input topic (SENTIMENT_INPUT_TOPIC)",
+    "output_topic": "results topic (SENTIMENT_OUTPUT_TOPIC)",
+    "dlq_topic": "dead-letter topic (SENTIMENT_DLQ_TOPIC)",
+    "group_id": "consumer group (SENTIMENT_GROUP_ID)",
+    "model": "model directory or PaddleNLP name (SENTIMENT_MODEL)",
+    "device": "gpu | cpu | auto (SENTIMENT_DEVICE)",
+    "http_port": "port of /metrics /healthz /readyz, 0 = off (SENTIMENT_HTTP_PORT)",
+    "input_format": "json | text (SENTIMENT_INPUT_FORMAT)",
+    "backend": "auto | dynamic | static (SENTIMENT_BACKEND)",
+    "tokenizer": "auto | fast | slow (SENTIMENT_TOKENIZER)",
+    "long_text": "truncate | head_tail | chunk (SENTIMENT_LONG_TEXT)",
+}
+
+
+def add_settings_flags(parser: argparse.ArgumentParser, *names: str) -> None:
+    parser.add_argument("--config", type=Path, default=None, help="settings file (JSON or TOML)")
+    for name in names:
+        kind: Callable[[str], Any] = int if name == "http_port" else str
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=kind, help=SETTING_FLAGS[name])
+
+
+def settings_from_args(args: argparse.Namespace) -> WorkerSettings:
+    overrides = {name: getattr(args, name, None) for name in SETTING_FLAGS}
+    config = getattr(args, "config", None) or env_config_file()
+    try:
+        return load_settings(config, **overrides)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()
+        )
+        raise CommandError(f"invalid settings: {problems}") from None
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+
+
+def env_config_file() -> Path | None:
+    # The entry point is the one place that reads the environment (pydantic-settings reads the rest).
+    value = os.environ.get("SENTIMENT_CONFIG_FILE")
+    return Path(value) if value else None
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level),
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
+    # Paddle's import-time notices (ccache, distutils) say nothing about this worker.
+    warnings.filterwarnings("ignore", category=UserWarning, module=r"paddle\..*|_distutils_hack")
+    if level != "DEBUG":
+        _quiet_paddlenlp()
+
+
+def _quiet_paddlenlp() -> None:
+    """PaddleNLP logs every file it loads at INFO through its own logger; keep warnings only."""
+    from paddlenlp.utils.log import logger as paddlenlp_logger
+
+    paddlenlp_logger.set_level("WARNING")
+
+
+def load_model(
+    model: str | WorkerSettings, device: str | None = None, max_seq_len: int | None = None
+) -> tuple[Any, Any]:
+    """The classifier and its ModelRef, built as the settings say: model, device, max_seq_len, backend
+    (dynamic/static), tokenizer, long_text, cpu_threads, FP16/TensorRT. Given WorkerSettings, all of it
+    comes from them; given a model name (callers with their own --model/--device flags), those three come
+    from the arguments and the rest from the environment / config file like any other setting."""
+    from schemas.sentiment_result import ModelRef
+    from worker.model.device import DeviceUnavailableError, activate, choose_device
+    from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier
+
+    if isinstance(model, WorkerSettings):
+        settings = model
+    else:
+        try:
+            settings = load_settings(env_config_file(), model=model, device=device, max_seq_len=max_seq_len)
+        except (ValidationError, ValueError) as exc:
+            raise CommandError(f"invalid settings: {exc}") from None
+    try:
+        choice = choose_device(settings.device)
+    except DeviceUnavailableError as exc:
+        raise CommandError(f"device: {exc}") from None
+    log.info("device %s (%s)", choice.paddle_device, choice.reason)
+    activate(choice)
+    try:
+        classifier = load_classifier(
+            settings.model,
+            choice,
+            max_seq_len=settings.max_seq_len,
+            options=InferenceOptions.from_settings(settings),
+        )
+    except ModelLoadError as exc:
+        raise CommandError(f"model: {exc}") from None
+    log.info("model %r", classifier)
+    return classifier, ModelRef(name=classifier.name, version=classifier.version)

@@ -1,0 +1,35 @@
+"""`sentiment-worker doctor`: Paddle build, device, model, broker, topics — each with a verdict."""
+
+from __future__ import annotations
+
+import argparse
+
+from worker.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    SETTING_FLAGS,
+    Subparsers,
+    add_settings_flags,
+    settings_from_args,
+)
+
+
+def register(subparsers: Subparsers) -> None:
+    """Adds `doctor`."""
+    doctor = subparsers.add_parser(
+        "doctor", help="check Paddle, device, model and broker, each with a verdict"
+    )
+    add_settings_flags(doctor, *SETTING_FLAGS)
+    doctor.set_defaults(func=cmd_doctor)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from worker.tools.doctor import run_checks
+
+    settings = settings_from_args(args)
+    checks = run_checks(settings)
+    for check in checks:
+        print(f"[{check.verdict:4}] {check.name}: {check.detail}")
+    failed = [c for c in checks if c.verdict == "FAIL"]
+    print(f"{len(checks) - len(failed)}/{len(checks)} checks passed")
+    return EXIT_FAILED if failed else EXIT_OK

@@ -1,0 +1,42 @@
+"""`sentiment-worker lag`: the consumer group's lag per partition, read from the broker."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from worker.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    CommandError,
+    Subparsers,
+    add_settings_flags,
+    settings_from_args,
+)
+from worker.tools.lag import LagError, format_table, measure_lag
+
+
+def register(subparsers: Subparsers) -> None:
+    """Adds `lag`."""
+    parser = subparsers.add_parser(
+        "lag", help="per-partition lag of the consumer group: offsets, messages, seconds, owner"
+    )
+    add_settings_flags(parser, "bootstrap_servers", "input_topic", "group_id")
+    parser.add_argument("--topic", default=None, help="topic (default: the input topic)")
+    parser.add_argument("--json", action="store_true", help="one JSON object instead of the table")
+    parser.add_argument("--timeout-s", type=float, default=10.0, help="bound on each broker request")
+    parser.set_defaults(func=cmd_lag)
+
+
+def cmd_lag(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    topic = args.topic or settings.input_topic
+    try:
+        lag = measure_lag(settings.librdkafka_common(), settings.group_id, topic, timeout_s=args.timeout_s)
+    except LagError as exc:
+        raise CommandError(str(exc), EXIT_FAILED) from None
+    if args.json:
+        print(json.dumps(lag.to_json(), ensure_ascii=False), flush=True)
+    else:
+        print(format_table(lag), flush=True)
+    return EXIT_OK

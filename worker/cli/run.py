@@ -1,0 +1,86 @@
+"""`sentiment-worker run`: the worker itself, until stopped (or --max-messages / --idle-exit-s)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import threading
+from collections.abc import Callable
+from types import FrameType
+
+from worker.cli.common import (
+    EXIT_OK,
+    SETTING_FLAGS,
+    CommandError,
+    Subparsers,
+    add_settings_flags,
+    configure_logging,
+    load_model,
+    settings_from_args,
+)
+
+
+def register(subparsers: Subparsers) -> None:
+    """Adds `run`."""
+    run = subparsers.add_parser("run", help="consume, label and publish until stopped")
+    add_settings_flags(run, *SETTING_FLAGS)
+    run.add_argument("--max-messages", type=int, default=None, help="stop after N inputs are done")
+    run.add_argument("--idle-exit-s", type=float, default=None, help="stop after S seconds without input")
+    run.set_defaults(func=cmd_run)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    # The run path loads Paddle: imported here so that `--help` and the light commands start fast.
+    from worker.stream.app import SentimentWorker
+    from worker.stream.startup import StartupError
+
+    settings = settings_from_args(args)
+    configure_logging(settings.log_level)
+    stop = threading.Event()
+    reinstall = install_stop_handlers(stop.set)  # before the model loads: a signal then stops it at once
+    classifier, model_ref = load_model(settings)
+    reinstall()  # loading Paddle replaced them
+    worker = SentimentWorker(settings, classifier, model_ref, stop=stop)
+    try:
+        summary = worker.run(max_messages=args.max_messages, idle_exit_s=args.idle_exit_s)
+    except StartupError as exc:
+        raise CommandError(str(exc)) from None
+    print(
+        json.dumps(
+            {
+                "stopped": summary.stop_reason,
+                "consumed": summary.consumed,
+                "results": summary.results,
+                "dead_letters": summary.dead_letters,
+                "dead_letters_by_kind": summary.dead_letters_by_kind,
+                "seconds": round(summary.seconds, 2),
+                "messages_per_second": round(summary.messages_per_second, 1),
+            },
+            ensure_ascii=False,
+        ),
+        flush=True,
+    )
+    return EXIT_OK
+
+
+def install_stop_handlers(request_stop: Callable[[], None]) -> Callable[[], None]:
+    """SIGTERM/SIGINT: stop cleanly (handler only sets an event); a second signal exits at once.
+
+    Returns a function that installs the same handlers again (Paddle installs its own when it loads).
+    """
+    received: list[int] = []
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        received.append(signum)
+        if len(received) > 1:
+            os._exit(128 + signum)
+        request_stop()
+
+    def install() -> None:
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    install()
+    return install

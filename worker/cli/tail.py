@@ -1,0 +1,52 @@
+"""`sentiment-worker tail`: results (or dead letters) as JSON lines or a table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from worker.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    CommandError,
+    Subparsers,
+    add_settings_flags,
+    settings_from_args,
+)
+from worker.tools.tail import TailError, format_table, result_row, tail_records
+
+
+def register(subparsers: Subparsers) -> None:
+    """Adds `tail`."""
+    tail = subparsers.add_parser("tail", help="print results (or dead letters) from the output topic")
+    add_settings_flags(tail, "bootstrap_servers", "output_topic", "dlq_topic")
+    tail.add_argument("--topic", default=None, help="topic (default: the output topic)")
+    tail.add_argument("--dlq", action="store_true", help="read the dead-letter topic")
+    tail.add_argument("--output", choices=["json", "table"], default="json")
+    tail.add_argument("--from-end", action="store_true", help="only new records")
+    tail.add_argument("--max-messages", type=int, default=None)
+    tail.add_argument("--idle-exit-s", type=float, default=5.0, help="stop after S seconds without records")
+    tail.set_defaults(func=cmd_tail)
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    topic = args.topic or (settings.dlq_topic if args.dlq else settings.output_topic)
+    records = tail_records(
+        settings.librdkafka_common(),
+        topic,
+        from_beginning=not args.from_end,
+        max_messages=args.max_messages,
+        idle_exit_s=args.idle_exit_s,
+    )
+    try:
+        if args.output == "table":
+            rows = [result_row(record) for record in records]
+            print(format_table(rows))
+            print(f"{len(rows)} records from {topic}")
+            return EXIT_OK
+        for record in records:
+            print(json.dumps(result_row(record), ensure_ascii=False), flush=True)
+    except TailError as exc:
+        raise CommandError(str(exc), EXIT_FAILED) from None
+    return EXIT_OK

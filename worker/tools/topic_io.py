@@ -1,0 +1,99 @@
+"""Reading and writing whole topics, for the bench and the tests: create and delete a run's topics, produce a
+backlog as fast as the broker takes it, read a topic back from the beginning."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from confluent_kafka import Consumer, Message, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+log = logging.getLogger(__name__)
+
+
+def create_run_topics(common: dict[str, Any], names: Sequence[str], partitions: int) -> None:
+    """Creates `names`; their records carry the broker's append time (LogAppendTime) as their timestamp."""
+    admin = AdminClient(common)
+    topics = [
+        NewTopic(
+            name,
+            num_partitions=partitions,
+            replication_factor=1,
+            config={"message.timestamp.type": "LogAppendTime"},
+        )
+        for name in names
+    ]
+    for name, future in admin.create_topics(topics, operation_timeout=30).items():
+        future.result(timeout=60)
+        log.debug("created %s", name)
+
+
+def delete_run_topics(common: dict[str, Any], prefix: str) -> list[str]:
+    """Deletes every topic whose name starts with `prefix` (this run's); returns their names."""
+    admin = AdminClient(common)
+    names = [name for name in admin.list_topics(timeout=30).topics if name.startswith(prefix)]
+    for name, future in (admin.delete_topics(names, operation_timeout=30) if names else {}).items():
+        try:
+            future.result(timeout=60)
+        except Exception as exc:  # noqa: BLE001 - cleanup is best effort; say what was left behind
+            log.warning("could not delete topic %s: %s", name, exc)
+    return names
+
+
+def produce_backlog(common: dict[str, Any], topic: str, texts: Sequence[str], prefix: str) -> float:
+    """Produces `{"id": prefix-i, "text": ...}` for every text as fast as possible; returns seconds."""
+    producer = Producer({**common, "linger.ms": 20, "compression.type": "lz4", "enable.idempotence": True})
+    failed: list[str] = []
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failed.append(str(err))
+
+    started = time.perf_counter()
+    for i, text in enumerate(texts):
+        value = json.dumps({"id": f"{prefix}-{i}", "text": text}, ensure_ascii=False).encode()
+        while True:
+            try:
+                producer.produce(topic, value=value, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    if producer.flush(120) or failed:
+        raise RuntimeError(f"could not produce the backlog: {failed[:1] or 'flush timed out'}")
+    return time.perf_counter() - started
+
+
+def read_topic(
+    common: dict[str, Any], topic: str, *, expected: int, timeout_s: float = 60.0, settle_s: float = 0.0
+) -> list[Message]:
+    """Every record of `topic` from the beginning, until `expected` arrived (then `settle_s` more, to catch
+    extras) or `timeout_s` passed. Read-committed (transactional outputs count once committed); commits
+    nothing (a throw-away group)."""
+    consumer = Consumer(
+        {
+            **common,
+            "group.id": f"topic-reader-{time.monotonic_ns()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.subscribe([topic])
+    messages: list[Message] = []
+    deadline = time.monotonic() + timeout_s
+    settle_until: float | None = None
+    try:
+        while time.monotonic() < deadline:
+            if settle_until is not None and time.monotonic() >= settle_until:
+                break
+            messages += [m for m in consumer.consume(1000, 0.2) if m.error() is None]
+            if len(messages) >= expected and settle_until is None:
+                settle_until = time.monotonic() + settle_s
+    finally:
+        consumer.close()
+    return messages

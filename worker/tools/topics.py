@@ -1,0 +1,129 @@
+"""Creating and inspecting topics with the admin API (the `topics create` command)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Sequence
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+# The output and dead-letter topics' max.message.bytes: a dead letter is its input plus headers.
+OUTPUT_TOPIC_MAX_MESSAGE_BYTES = 2 * 1024 * 1024
+
+# What to tell the operator for the admin errors one actually meets.
+_ADVICE: dict[int, str] = {
+    KafkaError.INVALID_REPLICATION_FACTOR: (
+        "the replication factor is larger than the number of brokers; pass a smaller --replication-factor"
+    ),
+    KafkaError.INVALID_PARTITIONS: "the partition count must be at least 1",
+    KafkaError.TOPIC_EXCEPTION: (
+        "topic names may only contain ASCII letters, digits, '.', '_' and '-' (at most 249 characters)"
+    ),
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: (
+        "the client is not allowed to create topics; ask for a CREATE ACL or have an administrator create it"
+    ),
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED: (
+        "the client is not allowed to create topics; ask for a CREATE ACL or have an administrator create it"
+    ),
+    KafkaError.POLICY_VIOLATION: "the broker's create-topic policy rejected the request; check its rules",
+    KafkaError.REQUEST_TIMED_OUT: "the broker did not answer in time; check that it is up and reachable",
+    KafkaError._TIMED_OUT: "no broker answered in time; check bootstrap.servers and that the broker is up",
+    KafkaError._TRANSPORT: "cannot reach the broker; check bootstrap.servers and security settings",
+}
+
+
+class TopicAdminError(RuntimeError):
+    """A topic could not be created or inspected; the message says what to do about it."""
+
+
+def _admin(common_conf: dict[str, Any]) -> AdminClient:
+    return AdminClient(dict(common_conf))
+
+
+def describe_topics(
+    common_conf: dict[str, Any], names: Sequence[str], *, timeout_s: float = 10.0
+) -> dict[str, int | None]:
+    """Partition count of each topic in `names`; None when the topic does not exist.
+
+    Reads cluster metadata for all topics (not per topic name, which could auto-create a topic on brokers
+    with auto.create.topics.enable=true). Raises TopicAdminError when no broker answers in `timeout_s`.
+    """
+    return _describe(_admin(common_conf), names, timeout_s)
+
+
+def _describe(admin: AdminClient, names: Sequence[str], timeout_s: float) -> dict[str, int | None]:
+    try:
+        metadata = admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise TopicAdminError(
+            f"cannot read cluster metadata within {timeout_s:g} s ({exc.args[0]}); "
+            "check bootstrap.servers and that the broker is up"
+        ) from exc
+    counts: dict[str, int | None] = {}
+    for name in names:
+        topic = metadata.topics.get(name)
+        if topic is None or topic.error is not None:
+            counts[name] = None
+        else:
+            counts[name] = len(topic.partitions)
+    return counts
+
+
+def create_topics(
+    common_conf: dict[str, Any],
+    names: Sequence[str],
+    *,
+    partitions: int,
+    replication_factor: int = 1,
+    timeout_s: float = 30,
+    config: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """Create each topic in `names` with `partitions` partitions (and topic `config`, if given); return
+    name → "created" or "exists".
+
+    An already existing topic is not an error; when its partition count differs from `partitions` the
+    status says so, e.g. "exists (3 partitions)". Any other failure (or no answer within `timeout_s`
+    seconds) raises TopicAdminError naming the topic and what to do.
+    """
+    if partitions < 1:
+        raise TopicAdminError(f"partitions must be at least 1, got {partitions}")
+    if replication_factor < 1:
+        raise TopicAdminError(f"replication factor must be at least 1, got {replication_factor}")
+    unique = list(dict.fromkeys(names))
+    if not unique:
+        return {}
+    admin = _admin(common_conf)
+    new_topics = [
+        NewTopic(name, num_partitions=partitions, replication_factor=replication_factor, config=config or {})
+        for name in unique
+    ]
+    # operation_timeout: how long the controller may take to create them before answering.
+    futures = admin.create_topics(new_topics, operation_timeout=timeout_s, request_timeout=timeout_s)
+    statuses: dict[str, str] = {}
+    existing: list[str] = []
+    for name in unique:
+        try:
+            futures[name].result(timeout=timeout_s + 5)
+            statuses[name] = "created"
+        except concurrent.futures.TimeoutError as exc:
+            raise TopicAdminError(
+                f"creating topic {name!r}: no answer within {timeout_s:g} s; "
+                "check bootstrap.servers and that the broker is up"
+            ) from exc
+        except KafkaException as exc:
+            err: KafkaError = exc.args[0]
+            if err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                statuses[name] = "exists"
+                existing.append(name)
+                continue
+            advice = _ADVICE.get(err.code(), "see the broker log for details")
+            raise TopicAdminError(f"creating topic {name!r} failed: {err.str()} — {advice}") from exc
+    if existing:
+        counts = _describe(admin, existing, timeout_s)
+        for name in existing:
+            count = counts.get(name)
+            if count is not None and count != partitions:
+                statuses[name] = f"exists ({count} partitions)"
+    return statuses

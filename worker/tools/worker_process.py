@@ -1,0 +1,182 @@
+"""`sentiment-worker run` as a subprocess: what the bench drives and what the fault tests start, kill and
+restart. stdout and stderr go to files (a full pipe would block the worker)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+REFUSAL_PREFIX = "sentiment-worker run: error:"
+
+
+class WorkerProcessError(RuntimeError):
+    """The worker subprocess did not do what was expected of it; the message carries its stderr tail."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def rss_bytes(pid: int) -> int | None:
+    """Resident set size of `pid` (Linux /proc), None when it cannot be read."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def scrape_metrics(port: int) -> dict[str, float]:
+    """The worker's /metrics as {name+labels: value} (samples only; empty when it doesn't answer)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as response:
+            text = response.read().decode()
+    except OSError:
+        return {}
+    return {
+        sample.name + json.dumps(sample.labels, sort_keys=True): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def metric_sum(scrape: dict[str, float], name: str) -> float | None:
+    """The sum of every labelled sample of `name` in a `scrape_metrics` result, None when absent."""
+    values = [v for key, v in scrape.items() if key.split("{", 1)[0] == name]
+    return sum(values) if values else None
+
+
+class WorkerProcess:
+    """One `python -m worker run` process with `env` as its whole environment and `args` after `run`.
+
+    Its worker id (client.id, transactional id) is `name` unless `env` sets SENTIMENT_WORKER_ID.
+    """
+
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        log_dir: Path,
+        name: str,
+        *args: str,
+        http_port: int | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.name = name
+        self.http_port = http_port
+        self.stdout_path = log_dir / f"{name}.out"
+        self.stderr_path = log_dir / f"{name}.err"
+        port_args = ["--http-port", str(http_port)] if http_port is not None else []
+        with self.stdout_path.open("wb") as out, self.stderr_path.open("wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "worker", "run", *args, *port_args],
+                cwd=cwd,
+                env={"SENTIMENT_WORKER_ID": name, **env},
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill9(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def terminate(self) -> None:
+        """SIGTERM: a clean stop (finish fetched windows, flush, commit, exit 0)."""
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout_s: float) -> int:
+        """Its exit code; killed and WorkerProcessError when it runs past `timeout_s`."""
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise WorkerProcessError(
+                f"{self.name} did not exit within {timeout_s:.0f} s:\n{self.stderr_tail()}"
+            ) from None
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Until /readyz answers 200 (needs `http_port`); WorkerProcessError if it exits or times out."""
+        if self.http_port is None:
+            raise ValueError("wait_ready needs the worker started with http_port")
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise WorkerProcessError(f"{self.name} exited early:\n{self.stderr_tail()}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.http_port}/readyz", timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise WorkerProcessError(f"{self.name} was not ready within {timeout_s:.0f} s")
+
+    def metrics(self) -> dict[str, float]:
+        """Its /metrics samples (`scrape_metrics`); empty without `http_port` or when it doesn't answer."""
+        return scrape_metrics(self.http_port) if self.http_port is not None else {}
+
+    def stop(self) -> None:
+        """Kill it if it still runs (teardown)."""
+        if self.alive():
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+    def stdout(self) -> str:
+        return self.stdout_path.read_text(errors="replace")
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def stderr_tail(self, chars: int = 3000) -> str:
+        return self.stderr()[-chars:]
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON summary `run` prints as its last stdout line on a clean stop."""
+        lines = [line for line in self.stdout().splitlines() if line.startswith("{")]
+        if not lines:
+            raise WorkerProcessError(f"{self.name} printed no summary; stderr:\n{self.stderr_tail()}")
+        return dict(json.loads(lines[-1]))
+
+    def finish(self, timeout_s: float) -> dict[str, Any]:
+        """Waits for a run that ends by itself (--max-messages / --idle-exit-s): exit 0, its summary."""
+        code = self.wait(timeout_s)
+        if code != 0:
+            raise WorkerProcessError(f"{self.name} exited with {code}:\n{self.stderr_tail()}")
+        return self.summary()
+
+    def refusal_line(self, timeout_s: float = 120.0) -> str:
+        """Waits for a worker expected to refuse to start: exit 2, no traceback. Returns its last
+        ``sentiment-worker run: error:`` line (what the user is told to change)."""
+        try:
+            code = self.wait(timeout_s)
+        finally:
+            self.stop()
+        err = self.stderr()
+        lines = [line for line in err.splitlines() if line.startswith(REFUSAL_PREFIX)]
+        if code != 2 or "Traceback" in err or not lines:
+            raise WorkerProcessError(
+                f"{self.name}: expected a clean refusal (exit 2), got exit {code}:\n{err[-3000:]}"
+            )
+        return lines[-1]
