@@ -82,6 +82,16 @@ def register(subparsers: Subparsers) -> None:
     evaluate.add_argument("--limit", type=int, default=None, help="evaluate only the first N reviews")
     evaluate.add_argument("--no-static", action="store_true", help="skip the static-backend speed probe")
     evaluate.add_argument("--json", action="store_true", help="one JSON object instead of tables")
+    evaluate.add_argument(
+        "--compare",
+        default=None,
+        metavar="INCUMBENT",
+        help="the model this one would replace: both are evaluated on the same reviews, side by side; "
+        "exit 1 when --model is worse by more than --margin (the promotion gate)",
+    )
+    evaluate.add_argument(
+        "--margin", type=float, default=0.005, help="--compare: allowed loss in accuracy and macro-F1 (0.005)"
+    )
     evaluate.set_defaults(func=cmd_evaluate)
 
 
@@ -109,7 +119,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from worker.training.corpus import DataFileError, load_labeled_file
-    from worker.training.evaluate import HELDOUT_FILE, evaluate, format_report
+    from worker.training.evaluate import HELDOUT_FILE, Comparison, format_comparison, format_report
 
     configure_logging("WARNING")
     path = Path(args.model) / HELDOUT_FILE if args.heldout else args.data
@@ -123,17 +133,30 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from None
     if args.limit is not None:
         examples = examples[: args.limit]
-    classifier, _ = load_model(args.model, args.device, args.max_seq_len)
-    report = evaluate(
-        classifier,
-        examples,
-        model_ref=args.model,
-        data=str(path),
-        batch_size=args.batch_size,
-        static_probe=not args.no_static,
-    )
+    report = _evaluate_one(args.model, examples, path, args)
+    if args.compare is not None:
+        comparison = Comparison(report, _evaluate_one(args.compare, examples, path, args), args.margin)
+        if args.json:
+            print(json.dumps(comparison.to_json(), ensure_ascii=False), flush=True)
+        else:
+            print(format_comparison(comparison), flush=True)
+        return EXIT_FAILED if comparison.regressions else EXIT_OK
     if args.json:
         print(json.dumps(report.to_json(), ensure_ascii=False), flush=True)
     else:
         print(format_report(report), flush=True)
     return EXIT_OK
+
+
+def _evaluate_one(model: str, examples: list[Any], path: Path, args: argparse.Namespace) -> Any:
+    from worker.training.evaluate import evaluate
+
+    classifier, _ = load_model(model, args.device, args.max_seq_len)
+    return evaluate(
+        classifier,
+        examples,
+        model_ref=model,
+        data=str(path),
+        batch_size=args.batch_size,
+        static_probe=not args.no_static and args.compare is None,
+    )
