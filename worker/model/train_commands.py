@@ -34,6 +34,7 @@ _TRAIN_FLAGS: list[tuple[str, Callable[[str], Any], str]] = [
     ("min_char_freq", int, "scratch: keep characters seen at least N times in train"),
     ("name", str, "model name written to sentiment_model.json"),
     ("checkpoint_every", int, "also checkpoint every N optimizer steps (default: each epoch)"),
+    ("eval_every", int, "also evaluate on dev every N steps; each new best is written as a usable model"),
     ("stop_after_steps", int, "checkpoint and stop after N optimizer steps (to test --resume)"),
 ]
 
