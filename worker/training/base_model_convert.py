@@ -266,7 +266,7 @@ def build_model(config: dict[str, Any], facts: GraphFacts) -> tuple[Any, dict[st
     model = ErnieModel(ErnieConfig(**config))
     expected = {k: tuple(int(d) for d in v.shape) for k, v in model.state_dict().items()}
     state = paddle_state(facts, expected)
-    model.set_state_dict({k: v for k, v in state.items()})
+    model.set_state_dict({**model.state_dict(), **state})  # the pooler keeps its fresh weights
     model.eval()
     return model, state
 
