@@ -13,8 +13,6 @@ TEST_KAFKA_DIR := var/kafka-test
 MODEL_DIR ?= models/default
 # What the worker serves on CPU: the exported (Paddle Inference + oneDNN) form of MODEL_DIR.
 STATIC_MODEL_DIR ?= $(MODEL_DIR)-static
-# The pretrained encoder (bge-small-zh-v1.5 from Maven Central, converted to PaddleNLP) that `train --init` takes.
-BASE_MODEL_DIR ?= models/bge-small-zh
 PYTEST_ARGS ?=
 
 .PHONY: help install kafka-up kafka-down kafka-status base-model train model demo test test-unit test-faults lint typecheck schemas clean
@@ -24,7 +22,7 @@ help:
 	@echo "make test        install, throw-away broker up, full test suite, broker down"
 	@echo "make test-unit   the tests that need neither broker nor trained model"
 	@echo "make kafka-up / kafka-down / kafka-status   the local Apache Kafka broker on localhost:$(KAFKA_PORT)"
-	@echo "make base-model  fetch bge-small-zh-v1.5 (Maven) and convert it to PaddleNLP in $(BASE_MODEL_DIR)"
+	@echo "make base-model  fetch bge-small-zh-v1.5 (Maven) and convert it for \`train --init bge-small-zh\`"
 	@echo "make train       (re)train the default model into $(MODEL_DIR) (~10 min on 2 CPU cores)"
 	@echo "make model       train if missing, then export it to $(STATIC_MODEL_DIR) (what the demo serves)"
 	@echo "make lint / typecheck / schemas"
@@ -47,10 +45,9 @@ kafka-down:
 kafka-status: install
 	$(LAUNCHER) status --port $(KAFKA_PORT)
 
-$(BASE_MODEL_DIR)/base_model.json: | $(VENV)/.installed
-	$(PY) -m worker.training.base_model --output-dir $(BASE_MODEL_DIR)
-
-base-model: $(BASE_MODEL_DIR)/base_model.json
+# ~/.cache/sentiment-worker/base-model/bge-small-zh ($$SENTIMENT_BASE_MODEL_CACHE); a no-op once there.
+base-model: install
+	$(PY) -m worker.training.base_model
 
 $(MODEL_DIR)/metrics.json: | $(VENV)/.installed
 	$(CLI) train --output-dir $(MODEL_DIR)

