@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import random
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,6 +24,8 @@ import numpy as np
 
 from worker.model.device import choose_device
 from worker.model.loading import InferenceOptions, load_classifier
+from worker.model.static_backend import is_exported_dir
+from worker.training.export import export_model
 
 EMBEDDING_KEYS = ("word_embeddings", "position_embeddings", "token_type_embeddings")
 
@@ -38,12 +41,23 @@ def teacher_probabilities(
     """The teacher's probabilities [n, labels] for token-id `sequences` ([CLS] … [SEP], the teacher's
     vocabulary), in input order. `teacher` is a training or an exported directory (the static backend is
     several times faster on CPU)."""
-    classifier = load_classifier(
-        str(teacher),
-        choose_device("cpu"),
-        max_seq_len=max_seq_len,
-        options=InferenceOptions(tokenizer="slow"),
-    )
+    with tempfile.TemporaryDirectory(prefix="sentiment-teacher-") as tmp:
+        source = Path(teacher)
+        if not is_exported_dir(source):
+            progress(f"teacher: exporting {source} for the static backend (several times dygraph's speed)")
+            source = export_model(source, Path(tmp) / "exported").output_dir
+        classifier = load_classifier(
+            str(source),
+            choose_device("cpu"),
+            max_seq_len=max_seq_len,
+            options=InferenceOptions(tokenizer="slow"),
+        )
+        return _predict_sorted(classifier, sequences, batch_size, progress)
+
+
+def _predict_sorted(
+    classifier: Any, sequences: Sequence[Sequence[int]], batch_size: int, progress: Callable[[str], None]
+) -> np.ndarray:
     order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
     probs = np.zeros((len(sequences), len(classifier.labels)), dtype=np.float32)
     started = last = time.monotonic()
@@ -139,3 +153,70 @@ def load_state(directory: Path) -> dict[str, np.ndarray]:
 
     state: dict[str, Any] = paddle.load(str(directory / "model_state.pdparams"))
     return {name: np.asarray(value) for name, value in state.items()}
+
+
+def build_student(
+    teacher: Path,
+    *,
+    num_layers: int,
+    hidden_size: int,
+    num_heads: int,
+    intermediate_size: int,
+    dropout: float,
+    max_seq_len: int,
+    num_labels: int,
+    progress: Callable[[str], None] = print,
+) -> tuple[Any, Any]:
+    """A new, narrower ERNIE classifier on the teacher's tokenizer, its embeddings projected from the
+    teacher's (`projected_embeddings`); the encoder layers start fresh. `teacher` is a training directory."""
+    import paddle
+    from paddlenlp.transformers import ErnieConfig, ErnieForSequenceClassification, ErnieTokenizer
+
+    tokenizer = ErnieTokenizer.from_pretrained(str(teacher))
+    config = ErnieConfig(
+        vocab_size=len(tokenizer.vocab),
+        hidden_size=hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        intermediate_size=intermediate_size,
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
+        max_position_embeddings=max_seq_len,
+        type_vocab_size=2,
+        pad_token_id=int(tokenizer.pad_token_id),
+        num_labels=num_labels,
+    )
+    model = ErnieForSequenceClassification(config)
+    tables = projected_embeddings(load_state(teacher), hidden_size, max_seq_len)
+    embeddings = model.ernie.embeddings
+    for key, table in tables.items():
+        layer = getattr(embeddings, key)
+        if tuple(layer.weight.shape) != table.shape:
+            raise ValueError(f"student {key} {tuple(layer.weight.shape)} vs projected {table.shape}")
+        layer.weight.set_value(paddle.to_tensor(table))
+    params = sum(int(np.prod(p.shape)) for p in model.parameters())
+    progress(
+        f"student: {num_layers} layers x {hidden_size} hidden on {teacher.name}'s "
+        f"{len(tokenizer.vocab):,}-token vocabulary, embeddings projected from the teacher's "
+        f"({params:,} parameters)"
+    )
+    return model, tokenizer
+
+
+def distillation_loss(
+    logits: Any, labels: np.ndarray, soft: np.ndarray, temperature: float, soft_weight: float
+) -> Any:
+    """``(1 − w)·CE(gold) + w·T²·CE(soft, softmax(logits / T))`` averaged over the batch; items whose label
+    is -1 (augmented, no gold label) count in the soft term only."""
+    import paddle
+    import paddle.nn.functional as F
+
+    logits = logits.astype("float32")
+    log_p = F.log_softmax(logits / temperature, axis=-1)
+    soft_term = -(paddle.to_tensor(soft) * log_p).sum(axis=-1).mean() * temperature**2
+    gold = np.flatnonzero(labels >= 0)
+    if len(gold) == 0:
+        return soft_weight * soft_term
+    picked = paddle.gather(logits, paddle.to_tensor(gold))
+    hard_term = F.cross_entropy(picked, paddle.to_tensor(labels[gold])) * (len(gold) / len(labels))
+    return (1.0 - soft_weight) * hard_term + soft_weight * soft_term

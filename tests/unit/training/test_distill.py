@@ -60,3 +60,24 @@ def test_projected_embeddings_have_the_student_shape() -> None:
     )
     with pytest.raises(KeyError, match="position_embeddings"):
         projected_embeddings({k: v for k, v in state.items() if "position" not in k}, 8, 10)
+
+
+def test_distillation_loss_is_cross_entropy_at_its_extremes() -> None:
+    import paddle
+    import paddle.nn.functional as F
+
+    from worker.training.distill import distillation_loss
+
+    logits = paddle.to_tensor(np.array([[2.0, -1.0], [0.5, 0.3], [-1.0, 1.0]], dtype=np.float32))
+    labels = np.array([0, 1, -1])
+    soft = np.array([[0.9, 0.1], [0.2, 0.8], [0.3, 0.7]], dtype=np.float32)
+    # soft weight 0: the gold labels only, and the unlabelled (augmented) row does not count
+    hard = float(distillation_loss(logits, labels, soft, 2.0, 0.0))
+    expected = float(F.cross_entropy(logits[:2], paddle.to_tensor(labels[:2]))) * 2 / 3
+    assert hard == pytest.approx(expected, rel=1e-5)
+    # soft weight 1 at T=1: cross-entropy against the teacher's probabilities
+    soft_only = float(distillation_loss(logits, labels, soft, 1.0, 1.0))
+    log_p = np.log(F.softmax(logits, axis=-1).numpy())
+    assert soft_only == pytest.approx(float(-(soft * log_p).sum(axis=1).mean()), rel=1e-5)
+    # all rows unlabelled: the soft term alone, no NaN
+    assert np.isfinite(float(distillation_loss(logits, np.array([-1, -1, -1]), soft, 2.0, 0.5)))
