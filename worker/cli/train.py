@@ -61,7 +61,12 @@ def register(subparsers: Subparsers) -> None:
         description="Writes a model directory with tokenizer, metrics.json, heldout.jsonl and a README.md "
         "model card. Under `python -m paddle.distributed.launch` it trains data-parallel on all GPUs.",
     )
-    train.add_argument("--output-dir", type=Path, default=Path("models/default"))
+    train.add_argument(
+        "--output-dir",
+        type=Path,
+        required=True,
+        help="where the model directory goes (models/default is the shipped one)",
+    )
     train.add_argument(
         "--init",
         default=None,
