@@ -81,9 +81,8 @@ candidate: install
 
 # The promotion gate: the candidate replaces the default only when it is not worse on the same held-out reviews.
 default-model: teacher candidate
-	$(CLI) evaluate --model $(CANDIDATE_DIR) --heldout --compare $(MODEL_DIR) --margin $(PROMOTION_MARGIN)
-	rm -rf $(MODEL_DIR) $(STATIC_MODEL_DIR) && cp -r $(CANDIDATE_DIR) $(MODEL_DIR)
-	rm -rf $(MODEL_DIR)/checkpoint
+	$(CLI) promote --candidate $(CANDIDATE_DIR) --default $(MODEL_DIR) --margin $(PROMOTION_MARGIN)
+	rm -rf $(STATIC_MODEL_DIR)
 
 scratch-model: install
 	$(CLI) train --output-dir $(SCRATCH_DIR)

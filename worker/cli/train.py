@@ -113,6 +113,19 @@ def register(subparsers: Subparsers) -> None:
     )
     evaluate.set_defaults(func=cmd_evaluate)
 
+    promote = subparsers.add_parser(
+        "promote",
+        help="replace the default model by a candidate if it passes the gate, weights stored in float16",
+        description="Both models are evaluated on the candidate's held-out reviews; the candidate replaces "
+        "--default only if neither accuracy nor macro-F1 is worse by more than --margin (exit 1 otherwise).",
+    )
+    promote.add_argument("--candidate", required=True, type=Path, help="a directory made by `train`")
+    promote.add_argument("--default", type=Path, default=Path("models/default"), help="the model it replaces")
+    promote.add_argument("--margin", type=float, default=0.005, help="allowed loss in accuracy and macro-F1")
+    promote.add_argument("--float32", action="store_true", help="keep float32 weights (default: float16)")
+    promote.add_argument("--device", default="auto", choices=["gpu", "cpu", "auto"])
+    promote.set_defaults(func=cmd_promote)
+
 
 def cmd_train(args: argparse.Namespace) -> int:
     use_all_cores()  # before Paddle loads (below)
@@ -160,9 +173,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from None
     if args.limit is not None:
         examples = examples[: args.limit]
-    report = _evaluate_one(args.model, examples, path, args)
+    measure = {
+        "device": args.device, "max_seq_len": args.max_seq_len, "batch_size": args.batch_size,
+        "static_probe": not args.no_static and args.compare is None,
+    }  # fmt: skip
+    report = _evaluate_one(args.model, examples, path, **measure)
     if args.compare is not None:
-        comparison = Comparison(report, _evaluate_one(args.compare, examples, path, args), args.margin)
+        comparison = Comparison(report, _evaluate_one(args.compare, examples, path, **measure), args.margin)
         if args.json:
             print(json.dumps(comparison.to_json(), ensure_ascii=False), flush=True)
         else:
@@ -175,15 +192,56 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _evaluate_one(model: str, examples: list[Any], path: Path, args: argparse.Namespace) -> Any:
+def _evaluate_one(
+    model: str, examples: list[Any], path: Path, *, device: str, max_seq_len: int | None, batch_size: int,
+    static_probe: bool,
+) -> Any:  # fmt: skip
     from worker.training.evaluate import evaluate
 
-    classifier, _ = load_model(model, args.device, args.max_seq_len)
+    classifier, _ = load_model(model, device, max_seq_len)
     return evaluate(
         classifier,
         examples,
         model_ref=model,
         data=str(path),
-        batch_size=args.batch_size,
-        static_probe=not args.no_static and args.compare is None,
+        batch_size=batch_size,
+        static_probe=static_probe,
     )
+
+
+def cmd_promote(args: argparse.Namespace) -> int:
+    use_all_cores()  # before Paddle loads (below)
+    from worker.training.corpus import load_labeled_file
+    from worker.training.evaluate import HELDOUT_FILE, Comparison, format_comparison
+    from worker.training.promote import PromotionError, ship
+
+    configure_logging("WARNING")
+    heldout = args.candidate / HELDOUT_FILE
+    if not heldout.is_file():
+        raise CommandError(
+            f"{heldout} not found: the candidate must be a directory made by `sentiment-worker train`"
+        )
+    examples, _ = load_labeled_file(heldout)
+    measure = {"device": args.device, "max_seq_len": None, "batch_size": 64, "static_probe": False}
+    candidate = _evaluate_one(str(args.candidate), examples, heldout, **measure)
+    if (args.default / HELDOUT_FILE).is_file():
+        comparison = Comparison(
+            candidate, _evaluate_one(str(args.default), examples, heldout, **measure), args.margin
+        )
+        print(format_comparison(comparison), flush=True)
+        if comparison.regressions:
+            print(f"kept {args.default}; {args.candidate} was not promoted", flush=True)
+            return EXIT_FAILED
+    else:
+        print(f"no model in {args.default} yet: {args.candidate} becomes the first", flush=True)
+    try:
+        report = ship(args.candidate, args.default, [ex.text for ex in examples[:200]], fp16=not args.float32)
+    except PromotionError as exc:
+        raise CommandError(str(exc), EXIT_FAILED) from None
+    print(
+        f"promoted {args.candidate} → {report.target} (version {report.version}; weights "
+        f"{report.weights_bytes_before / 1e6:.1f} MB → {report.weights_bytes_after / 1e6:.1f} MB, max |Δp| "
+        f"{report.max_abs_diff:.1e} on {report.probe_texts} held-out reviews)",
+        flush=True,
+    )
+    return EXIT_OK

@@ -155,3 +155,24 @@ def test_promotion_gate_refuses_a_worse_candidate_and_passes_an_equal_one(
     assert main([*args[:-1], "--model", str(tiny_model_dir), "--compare", str(worse)]) == 0
     table = capsys.readouterr().out
     assert "candidate" in table and "incumbent" in table and "PROMOTE" in table
+
+
+def test_promote_ships_a_better_candidate_in_float16_and_refuses_a_worse_one(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from worker.model.metadata import METADATA_FILE, weights_version
+
+    default = _flipped_copy(tiny_model_dir, tmp_path / "default")  # a bad incumbent
+    assert main(["promote", "--candidate", str(tiny_model_dir), "--default", str(default)]) == 0
+    out = capsys.readouterr().out
+    assert "PROMOTE" in out and f"promoted {tiny_model_dir} → {default}" in out
+    meta = json.loads((default / METADATA_FILE).read_text("utf-8"))
+    assert meta["training"]["weights_dtype"] == "float16" and meta["version"] == weights_version(default)
+    size = (default / "model_state.pdparams").stat().st_size
+    assert size < 0.6 * (tiny_model_dir / "model_state.pdparams").stat().st_size
+    assert not (default / "checkpoint").exists()
+
+    worse = _flipped_copy(tiny_model_dir, tmp_path / "worse")
+    assert main(["promote", "--candidate", str(worse), "--default", str(default)]) == 1
+    assert f"kept {default}" in capsys.readouterr().out
+    assert (default / "model_state.pdparams").stat().st_size == size  # untouched
