@@ -130,7 +130,8 @@ def register(subparsers: Subparsers) -> None:
 def cmd_train(args: argparse.Namespace) -> int:
     use_all_cores()  # before Paddle loads (below)
     from worker.training.base_model import BASE_MODEL_NAME, BaseModelError, ensure_base_model
-    from worker.training.training import TrainingError, TrainOptions, train
+    from worker.training.options import TrainingError, TrainOptions
+    from worker.training.training import train
 
     configure_logging("WARNING")
     fields = {k: v for k, v in vars(args).items() if k in TrainOptions.__dataclass_fields__ and v is not None}

