@@ -33,6 +33,7 @@ from worker.stream.metrics import WorkerMetrics, create_metrics
 from worker.stream.partitions import PartitionBook, PartitionKey
 from worker.stream.producer import OutboundRecord, ResultPublisher, SourcePosition, is_too_large
 from worker.stream.records import InputMessage, OutboundRecords
+from worker.stream.serving import attach_batcher, open_api_server
 from worker.stream.startup import StartupError, kafka_error_text
 from worker.stream.windows import LabelledWindow, PreparedWindow, label_window, prepare_window, window_records
 
@@ -131,7 +132,14 @@ class SentimentWorker:
         self._metrics.model.info(
             {"name": self._model.name, "version": self._model.version, "device": _device_of(self._classifier)}
         )
-        if s.http_port:
+        api = None
+        if s.http_port and s.http_api:  # the API on the same port, through this worker's inference thread
+            api = open_api_server(stack, s, self._registry, self._health)
+            self.http_address = api[1].address
+            log.info(
+                "HTTP API, metrics and health on http://%s:%d (/v1/sentiment /metrics ...)", *api[1].address
+            )
+        elif s.http_port:
             server = HealthServer(s.http_host, s.http_port, self._registry, self._health)
             stack.callback(server.close)
             self.http_address = server.address
@@ -160,6 +168,16 @@ class SentimentWorker:
             self._label, max_queued_windows=s.max_queued_windows
         )
         stack.callback(stage.close)
+        if api is not None:
+            attach_batcher(
+                stack,
+                *api,
+                classifier=self._classifier,
+                model=self._model,
+                stage=stage,
+                budget=self._budget,
+                metrics=self._metrics,
+            )
         try:
             consumer = ReviewConsumer(
                 s.librdkafka_common(),
