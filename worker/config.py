@@ -162,8 +162,13 @@ class WorkerSettings(BaseSettings):
     )
 
     # --- operations ---
-    http_host: str = Field("127.0.0.1", description="Address of /metrics, /healthz, /readyz.")
-    http_port: int = Field(9108, ge=0, le=65535, description="Port of /metrics, /healthz, /readyz; 0 = off.")
+    http_host: str = Field(
+        "127.0.0.1",
+        description="Address of /metrics, /healthz, /readyz (and the HTTP API); 0.0.0.0 in containers.",
+    )
+    http_port: int = Field(
+        9108, ge=0, le=65535, description="Port of /metrics, /healthz, /readyz (and the HTTP API); 0 = off."
+    )
 
     # --- the HTTP API (`sentiment-worker serve`, or `run` with http_api) ---
     http_api: bool = Field(

@@ -270,6 +270,8 @@ def test_expected_files_are_versioned_and_formatted() -> None:
     assert sorted(files) == [
         "dead-letter-headers.v1.schema.json",
         "review-input.v1.schema.json",
+        "sentiment-request.v1.schema.json",
+        "sentiment-response.v1.schema.json",
         "sentiment-result.v1.schema.json",
     ]
     for text in files.values():

@@ -41,9 +41,9 @@ from worker.stream.metrics import HttpMetrics
 from worker.stream.request_batcher import BatcherClosed, Overloaded, RequestBatcher, RequestOutcome
 
 Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
+AsgiMessage = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[AsgiMessage]]
+Send = Callable[[AsgiMessage], Awaitable[None]]
 Asgi = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 API_PATH = "/v1/sentiment"
@@ -238,7 +238,7 @@ class ApiGuard:
         started = time.perf_counter()
         status: list[int] = []
 
-        async def counted_send(message: Message) -> None:
+        async def counted_send(message: AsgiMessage) -> None:
             if message["type"] == "http.response.start":
                 status.append(int(message["status"]))
             await send(message)
@@ -275,7 +275,7 @@ class ApiGuard:
                 break
         replayed = False
 
-        async def replay() -> Message:
+        async def replay() -> AsgiMessage:
             nonlocal replayed
             if not replayed:
                 replayed = True
