@@ -20,12 +20,9 @@ def _coerce_id(value: Any) -> Any:
 
 
 def _valid_text(text: str, where: str = "text") -> str:
+    # (pydantic itself refuses lone surrogates: "unable to parse raw data as a unicode string")
     if not text.strip():
         raise ValueError(f"{where} must contain at least one non-whitespace character")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(f"{where} holds a lone surrogate (\\ud800-\\udfff), which is not text") from None
     return text
 
 
