@@ -224,6 +224,12 @@ class WorkerSettings(BaseSettings):
             raise ValueError("must not be empty")
         return value.strip()
 
+    @field_validator("api_token", mode="before")
+    @classmethod
+    def _empty_token_is_none(cls, value: Any) -> Any:
+        # An empty SENTIMENT_API_TOKEN (e.g. compose's ${SENTIMENT_API_TOKEN:-}) means: no token.
+        return None if isinstance(value, str) and not value.strip() else value
+
     @model_validator(mode="after")
     def _http_queue_holds_a_request(self) -> WorkerSettings:
         if self.http_max_queued_texts < self.http_max_texts:

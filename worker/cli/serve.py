@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
+from typing import Any
 
 from worker.cli.common import (
     EXIT_OK,
@@ -48,10 +50,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
     def listening(address: tuple[str, int]) -> None:
         print(json.dumps({"listening": f"http://{address[0]}:{address[1]}"}), flush=True)
 
+    if args.naive:
+        return serve_naive(settings, classifier, model_ref, stop, listening)
     service = SentimentService(settings, classifier, model_ref, stop=stop, on_listening=listening)
     try:
         summary = service.run()
     except (StartupError, HttpServerError) as exc:
         raise CommandError(str(exc)) from None
     print(json.dumps({"stopped": "stop requested", "seconds": round(summary.seconds, 2)}), flush=True)
+    return EXIT_OK
+
+
+def serve_naive(
+    settings: Any, classifier: Any, model_ref: Any, stop: Any, listening: Callable[[tuple[str, int]], None]
+) -> int:
+    from worker.stream.http_server import HttpServer, HttpServerError
+    from worker.tools.naive_http import build_naive_app
+
+    try:
+        server = HttpServer(build_naive_app(classifier, model_ref), settings.http_host, settings.http_port)
+    except HttpServerError as exc:
+        raise CommandError(str(exc)) from None
+    listening(server.address)
+    while not stop.wait(0.5):
+        pass
+    server.close()
     return EXIT_OK
