@@ -191,10 +191,10 @@ class WorkerSettings(BaseSettings):
         "with Retry-After.",
     )
     http_max_wait_ms: int = Field(
-        5,
+        2,
         ge=0,
-        description="Longest an HTTP request waits for others to share its batch while the model is busy "
-        "(an idle model takes it at once).",
+        description="Longest an HTTP request waits for others to share its batch when the model is idle "
+        "(0: at once); while the model is busy, requests gather until it is free.",
     )
     http_request_timeout_s: float = Field(
         30.0, gt=0, description="An HTTP request not answered within this gets 504."

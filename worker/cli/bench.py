@@ -47,7 +47,7 @@ def register(subparsers: Subparsers) -> None:
     bench.add_argument("--requests", type=int, default=None, help="--http: requests per concurrency (3000)")
     bench.add_argument("--overload-s", type=float, default=None, help="--http: seconds of overload (30)")
     bench.add_argument(
-        "--http-max-wait-ms", type=int, default=None, help="--http: the server's http_max_wait_ms (5)"
+        "--http-max-wait-ms", type=int, default=None, help="--http: the server's http_max_wait_ms (2)"
     )
     bench.set_defaults(func=cmd_bench)
 

@@ -27,6 +27,12 @@ def register(subparsers: Subparsers) -> None:
     add_settings_flags(
         serve, "model", "device", "http_host", "http_port", "backend", "tokenizer", "long_text"
     )
+    serve.add_argument(
+        "--naive",
+        action="store_true",
+        help="serve the documents' baseline instead (POST /predict: one text, padded to 128, a model call "
+        "each), for `bench --http`",
+    )
     serve.set_defaults(func=cmd_serve)
 
 

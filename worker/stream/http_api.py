@@ -170,8 +170,12 @@ def build_app(api: SentimentApi) -> FastAPI:
         dependencies=security,
         summary="Label one review or a list of reviews (results in request order)",
     )
-    async def sentiment(request: SentimentRequest) -> SentimentResponse | JSONResponse:
-        return await api.label(request)
+    async def sentiment(request: SentimentRequest) -> Response:
+        answer = await api.label(request)
+        if isinstance(answer, Response):
+            return answer
+        # Serialized once here: returning the model would make FastAPI validate it again.
+        return Response(answer.model_dump_json(), media_type="application/json")
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:

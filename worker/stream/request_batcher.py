@@ -6,9 +6,10 @@ by `label_ids` (the one token-budget, length-grouped batch planner), then each r
        ▲                                                                               │ label_ids
        └──────────────── Future[RequestOutcome], one per request, in its text order ◄──┘
 
-When to label: at once when the model has no request batch in flight (an idle model never waits);
-otherwise when the window is full or its first request waited `max_wait_ms`, with at most
-`max_in_flight` batches queued on the inference thread (the next one is tokenized while the model runs).
+When to label: when the model has no request batch in flight, once the window's first request has waited
+`max_wait_ms` (0: at once) or the window is full; while a batch is in flight, requests gather until it is
+done (the next batch holds everything that arrived meanwhile, as continuous batching does), and only a full
+window is tokenized and queued early (at most `max_in_flight` batches queued on the inference thread).
 """
 
 from __future__ import annotations
@@ -193,12 +194,14 @@ class RequestBatcher:
     def _is_due(self) -> bool:
         if not len(self._window) or self._in_flight >= self._max_in_flight:
             return False
-        return self._in_flight == 0 or self._closing or self._window.is_due()
+        if self._in_flight == 0:
+            return self._closing or self._window.is_due()
+        return self._window.is_full()  # pipelined: tokenized while the model runs the previous batch
 
     def _wait_s(self) -> float:
-        if len(self._window) and self._in_flight < self._max_in_flight:
+        if len(self._window) and self._in_flight == 0:
             return max(0.0005, self._window.remaining_wait_s())
-        return _IDLE_WAIT_S
+        return _IDLE_WAIT_S  # woken by submit() and by a finished batch
 
     def _take_window(self) -> list[_Request]:
         """The window's requests still wanted (a request cancelled by its client is dropped here)."""
