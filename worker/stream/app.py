@@ -412,6 +412,11 @@ class SentimentWorker:
         self._metrics.rebalances.labels("assigned").inc()
         self._last_activity_at = self._clock()  # the idle timer (--idle-exit-s) restarts with new partitions
         self._book.assigned(partitions)
+        # Every assigned partition has both lag series from the start (0 until measured), so a partition
+        # that receives nothing still exports them and absent()-style alerts do not misfire.
+        for topic, partition in partitions:
+            self._metrics.consumer_lag_messages.labels(topic, str(partition)).set(0)
+            self._metrics.consumer_lag_seconds.labels(topic, str(partition)).set(0)
         log.info("assigned %s", _fmt(partitions))
         self._set_assigned_count(partitions, added=True)
 

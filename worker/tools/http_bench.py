@@ -52,6 +52,11 @@ class HttpBenchOptions:
     direct_calls: int = 200
     overload_s: float = 30.0
     overload_factor: float = 3.0
+    # The overload's client keeps at most this many requests open (an offered load, not a connection
+    # storm: past the server's listen backlog a storm measures the kernel, not the server), and the server
+    # queues at most `overload_queue_texts`, so the excess must come back as 503s.
+    overload_connections: int = 1024
+    overload_queue_texts: int = 256
     max_wait_ms: int = 2
     seed: int = 7
     request_timeout_s: float = 60.0
@@ -151,14 +156,16 @@ async def open_loop(
     duration_s: float,
     *,
     timeout_s: float = 60.0,
+    connections: int = 1024,
     sample: Callable[[], None] | None = None,
 ) -> LoadResult:
-    """Requests started at `rate_per_s` for `duration_s` whatever the answers (an offered load); a request
-    still unanswered `timeout_s` after the last start counts as hung."""
+    """Requests started at `rate_per_s` for `duration_s` whatever the answers (an offered load, over at most
+    `connections` connections); a request still unanswered `timeout_s` after the last start counts as hung."""
     count = max(1, int(rate_per_s * duration_s))
     result = LoadResult(concurrency=max(1, round(rate_per_s)), sent=count, seconds=0.0)
-    connector = aiohttp.TCPConnector(limit=0)  # an offered load: no client-side queue
-    async with aiohttp.ClientSession(url, connector=connector) as session:
+    connector = aiohttp.TCPConnector(limit=connections)
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(url, connector=connector, timeout=timeout) as session:
         started = time.perf_counter()
         tasks = []
         next_sample = started
@@ -283,13 +290,15 @@ def run_http_bench(
         "max_batch_tokens": max_batch_tokens,
         "max_batch_size": settings.max_batch_size,
         "max_wait_ms": options.max_wait_ms,
+        "http_max_queued_texts": options.overload_queue_texts,
         "model_only": {"texts_per_second": round(model_only.messages_per_second, 1)},
         "direct_call_p50_ms": round(direct_p50, 2),
     }
     env = server_env(settings, max_batch_tokens, options.max_wait_ms)
     bodies = [{"text": text} for text in texts[: options.requests]]
+    batched_env = {**env, "SENTIMENT_HTTP_MAX_QUEUED_TEXTS": str(options.overload_queue_texts)}
     report["batched"] = _bench_server(
-        ServerProcess(env, log_dir, "serve"), API_PATH, bodies, options, say, overload=True
+        ServerProcess(batched_env, log_dir, "serve"), API_PATH, bodies, options, say, overload=True
     )
     naive_bodies = bodies[: options.naive_requests]
     report["naive"] = _bench_server(
@@ -339,6 +348,7 @@ def _bench_server(
                     rate,
                     options.overload_s,
                     timeout_s=options.request_timeout_s,
+                    connections=options.overload_connections,
                     sample=sample,
                 )
             )
