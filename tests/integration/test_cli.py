@@ -85,6 +85,9 @@ def test_produce_run_tail_and_doctor_through_the_cli(
     assert run.returncode == 0, run.stderr[-2000:]
     summary = json.loads(run.stdout.strip().splitlines()[-1])
     assert (summary["consumed"], summary["results"], summary["dead_letters"]) == (30, 30, 0)
+    # The rate counts labelling time only: not the model load before the first message.
+    assert 0 < summary["labelling_seconds"] < summary["seconds"]
+    assert summary["messages_per_second"] == pytest.approx(30 / summary["labelling_seconds"], rel=0.05)
 
     tail = cli("tail", "--idle-exit-s", "3", env=env)
     assert tail.returncode == 0, tail.stderr

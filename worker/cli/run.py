@@ -53,6 +53,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 "dead_letters": summary.dead_letters,
                 "dead_letters_by_kind": summary.dead_letters_by_kind,
                 "seconds": round(summary.seconds, 2),
+                "labelling_seconds": round(summary.labelling_seconds, 2),
                 "messages_per_second": round(summary.messages_per_second, 1),
             },
             ensure_ascii=False,

@@ -57,10 +57,22 @@ class RunSummary:
     seconds: float = 0.0
     stop_reason: str = ""
     unacknowledged_at_stop: int = 0
+    first_consumed_at: float | None = None  # clock seconds
+    last_acknowledged_at: float | None = None
+
+    @property
+    def labelling_seconds(self) -> float:
+        """From the first message consumed to the last output acknowledged: the labelling time, without
+        start-up (model load, warm-up, joining the group) or the idle wait before a stop."""
+        if self.first_consumed_at is None or self.last_acknowledged_at is None:
+            return 0.0
+        return max(0.0, self.last_acknowledged_at - self.first_consumed_at)
 
     @property
     def messages_per_second(self) -> float:
-        return (self.results + self.dead_letters) / self.seconds if self.seconds > 0 else 0.0
+        """Outputs (results + dead letters) per second of labelling time."""
+        done = self.results + self.dead_letters
+        return done / self.labelling_seconds if self.labelling_seconds > 0 else 0.0
 
 
 class _StartedParts(NamedTuple):
@@ -310,6 +322,8 @@ class SentimentWorker:
             InputMessage(position, message.key(), value, self._clock(), epoch), len(value or b"")
         )
         self._summary.consumed += 1
+        if self._summary.first_consumed_at is None:
+            self._summary.first_consumed_at = self._clock()
         self._metrics.messages_consumed.labels(topic).inc()
         self._health.broker_reachable = True
 
@@ -391,6 +405,7 @@ class SentimentWorker:
                 self._metrics.delivery_failures.labels(record.topic).inc()
                 continue  # never acked: its offset and everything after it in the partition stay uncommitted
             self._book.acknowledged((src.topic, src.partition), src.offset, src.timestamp_ms)
+            self._summary.last_acknowledged_at = self._clock()
             if record.kind == "result":
                 self._summary.results += 1
                 self._metrics.results_published.labels(record.topic).inc()
