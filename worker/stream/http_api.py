@@ -83,6 +83,19 @@ class SentimentApi:
         self._model, self._labels = model, list(labels)
         self._batcher = batcher
 
+    def early_refusal(self) -> JSONResponse | None:
+        """A 503 decided before the body is read or parsed (overload must be cheap to refuse): not ready,
+        stopping, or the queue already full."""
+        batcher = self._batcher
+        if batcher is None:
+            return error_response(503, "not_ready", "the model is still loading", retry_after_s=1)
+        if batcher.closing:
+            return error_response(503, "stopping", "the server is stopping", retry_after_s=1)
+        if batcher.is_full:
+            reason = f"{batcher.queued_texts} texts are already waiting for the model"
+            return error_response(503, "overloaded", reason, retry_after_s=batcher.retry_after_s)
+        return None
+
     async def label(self, request: SentimentRequest) -> SentimentResponse | JSONResponse:
         """Validates the request against the limits, waits for its batch, builds the response."""
         accepted = time.perf_counter()
@@ -207,7 +220,13 @@ def build_app(api: SentimentApi) -> FastAPI:
             allow_headers=["Authorization", "Content-Type"],
         )
     token = s.api_token.get_secret_value() if s.api_token is not None else None
-    app.add_middleware(ApiGuard, token=token, max_body_bytes=s.http_max_body_bytes, metrics=api.http_metrics)
+    app.add_middleware(
+        ApiGuard,
+        token=token,
+        max_body_bytes=s.http_max_body_bytes,
+        metrics=api.http_metrics,
+        early_refusal=api.early_refusal,
+    )
     return app
 
 
@@ -226,11 +245,21 @@ def validation_reason(errors: Any) -> str:
 
 
 class ApiGuard:
-    """ASGI middleware in front of /v1/: bearer token (401) and body size (413), checked before the body is
-    parsed, and the request counter and latency of every answer there."""
+    """ASGI middleware in front of /v1/: bearer token (401), the early 503s (not ready, stopping, queue
+    full) and body size (413), all before the body is parsed; and the request counter and latency of every
+    answer there."""
 
-    def __init__(self, app: Asgi, *, token: str | None, max_body_bytes: int, metrics: HttpMetrics) -> None:
+    def __init__(
+        self,
+        app: Asgi,
+        *,
+        token: str | None,
+        max_body_bytes: int,
+        metrics: HttpMetrics,
+        early_refusal: Callable[[], Response | None] = lambda: None,
+    ) -> None:
         self._app = app
+        self._early_refusal = early_refusal
         self._token = token.encode() if token is not None else None
         self._max_body_bytes = max_body_bytes
         self._metrics = metrics
@@ -261,6 +290,10 @@ class ApiGuard:
             await error_response(401, "unauthorized", "send the header `Authorization: Bearer <token>`")(
                 scope, receive, send
             )
+            return
+        refusal = self._early_refusal() if scope.get("method") == "POST" else None
+        if refusal is not None:
+            await refusal(scope, receive, send)
             return
         declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self._max_body_bytes:

@@ -132,6 +132,19 @@ class RequestBatcher:
     def queued_texts(self) -> int:
         return self._queued_texts
 
+    @property
+    def is_full(self) -> bool:
+        """No request fits now (submit would raise Overloaded)."""
+        return self._queued_texts >= self._max_queued_texts
+
+    @property
+    def retry_after_s(self) -> int:
+        return self._retry_after_s
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
     def submit(self, texts: Sequence[str]) -> Future[RequestOutcome]:
         """Accepts one request's texts; its future gets one output per text, in order.
 

@@ -35,7 +35,7 @@ from worker.config import WorkerSettings
 from worker.stream.inference import Classifier, label_texts
 from worker.tools.bench import bench_model_only, review_texts
 from worker.tools.naive_http import NAIVE_PATH
-from worker.tools.worker_process import free_port, rss_bytes
+from worker.tools.worker_process import free_port, rss_bytes, scrape_metrics
 
 API_PATH = "/v1/sentiment"
 TARGETS = {"c64_vs_model_only": 0.80, "c64_vs_naive": 5.0, "c1_added_p50_ms_over_max_wait": 5.0}
@@ -353,7 +353,11 @@ def _bench_server(
                 )
             )
             answered = result.ok + result.codes.get("503", 0) + result.codes.get("429", 0)
+            server_side = _answers_by_code(scrape_metrics(server.port))
             out["overload"] = {
+                # What the server counted (all phases): a request it received and did not answer would
+                # show here as a gap against the client's counts.
+                "server_answered_by_code": server_side,
                 **result.as_json(),
                 "offered_per_second": round(rate, 1),
                 "answered": answered,
@@ -366,6 +370,15 @@ def _bench_server(
         return out
     finally:
         server.stop()
+
+
+def _answers_by_code(scrape: dict[str, float]) -> dict[str, int]:
+    prefix = "sentiment_http_requests_total"
+    return {
+        key.split('"code": "', 1)[1].split('"', 1)[0]: int(value)
+        for key, value in scrape.items()
+        if key.startswith(prefix + "{")
+    }
 
 
 def _targets(report: dict[str, Any], options: HttpBenchOptions) -> dict[str, Any]:
@@ -428,6 +441,7 @@ def format_http_table(report: dict[str, Any]) -> str:
             f"{overload['codes']}, lost or failed {overload['lost_or_failed']}, hung {overload['hung']}; "
             f"server RSS {overload['rss_first_mb']} → max {overload['rss_max_mb']} → "
             f"{overload['rss_last_mb']} MB",
+            f"the server's own count of answers (whole run): {overload['server_answered_by_code']}",
         ]
     lines += ["", "targets (flagged, not enforced):"]
     for name, target in report["targets"].items():
