@@ -8,8 +8,9 @@ by `label_ids` (the one token-budget, length-grouped batch planner), then each r
 
 When to label: when the model has no request batch in flight, once the window's first request has waited
 `max_wait_ms` (0: at once) or the window is full; while a batch is in flight, requests gather until it is
-done (the next batch holds everything that arrived meanwhile, as continuous batching does), and only a full
-window is tokenized and queued early (at most `max_in_flight` batches queued on the inference thread).
+done (the next batch holds everything that arrived meanwhile, as continuous batching does), and a window
+that already holds `max_batch_size` texts is tokenized and queued early (at most `max_in_flight` batches
+queued on the inference thread).
 """
 
 from __future__ import annotations
@@ -209,7 +210,9 @@ class RequestBatcher:
             return False
         if self._in_flight == 0:
             return self._closing or self._window.is_due()
-        return self._window.is_full()  # pipelined: tokenized while the model runs the previous batch
+        # Pipelined: a window holding a full model batch cannot gain from waiting; it is tokenized and
+        # queued while the model runs the previous one (so the model never waits for the HTTP side).
+        return self._window.is_full() or self._window.tokens >= self._max_batch_size
 
     def _wait_s(self) -> float:
         if len(self._window) and self._in_flight == 0:

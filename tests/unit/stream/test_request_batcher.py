@@ -4,6 +4,7 @@ outputs in order; the queue is bounded; cancelled requests are dropped; closing 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import CancelledError
 
@@ -27,8 +28,10 @@ class LengthModel:
         self.gate = threading.Event()
         self.gate.set()
         self.entered = threading.Event()  # set once a batch is inside the model
+        self.tokenized: list[int] = []  # texts per tokenized window
 
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        self.tokenized.append(len(texts))
         return [[1] * len(t) for t in texts]
 
     def predict_ids(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
@@ -81,7 +84,7 @@ def positive(outputs: Sequence[object]) -> list[float]:
 
 
 def test_requests_waiting_for_a_busy_model_share_its_next_batches(make: object, model: LengthModel) -> None:
-    batcher = make()  # type: ignore[operator]
+    batcher = make(max_batch_size=16)  # type: ignore[operator]
     model.gate.clear()  # the model is busy with the first request
     first = batcher.submit(["a"])
     assert model.entered.wait(5)
@@ -92,7 +95,25 @@ def test_requests_waiting_for_a_busy_model_share_its_next_batches(make: object, 
         outcome = future.result(5)
         assert positive(outcome.outputs) == [(k + 2) / 100, (k + 3) / 100, (k + 4) / 100]  # its own, in order
         assert outcome.batch_texts == 12  # the four requests were labelled together
-    assert model.batches == [1, 4, 4, 4]  # max_batch_size 4: the planner cut the 12 texts
+    assert model.batches == [1, 12]
+
+
+def test_the_planner_cuts_a_window_and_a_full_batch_is_queued_while_the_model_is_busy(
+    make: object, model: LengthModel
+) -> None:
+    batcher = make(max_batch_size=4)  # type: ignore[operator]
+    model.gate.clear()
+    first = batcher.submit(["a"])
+    assert model.entered.wait(5)
+    full = batcher.submit(["x" * n for n in range(2, 12)])  # 10 texts: more than a model batch
+    deadline = time.monotonic() + 5
+    while model.tokenized[-1:] != [10] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert model.tokenized[-1] == 10  # tokenized and queued before the model is free
+    model.gate.set()
+    assert len(first.result(5).outputs) == 1
+    assert positive(full.result(5).outputs) == [n / 100 for n in range(2, 12)]
+    assert model.batches == [1, 4, 4, 2]  # max_batch_size 4: the planner cut the 10 texts
 
 
 def test_the_queue_bound_refuses_with_retry_after(make: object, model: LengthModel) -> None:
