@@ -353,7 +353,7 @@ def _bench_server(
                 )
             )
             answered = result.ok + result.codes.get("503", 0) + result.codes.get("429", 0)
-            server_side = _answers_by_code(scrape_metrics(server.port))
+            server_side = _answers_by_code(_scrape_when_calm(server.port))
             out["overload"] = {
                 # What the server counted (all phases): a request it received and did not answer would
                 # show here as a gap against the client's counts.
@@ -370,6 +370,16 @@ def _bench_server(
         return out
     finally:
         server.stop()
+
+
+def _scrape_when_calm(port: int, attempts: int = 20) -> dict[str, float]:
+    """/metrics once the server answers it again (right after an overload it may not within 1 s)."""
+    for _ in range(attempts):
+        scrape = scrape_metrics(port)
+        if scrape:
+            return scrape
+        time.sleep(1.0)
+    return {}
 
 
 def _answers_by_code(scrape: dict[str, float]) -> dict[str, int]:
