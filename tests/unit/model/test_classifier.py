@@ -159,4 +159,4 @@ def test_hub_name_download_failure_is_explained(monkeypatch: pytest.MonkeyPatch)
 
 def test_path_like_missing_model_is_not_treated_as_hub_name(tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match="does not exist"):
-        load_classifier("models/default", choose_device("cpu"))
+        load_classifier("models/no-such-model", choose_device("cpu"))

@@ -15,7 +15,7 @@ from worker.training.evaluate import (
     format_report,
     static_speed_probe,
 )
-from worker.training.training import METRICS_FILE, TrainReport
+from worker.training.options import METRICS_FILE, TrainReport
 
 NAMES = ["negative", "positive"]
 
@@ -118,3 +118,61 @@ def test_format_report_is_a_table() -> None:
     )
     assert "accuracy                    1.0000" in text
     assert "negative" in text and "4.0 seq/s" in text and "dynamic throughput only" in text
+
+
+def _flipped_copy(model_dir: Path, out: Path) -> Path:
+    """The same model with its classifier head negated: every prediction flips (a clearly worse model)."""
+    import shutil
+
+    import paddle
+
+    shutil.copytree(model_dir, out)
+    state = paddle.load(str(out / "model_state.pdparams"))
+    for name in ("classifier.weight", "classifier.bias"):
+        state[name] = -state[name]
+    paddle.save(state, str(out / "model_state.pdparams"))
+    return out
+
+
+def test_promotion_gate_refuses_a_worse_candidate_and_passes_an_equal_one(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    worse = _flipped_copy(tiny_model_dir, tmp_path / "flipped")
+    args = ["evaluate", "--heldout", "--limit", "200", "--json"]
+    assert main([*args, "--model", str(tiny_model_dir), "--compare", str(tiny_model_dir)]) == 0
+    same = json.loads(capsys.readouterr().out)
+    assert same["promote"] is True and same["regressions"] == []
+    assert same["candidate"]["metrics"]["accuracy"] == same["incumbent"]["metrics"]["accuracy"]
+
+    # the heldout set is the candidate's; a flipped head loses accuracy and macro-F1 on it
+    assert main([*args, "--model", str(worse), "--compare", str(tiny_model_dir)]) == 1
+    refused = json.loads(capsys.readouterr().out)
+    assert refused["promote"] is False
+    assert [r.split()[0] for r in refused["regressions"]] == ["accuracy", "macro_f1"]
+    assert refused["candidate"]["metrics"]["n"] == refused["incumbent"]["metrics"]["n"] == 200
+    assert refused["candidate"]["metrics"]["accuracy"] < refused["incumbent"]["metrics"]["accuracy"] - 0.2
+
+    assert main([*args[:-1], "--model", str(tiny_model_dir), "--compare", str(worse)]) == 0
+    table = capsys.readouterr().out
+    assert "candidate" in table and "incumbent" in table and "PROMOTE" in table
+
+
+def test_promote_ships_a_better_candidate_in_float16_and_refuses_a_worse_one(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from worker.model.metadata import METADATA_FILE, weights_version
+
+    default = _flipped_copy(tiny_model_dir, tmp_path / "default")  # a bad incumbent
+    assert main(["promote", "--candidate", str(tiny_model_dir), "--default", str(default)]) == 0
+    out = capsys.readouterr().out
+    assert "PROMOTE" in out and f"promoted {tiny_model_dir} → {default}" in out
+    meta = json.loads((default / METADATA_FILE).read_text("utf-8"))
+    assert meta["training"]["weights_dtype"] == "float16" and meta["version"] == weights_version(default)
+    size = (default / "model_state.pdparams").stat().st_size
+    assert size < 0.6 * (tiny_model_dir / "model_state.pdparams").stat().st_size
+    assert not (default / "checkpoint").exists()
+
+    worse = _flipped_copy(tiny_model_dir, tmp_path / "worse")
+    assert main(["promote", "--candidate", str(worse), "--default", str(default)]) == 1
+    assert f"kept {default}" in capsys.readouterr().out
+    assert (default / "model_state.pdparams").stat().st_size == size  # untouched

@@ -21,21 +21,18 @@ from worker.training.corpus import (
     parse_label,
     split,
 )
+from worker.training.data import bucketed_batches, epoch_batches, micro_batches, truncate_ids
 from worker.training.evaluate import HELDOUT_FILE
-from worker.training.training import (
+from worker.training.mlm import mask_tokens
+from worker.training.options import (
     CHECKPOINT_DIR,
     METRICS_FILE,
     MODEL_CARD_FILE,
     TrainingError,
     TrainOptions,
     TrainReport,
-    _bucketed_batches,
-    epoch_batches,
-    mask_tokens,
-    micro_batches,
-    train,
-    truncate_ids,
 )
+from worker.training.training import train
 from worker.training.vocab import SPECIAL_TOKENS, build_char_vocab
 
 # A very small model for the mechanics tests (accumulation, AMP, resume): ~1-2 s per run on 2 cores.
@@ -95,14 +92,14 @@ def test_vocab_specials_first_and_min_freq() -> None:
     assert {"h", "##e", "##l", "##o"} <= set(rich)
 
 
-def test_bucketed_batches_cover_everything_once_with_similar_lengths() -> None:
+def testbucketed_batches_cover_everything_once_with_similar_lengths() -> None:
     lengths = [random.Random(1).randint(3, 128) for _ in range(1000)]
-    batches = _bucketed_batches(lengths, 32, random.Random(0))
+    batches = bucketed_batches(lengths, 32, random.Random(0))
     flat = [i for b in batches for i in b]
     assert sorted(flat) == list(range(1000))
     spreads = [max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches]
     assert max(spreads) <= 10, "batches mix very different lengths"
-    again = _bucketed_batches(lengths, 32, random.Random(1))
+    again = bucketed_batches(lengths, 32, random.Random(1))
     assert [b[0] for b in again] != [b[0] for b in batches], "batch order is not shuffled"
 
 

@@ -1,0 +1,78 @@
+"""Checkpoints for --resume: the model, optimizer (and AMP scaler) state and the loop position, written
+aside and swapped in; refused on resume when the options differ."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from worker.training.options import TrainingError
+
+
+@dataclass
+class LoopState:
+    """Loop state saved with each checkpoint."""
+
+    global_step: int = 0
+    epoch: int = 1
+    step_in_epoch: int = 0
+    best_dev: float = -1.0
+    best_epoch: int = 0
+    best_step: int = 0
+    bad_epochs: int = 0
+    history: list[dict[str, float]] = field(default_factory=list)
+    epoch_loss_sum: float = 0.0
+    epoch_loss_steps: int = 0
+    epoch_seconds: float = 0.0
+    train_seconds: float = 0.0
+    seen: int = 0
+
+
+def save_checkpoint(
+    ckpt: Path, model: Any, optimizer: Any, scaler: Any, state: LoopState, fingerprint: str
+) -> None:
+    """Atomically enough: write into a temp dir, then swap it in."""
+    import paddle
+
+    tmp = ckpt.with_name(ckpt.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    paddle.save(unwrap(model).state_dict(), str(tmp / "model.pdparams"))
+    paddle.save(optimizer.state_dict(), str(tmp / "optimizer.pdopt"))
+    if scaler is not None:
+        paddle.save(scaler.state_dict(), str(tmp / "scaler.pdstate"))
+    if (ckpt / "best.pdparams").exists():
+        shutil.copy2(ckpt / "best.pdparams", tmp / "best.pdparams")
+    (tmp / "state.json").write_text(
+        json.dumps({"fingerprint": fingerprint, **asdict(state)}, indent=2) + "\n", encoding="utf-8"
+    )
+    if ckpt.exists():
+        shutil.rmtree(ckpt)
+    tmp.rename(ckpt)
+
+
+def load_checkpoint(ckpt: Path, model: Any, optimizer: Any, scaler: Any, fingerprint: str) -> LoopState:
+    import paddle
+
+    state_file = ckpt / "state.json"
+    if not state_file.is_file():
+        raise TrainingError(f"--resume: no checkpoint at {ckpt} (nothing to resume; drop --resume)")
+    raw = json.loads(state_file.read_text(encoding="utf-8"))
+    if raw.pop("fingerprint", None) != fingerprint:
+        raise TrainingError(
+            f"--resume: the checkpoint in {ckpt} was made with different options; resume with the same "
+            "data, model and hyper-parameter flags, or start over without --resume"
+        )
+    unwrap(model).set_state_dict(paddle.load(str(ckpt / "model.pdparams")))
+    optimizer.set_state_dict(paddle.load(str(ckpt / "optimizer.pdopt")))
+    if scaler is not None and (ckpt / "scaler.pdstate").exists():
+        scaler.load_state_dict(paddle.load(str(ckpt / "scaler.pdstate")))
+    return LoopState(**raw)
+
+
+def unwrap(model: Any) -> Any:
+    return getattr(model, "_layers", model)

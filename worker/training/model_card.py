@@ -1,0 +1,219 @@
+"""What a training run writes beside the weights: the interim best model, metrics.json, heldout.jsonl,
+sentiment_model.json and the README.md model card."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+from collections.abc import Sequence
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from worker.model.classifier import DEFAULT_LABELS
+from worker.model.metadata import METADATA_FILE, ModelMetadata, weights_version
+from worker.training.corpus import (
+    Split,
+)
+from worker.training.evaluate import (
+    HELDOUT_FILE,
+    ClassificationMetrics,
+    write_heldout,
+)
+from worker.training.options import (
+    METRICS_FILE,
+    MODEL_CARD_FILE,
+    SCRATCH,
+    EpochRecord,
+    TrainOptions,
+    TrainReport,
+)
+
+
+def hardware_description(device_kind: str, world: int) -> str:
+    cpu = platform.processor() or platform.machine()
+    desc = f"{os.cpu_count()} CPU cores ({cpu}), {platform.system()}"
+    if device_kind == "gpu":
+        import paddle
+
+        desc += f"; GPU {paddle.device.cuda.get_device_name()} x {world}"
+    return desc
+
+
+def write_interim(
+    options: TrainOptions, net: Any, tokenizer: Any, parts: Split, dev_accuracy: float, step: int
+) -> None:
+    """The best model so far into ``output_dir``, loadable; metrics.json and the card come at the end.
+
+    Files are written into a scratch directory and moved in one by one (each move atomic), so a kill
+    mid-write leaves the previous best model's files whole.
+    """
+    out = Path(options.output_dir)
+    scratch = out / ".interim.tmp"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    net.save_pretrained(str(scratch))
+    tokenizer.save_pretrained(str(scratch))
+    write_heldout(scratch / HELDOUT_FILE, parts.test, DEFAULT_LABELS)
+    ModelMetadata(
+        name=options.model_name(),
+        version=weights_version(scratch),
+        labels=list(DEFAULT_LABELS),
+        max_seq_len=options.max_seq_len,
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        training={"interim": True, "step": step, "dev_accuracy": dev_accuracy, "init": options.init},
+    ).write(scratch / METADATA_FILE)
+    for path in sorted(scratch.iterdir(), key=lambda p: p.name == METADATA_FILE):  # metadata last
+        os.replace(path, out / path.name)
+    scratch.rmdir()
+
+
+def summary_table(history: Sequence[EpochRecord], best_epoch: int) -> str:
+    """A fixed-width table of the epochs; the kept (best dev) epoch is marked with ``*``."""
+    lines = [f"{'epoch':>5} {'train loss':>10} {'dev acc':>8} {'dev F1':>8} {'seconds':>8} {'seq/s':>7}"]
+    for r in history:
+        mark = " *" if r.epoch == best_epoch else ""
+        lines.append(
+            f"{r.epoch:>5} {r.train_loss:>10.4f} {r.dev_accuracy:>8.4f} {r.dev_macro_f1:>8.4f} "
+            f"{r.seconds:>8.1f} {r.sequences_per_second:>7.1f}{mark}"
+        )
+    return "\n".join(lines)
+
+
+def write_outputs(
+    options: TrainOptions,
+    report: TrainReport,
+    net: Any,
+    tokenizer: Any,
+    parts: Split,
+    source: str,
+    test: ClassificationMetrics | None,
+    device_kind: str,
+    world: int,
+    train_labels: np.ndarray,
+) -> None:
+    out = report.output_dir
+    net.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    write_heldout(out / HELDOUT_FILE, parts.test, DEFAULT_LABELS)
+    hardware = hardware_description(device_kind, world)
+    metrics = {
+        "test_accuracy": report.test_accuracy,
+        "test_macro_f1": report.test_macro_f1,
+        "test_ece": report.test_ece,
+        "dev_accuracy": report.dev_accuracy,
+        "best_epoch": report.best_epoch,
+        "test_per_class": report.test_per_class,
+        "test": asdict(test) if test is not None else None,
+        "history": [asdict(h) for h in report.history],
+        "train_label_counts": {n: int((train_labels == i).sum()) for i, n in enumerate(DEFAULT_LABELS)},
+        "split_sizes": {"train": report.train_size, "dev": report.dev_size, "test": report.test_size},
+        "data": source,
+        "init": options.init,
+        "vocab_size": report.vocab_size,
+        "seed": options.seed,
+        "steps": report.steps,
+        "seconds": round(report.seconds, 1),
+        "hardware": hardware,
+        "amp_used": report.amp_used,
+        "hyper_parameters": options.hyper_parameters(),
+    }
+    (out / METRICS_FILE).write_text(
+        json.dumps(metrics, ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
+    )
+    ModelMetadata(
+        name=options.model_name(),
+        version=weights_version(out),
+        labels=list(DEFAULT_LABELS),
+        max_seq_len=options.max_seq_len,
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        training={
+            "test_accuracy": report.test_accuracy,
+            "dev_accuracy": report.dev_accuracy,
+            "train_size": report.train_size,
+            "seconds": round(report.seconds, 1),
+            "data": source,
+            "init": options.init,
+        },
+    ).write(out / METADATA_FILE)
+    (out / MODEL_CARD_FILE).write_text(model_card(options, report, source, test, hardware), encoding="utf-8")
+
+
+def model_card(
+    options: TrainOptions,
+    report: TrainReport,
+    source: str,
+    test: ClassificationMetrics | None,
+    hardware: str,
+) -> str:
+    """A short Markdown model card: data, split, hyper-parameters, dev/test metrics, time, hardware."""
+    hp = options.hyper_parameters()
+    skip = {"output_dir", "resume", "stop_after_steps", "checkpoint_every", "keep_checkpoint"}
+    rows = "\n".join(f"| {k} | {v} |" for k, v in hp.items() if k not in skip)
+    student = (
+        f"ERNIE student of `{options.teacher}`: {options.num_layers} layers, hidden {options.hidden_size}, "
+        f"{options.num_heads} heads, FFN {options.intermediate_size}, on the teacher's vocabulary of "
+        f"{report.vocab_size} tokens with its embeddings projected to {options.hidden_size} dimensions; "
+        f"distilled with temperature {options.temperature}, soft-target weight {options.soft_weight}, "
+        f"{options.augment_copies} augmented copies of the train split labelled by the teacher"
+    )
+    arch = (
+        student
+        if options.teacher is not None
+        else (
+            f"ERNIE from scratch: {options.num_layers} layers, hidden {options.hidden_size}, "
+            f"{options.num_heads} heads, FFN {options.intermediate_size}, character vocabulary of "
+            f"{report.vocab_size} tokens built from the train split"
+            if options.init == SCRATCH
+            else f"fine-tuned from `{options.init}` (vocabulary of {report.vocab_size} tokens)"
+        )
+    )
+    lines = [
+        f"# {options.model_name()}",
+        "",
+        "Binary sentiment classifier for Chinese reviews (labels: "
+        + ", ".join(f"{i} = {n}" for i, n in enumerate(DEFAULT_LABELS))
+        + f"), `ErnieForSequenceClassification`, max_seq_len {options.max_seq_len} tokens.",
+        "",
+        f"- Model: {arch}.",
+        f"- Data: {source}; de-duplicated, texts with both labels dropped.",
+        f"- Split (seed {options.seed}): train {report.train_size}, dev {report.dev_size}, "
+        f"test {report.test_size} (`{HELDOUT_FILE}` holds the test split; it was never used for training "
+        "or model selection).",
+        f"- Training: {report.steps} optimizer steps, best dev epoch {report.best_epoch} kept, "
+        f"{report.seconds / 60:.1f} min on {hardware}" + (", AMP" if report.amp_used else "") + ".",
+        "",
+        "## Metrics",
+        "",
+        "| split | accuracy | macro-F1 | ECE |",
+        "|---|---|---|---|",
+        f"| dev (best epoch) | {report.dev_accuracy:.4f} | "
+        f"{next((h.dev_macro_f1 for h in report.history if h.epoch == report.best_epoch), 0.0):.4f} | |",
+    ]
+    if test is not None:
+        lines.append(f"| test (held out) | {test.accuracy:.4f} | {test.macro_f1:.4f} | {test.ece:.4f} |")
+    lines += [
+        "",
+        "Training history:",
+        "",
+        "```",
+        summary_table(report.history, report.best_epoch),
+        "```",
+        "",
+        "## Hyper-parameters",
+        "",
+        "| option | value |",
+        "|---|---|",
+        rows,
+        "",
+        "Limitations: trained only on the data above; accuracy on other review domains (food delivery, "
+        "hotels, e-commerce) is lower than on its own held-out split. Re-evaluate with "
+        "`sentiment-worker evaluate`.",
+        "",
+    ]
+    return "\n".join(lines)
