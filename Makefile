@@ -27,13 +27,14 @@ STUDENT_FLAGS ?= --teacher $(TEACHER_DIR) --num-layers 2 --hidden-size 128 --num
 PROMOTION_MARGIN ?= 0.005
 PYTEST_ARGS ?=
 
-.PHONY: help install kafka-up kafka-down kafka-status base-model teacher candidate default-model scratch-model \
-	model demo test test-unit test-faults lint typecheck schemas clean
+.PHONY: help install browser kafka-up kafka-down kafka-status base-model teacher candidate default-model \
+	scratch-model model demo test test-unit test-faults lint typecheck schemas clean
 
 help:
 	@echo "make demo        broker up, default model trained if missing, sample reviews labelled, table printed"
 	@echo "make test        install, throw-away broker up, full test suite, broker down"
 	@echo "make test-unit   the tests that need neither broker nor trained model"
+	@echo "make browser     Debian's chromium + chromium-driver (+ a CJK font) for the page test (root)"
 	@echo "make kafka-up / kafka-down / kafka-status   the local Apache Kafka broker on localhost:$(KAFKA_PORT)"
 	@echo "make base-model  fetch bge-small-zh-v1.5 (Maven) and convert it for \`train --init bge-small-zh\`"
 	@echo "make model       export the shipped default model to $(STATIC_MODEL_DIR) (what the demo serves)"
@@ -49,6 +50,16 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	@touch $@
 
 install: $(VENV)/.installed
+
+# The page test (tests/integration/test_serve_page.py) drives Debian's headless chromium through
+# chromium-driver; a CJK font makes its screenshot readable. Installed only when missing (CI runs as root).
+browser:
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null \
+		|| ! fc-list 2>/dev/null | grep -qi "wenquanyi"; then \
+		echo "installing chromium, chromium-driver and fonts-wqy-zenhei (apt-get)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+			chromium chromium-driver fonts-wqy-zenhei; \
+	fi
 
 kafka-up: install
 	$(LAUNCHER) up --port $(KAFKA_PORT)
@@ -90,7 +101,7 @@ scratch-model: install
 demo: install kafka-up model
 	@bash deploy/demo.sh $(STATIC_MODEL_DIR) localhost:$(KAFKA_PORT) $(MODEL_DIR)
 
-test: install lint typecheck
+test: install browser lint typecheck
 	@rm -rf $(TEST_KAFKA_DIR)
 	$(LAUNCHER) up --port $(TEST_KAFKA_PORT) --data-dir $(TEST_KAFKA_DIR)
 	@set +e; KAFKA_BOOTSTRAP_SERVERS=localhost:$(TEST_KAFKA_PORT) $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \

@@ -35,8 +35,9 @@ $cli run --idle-exit-s 4 > "${TMPDIR:-/tmp}/demo-run-$run_id.json"
 .venv/bin/python - "${TMPDIR:-/tmp}/demo-run-$run_id.json" <<'PY'
 import json, sys
 s = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
-print("worker: {consumed} consumed, {results} results, {dead_letters} dead letters in {seconds} s "
-      "({messages_per_second} messages/s, including model load and the idle wait before exit)".format(**s))
+print("worker: {consumed} consumed, {results} results, {dead_letters} dead letters: {messages_per_second} "
+      "messages/s over {labelling_seconds} s of labelling (first message consumed to last result "
+      "acknowledged; {seconds} s in all with model load and the idle wait before exit)".format(**s))
 PY
 echo
 echo "== results of the sample reviews =="

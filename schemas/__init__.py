@@ -1,4 +1,5 @@
-"""Versioned message contracts of the sentiment worker (pydantic v2 models + exported JSON Schema)."""
+"""Versioned contracts of the sentiment worker: Kafka messages, dead-letter headers and the HTTP API
+(pydantic v2 models + exported JSON Schema)."""
 
 from schemas.dead_letter import (
     DLQ_VERSION,
@@ -16,6 +17,14 @@ from schemas.dead_letter import (
     build_dead_letter_headers,
     parse_dead_letter_headers,
 )
+from schemas.http_api import (
+    ErrorResponse,
+    ItemError,
+    SentimentRequest,
+    SentimentResponse,
+    TextSentiment,
+    Timing,
+)
 from schemas.review_input import ReviewInput
 from schemas.sentiment_result import ModelRef, SentimentResult, SourceRef
 
@@ -32,10 +41,16 @@ __all__ = [
     "HEADER_WORKER_ID",
     "DeadLetterInfo",
     "DeadLetterKind",
+    "ErrorResponse",
+    "ItemError",
     "ModelRef",
     "ReviewInput",
+    "SentimentRequest",
+    "SentimentResponse",
     "SentimentResult",
     "SourceRef",
+    "TextSentiment",
+    "Timing",
     "build_dead_letter_headers",
     "parse_dead_letter_headers",
 ]

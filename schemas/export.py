@@ -17,6 +17,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel
 
 from schemas.dead_letter import DeadLetterInfo
+from schemas.http_api import SentimentRequest, SentimentResponse
 from schemas.review_input import ReviewInput
 from schemas.sentiment_result import SentimentResult
 
@@ -28,6 +29,8 @@ EXPORTED: Final[tuple[tuple[type[BaseModel], Literal["validation", "serializatio
     (ReviewInput, "validation"),
     (SentimentResult, "serialization"),
     (DeadLetterInfo, "validation"),
+    (SentimentRequest, "validation"),
+    (SentimentResponse, "serialization"),
 )
 
 

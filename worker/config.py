@@ -162,8 +162,46 @@ class WorkerSettings(BaseSettings):
     )
 
     # --- operations ---
-    http_host: str = Field("127.0.0.1", description="Address of /metrics, /healthz, /readyz.")
-    http_port: int = Field(9108, ge=0, le=65535, description="Port of /metrics, /healthz, /readyz; 0 = off.")
+    http_host: str = Field(
+        "127.0.0.1",
+        description="Address of /metrics, /healthz, /readyz (and the HTTP API); 0.0.0.0 in containers.",
+    )
+    http_port: int = Field(
+        9108, ge=0, le=65535, description="Port of /metrics, /healthz, /readyz (and the HTTP API); 0 = off."
+    )
+
+    # --- the HTTP API (`sentiment-worker serve`, or `run` with http_api) ---
+    http_api: bool = Field(
+        False,
+        description="run: also answer POST /v1/sentiment and the page at / on the HTTP port while consuming, "
+        "through the same model and inference thread (serve always does).",
+    )
+    api_token: SecretStr | None = Field(
+        None,
+        description="Bearer token POST /v1/sentiment requires (401 without it); unset: open. Never logged.",
+    )
+    http_max_texts: int = Field(256, ge=1, description="Most texts in one HTTP request (more: 413).")
+    http_max_body_bytes: int = Field(
+        1_048_576, ge=64, description="Largest HTTP request body in bytes (larger: 413)."
+    )
+    http_max_queued_texts: int = Field(
+        2048,
+        ge=1,
+        description="Texts accepted over HTTP and not yet answered; a request that would pass it gets 503 "
+        "with Retry-After.",
+    )
+    http_max_wait_ms: int = Field(
+        2,
+        ge=0,
+        description="Longest an HTTP request waits for others to share its batch when the model is idle "
+        "(0: at once); while the model is busy, requests gather until it is free.",
+    )
+    http_request_timeout_s: float = Field(
+        30.0, gt=0, description="An HTTP request not answered within this gets 504."
+    )
+    http_cors_origins: list[str] = Field(
+        default_factory=list, description="Origins allowed by CORS (JSON list); empty: no CORS headers."
+    )
     shutdown_timeout_s: float = Field(
         30.0, gt=0, description="Bound on a clean stop: finish the window, flush, commit, close."
     )
@@ -185,6 +223,18 @@ class WorkerSettings(BaseSettings):
         if not value.strip():
             raise ValueError("must not be empty")
         return value.strip()
+
+    @field_validator("api_token", mode="before")
+    @classmethod
+    def _empty_token_is_none(cls, value: Any) -> Any:
+        # An empty SENTIMENT_API_TOKEN (e.g. compose's ${SENTIMENT_API_TOKEN:-}) means: no token.
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @model_validator(mode="after")
+    def _http_queue_holds_a_request(self) -> WorkerSettings:
+        if self.http_max_queued_texts < self.http_max_texts:
+            raise ValueError("http_max_queued_texts must be >= http_max_texts (a full request must fit)")
+        return self
 
     @model_validator(mode="after")
     def _topics_distinct(self) -> WorkerSettings:

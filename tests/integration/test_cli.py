@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests.integration.helpers import SAMPLES
+from worker.tools.predict import predict_lines
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -45,6 +46,24 @@ def test_predict_gives_one_line_per_input_line_in_order(tiny_model_dir: Path, ti
     assert [r["label"] for r in valid] == [tiny_classifier.labels[int(np.argmax(p))] for p in expected]
 
 
+def test_predict_a_file_shows_progress_and_equals_the_stdin_path(
+    tiny_model_dir: Path, tiny_classifier: Any, tmp_path: Path
+) -> None:
+    texts = [json.loads(line)["text"] for line in SAMPLES.read_text(encoding="utf-8").splitlines()]
+    lines = [texts[i % len(texts)] + ("!" * (i % 7)) for i in range(1200)]  # 3 chunks
+    path = tmp_path / "reviews.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    done = cli("predict", str(path), "--model", str(tiny_model_dir), "--device", "cpu")
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    expected = list(predict_lines(tiny_classifier, lines))
+    assert [r["line"] for r in rows] == list(range(1, 1201))
+    assert [(r["text"], r["label"]) for r in rows] == [(e["text"], e["label"]) for e in expected]
+    assert "100%  1,200 lines" in done.stderr and "lines/s" in done.stderr
+    missing = cli("predict", str(tmp_path / "nope.txt"), "--model", str(tiny_model_dir))
+    assert missing.returncode == 2 and "no such file" in missing.stderr
+
+
 def test_produce_run_tail_and_doctor_through_the_cli(
     kafka_bootstrap: str, topics: Any, tiny_model_dir: Path
 ) -> None:
@@ -66,6 +85,9 @@ def test_produce_run_tail_and_doctor_through_the_cli(
     assert run.returncode == 0, run.stderr[-2000:]
     summary = json.loads(run.stdout.strip().splitlines()[-1])
     assert (summary["consumed"], summary["results"], summary["dead_letters"]) == (30, 30, 0)
+    # The rate counts labelling time only: not the model load before the first message.
+    assert 0 < summary["labelling_seconds"] < summary["seconds"]
+    assert summary["messages_per_second"] == pytest.approx(30 / summary["labelling_seconds"], rel=0.05)
 
     tail = cli("tail", "--idle-exit-s", "3", env=env)
     assert tail.returncode == 0, tail.stderr

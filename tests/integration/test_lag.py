@@ -212,3 +212,34 @@ def test_running_worker_owns_every_partition_and_its_metrics_match_lag_when_caug
         worker.request_stop()
         thread.join(timeout=60)
     assert not thread.is_alive()
+
+
+def test_an_idle_assigned_partition_exports_zero_lag(
+    kafka_bootstrap: str, topics: Any, tiny_classifier: Any
+) -> None:
+    names = topics(input_partitions=3)
+    produce(kafka_bootstrap, names["reviews"], review_records(sample_reviews(10)), partition=0)
+    settings = make_settings(kafka_bootstrap, names).model_copy(update={"http_port": free_port()})
+    worker = SentimentWorker(settings, tiny_classifier, ModelRef(name="tiny", version="1"))
+    thread = threading.Thread(target=worker.run, kwargs={"idle_exit_s": 120})
+    thread.start()
+    try:
+        assert len(read_topic(kafka_bootstrap, names["results"], expected=10)) == 10
+        url = f"http://127.0.0.1:{settings.http_port}/metrics"
+
+        def gauges() -> dict[str, dict[str, float]] | None:
+            families = _metrics(url)
+            found = {
+                name: {s.labels["partition"]: s.value for s in families[name].samples}
+                for name in ("sentiment_consumer_lag_messages", "sentiment_consumer_lag_seconds")
+            }
+            caught_up = all(v == {"0": 0.0, "1": 0.0, "2": 0.0} for v in found.values())
+            return found if caught_up else None
+
+        # Partitions 1 and 2 never received a message: their series exist anyway, at 0.
+        metrics = _wait_for(gauges, "lag series for the 3 partitions, all 0")
+        assert set(metrics["sentiment_consumer_lag_messages"]) == {"0", "1", "2"}
+    finally:
+        worker.request_stop()
+        thread.join(timeout=60)
+    assert not thread.is_alive()

@@ -289,3 +289,73 @@ def test_gpu_image_is_the_official_paddle_cuda_image_at_a_pinned_tag() -> None:
     cuda = re.search(r"cuda(\d+\.\d+)", tag)
     assert cuda and f"CUDA {cuda.group(1)}" in text and "driver" in text.lower()  # noted for operators
     assert "paddlepaddle-gpu==3.3.1" in text  # the Paddle version the worker is tested with
+
+
+# ----- `serve`: compose service and its own Kubernetes kustomization -----
+def _serve_docs() -> dict[str, dict[str, Any]]:
+    docs = [
+        doc
+        for path in sorted((DEPLOY / "k8s/serve").glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+    ]
+    return {doc["kind"]: doc for doc in docs}
+
+
+def test_serve_manifests_pass_the_kubernetes_schema_and_are_all_listed() -> None:
+    docs = _serve_docs()
+    for kind, doc in docs.items():
+        if kind != "Kustomization":
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    assert sorted(docs) == ["ConfigMap", "Deployment", "Kustomization", "Secret", "Service"]
+    files = {p.name for p in (DEPLOY / "k8s/serve").glob("*.yaml")} - {"kustomization.yaml"}
+    assert set(docs["Kustomization"]["resources"]) == files
+
+
+def test_serve_deployment_runs_serve_with_probes_a_service_and_a_secret_token() -> None:
+    docs = _serve_docs()
+    config = docs["ConfigMap"]["data"]
+    settings = WorkerSettings(**{_setting_name(k): v for k, v in config.items()})
+    assert settings.http_host == "0.0.0.0" and settings.http_api is False
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"] == ["serve"]
+    port = {p["name"]: p["containerPort"] for p in container["ports"]}["http"]
+    assert (
+        str(port)
+        == config["SENTIMENT_HTTP_PORT"]
+        == docs["Deployment"]["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"]
+    )
+    assert container["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert pod["terminationGracePeriodSeconds"] > float(config["SENTIMENT_SHUTDOWN_TIMEOUT_S"])
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    selector = docs["Service"]["spec"]["selector"]
+    assert selector.items() <= docs["Deployment"]["spec"]["template"]["metadata"]["labels"].items()
+    assert docs["Service"]["spec"]["ports"][0]["targetPort"] == "http"
+    env = {e["name"]: e for e in container["env"]}
+    assert all(_setting_name(name) in WorkerSettings.model_fields for name in env)
+    token = env["SENTIMENT_API_TOKEN"]["valueFrom"]["secretKeyRef"]
+    assert (
+        token["name"] == docs["Secret"]["metadata"]["name"] and token["key"] in docs["Secret"]["stringData"]
+    )
+    assert "SENTIMENT_API_TOKEN" not in config
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["model"]["readOnly"] is True and mounts["model"]["mountPath"] == config["SENTIMENT_MODEL"]
+    assert (
+        pod["volumes"][0]["persistentVolumeClaim"]["claimName"]
+        == _kind("PersistentVolumeClaim")["metadata"]["name"]
+    )
+
+
+def test_compose_serves_the_model_over_http_and_prometheus_scrapes_it() -> None:
+    serve = _compose()["services"]["serve"]
+    assert serve["command"] == ["serve"] and serve["read_only"] is True and serve["tmpfs"] == ["/tmp"]
+    assert "./models/default:/models/default:ro" in serve["volumes"]
+    for key in serve["environment"]:
+        assert _setting_name(key) in WorkerSettings.model_fields
+    host, container = serve["ports"][0].split(":")
+    assert container == "9108"  # the image's port and HEALTHCHECK
+    jobs = {job["job_name"]: job for job in _yaml(DEPLOY / "prometheus/prometheus.yml")["scrape_configs"]}
+    assert jobs["sentiment-serve"]["static_configs"][0]["targets"] == [f"serve:{container}"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,7 @@ from schemas import (
     parse_dead_letter_headers,
 )
 from schemas.dead_letter import MAX_REASON_CHARS
+from schemas.http_api import SentimentRequest
 
 
 def make_result(**overrides: object) -> SentimentResult:
@@ -270,6 +272,8 @@ def test_expected_files_are_versioned_and_formatted() -> None:
     assert sorted(files) == [
         "dead-letter-headers.v1.schema.json",
         "review-input.v1.schema.json",
+        "sentiment-request.v1.schema.json",
+        "sentiment-response.v1.schema.json",
         "sentiment-result.v1.schema.json",
     ]
     for text in files.values():
@@ -295,3 +299,33 @@ def test_check_detects_drift_and_missing_files(tmp_path: Path, capsys: pytest.Ca
     assert export.main(["--check", "--dir", str(tmp_path)]) == 1
     assert export.drifted_files(tmp_path) == [target]
     assert "review-input.v1.schema.json" in capsys.readouterr().err
+
+
+# ----- the HTTP API contract -----
+def test_sentiment_request_items_in_order_with_ids_or_positions() -> None:
+    assert SentimentRequest.model_validate({"text": "好", "id": 7}).items() == [("7", "好")]
+    assert SentimentRequest.model_validate({"text": "好"}).items() == [("0", "好")]
+    assert SentimentRequest.model_validate({"texts": ["a", "b"]}).items() == [("0", "a"), ("1", "b")]
+    assert SentimentRequest.model_validate({"texts": ["a", "b"], "ids": ["x", 2]}).items() == [
+        ("x", "a"),
+        ("2", "b"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ({}, "either `text`"),
+        ({"text": "a", "texts": ["b"]}, "either `text`"),
+        ({"texts": ["a"], "id": "x"}, "`id` goes with `text`"),
+        ({"text": "a", "ids": ["x"]}, "`ids` goes with `texts`"),
+        ({"texts": ["a", "b"], "ids": ["x"]}, "1 entries for 2 texts"),
+        ({"texts": ["a", " \t"]}, "texts[1] must contain"),
+        ({"text": "bad \ud800"}, "valid string, unable to parse raw data as a unicode string"),
+        ({"text": "a", "extra": 1}, "Extra inputs are not permitted"),
+        ({"texts": ["a"], "ids": [True]}, "valid string"),
+    ],
+)
+def test_sentiment_request_refusals_say_why(payload: dict[str, object], message: str) -> None:
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        SentimentRequest.model_validate(payload)

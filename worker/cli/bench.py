@@ -7,6 +7,7 @@ import json
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from worker.cli.common import (
     EXIT_FAILED,
@@ -38,6 +39,16 @@ def register(subparsers: Subparsers) -> None:
     bench.add_argument("--partitions", type=int, default=None, help="input partitions (3)")
     bench.add_argument("--keep-topics", action="store_true", default=None, help="keep the bench's topics")
     bench.add_argument("--json", type=Path, default=None, help="where to write the JSON report")
+    bench.add_argument(
+        "--http",
+        action="store_true",
+        help="instead: `serve` (batched) vs the naive handler over HTTP at concurrency 1, 8, 64 (no Kafka)",
+    )
+    bench.add_argument("--requests", type=int, default=None, help="--http: requests per concurrency (3000)")
+    bench.add_argument("--overload-s", type=float, default=None, help="--http: seconds of overload (30)")
+    bench.add_argument(
+        "--http-max-wait-ms", type=int, default=None, help="--http: the server's http_max_wait_ms (2)"
+    )
     bench.set_defaults(func=cmd_bench)
 
 
@@ -73,6 +84,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         source = f"tuned for {'VRAM' if tuned.mode == 'gpu-memory' else 'CPU throughput'}" + (
             ", cached" if tuned.from_cache else ""
         )
+    if args.http:
+        return bench_http(args, settings, classifier, budget, say)
     report = run_bench(settings, classifier, options, max_batch_tokens=budget, tuned_from=source, say=say)
     print(format_table(report), flush=True)
     path = args.json or Path(f"bench-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}.json")
@@ -81,3 +94,33 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print(f"wrote {path}", flush=True)
     conserved = report["end_to_end"]["conservation"]["ok"] and report["latency"]["conservation"]["ok"]
     return EXIT_OK if conserved else EXIT_FAILED
+
+
+def bench_http(args: argparse.Namespace, settings: Any, classifier: Any, budget: int, say: Any) -> int:
+    from worker.tools.http_bench import HttpBenchOptions, format_http_table, run_http_bench
+
+    make = HttpBenchOptions.quick if args.quick else HttpBenchOptions
+    overrides = {
+        "requests": args.requests,
+        "overload_s": args.overload_s,
+        "max_wait_ms": args.http_max_wait_ms,
+        "model_only_messages": args.model_only_messages,
+        "naive_requests": args.naive_messages,
+    }
+    options = make(**{k: v for k, v in overrides.items() if v is not None})
+    stamp = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}"
+    report = run_http_bench(
+        settings,
+        classifier,
+        options,
+        max_batch_tokens=budget,
+        log_dir=Path("var") / f"bench-http-{stamp}",
+        say=say,
+    )
+    print(format_http_table(report), flush=True)
+    path = args.json or Path(f"bench-http-{stamp}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
+    print(f"wrote {path}", flush=True)
+    overload = report["targets"].get("overload_all_answered")
+    return EXIT_OK if overload is None or overload["met"] else EXIT_FAILED

@@ -7,10 +7,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 from typing import Any, TypeAlias
 
 from pydantic import ValidationError
@@ -27,6 +29,7 @@ __all__ = [
     "add_settings_flags",
     "configure_logging",
     "env_config_file",
+    "install_stop_handlers",
     "load_model",
     "use_all_cores",
     "settings_from_args",
@@ -57,7 +60,8 @@ SETTING_FLAGS = {
     "group_id": "consumer group (SENTIMENT_GROUP_ID)",
     "model": "model directory or PaddleNLP name (SENTIMENT_MODEL)",
     "device": "gpu | cpu | auto (SENTIMENT_DEVICE)",
-    "http_port": "port of /metrics /healthz /readyz, 0 = off (SENTIMENT_HTTP_PORT)",
+    "http_port": "port of /metrics /healthz /readyz (and the API), 0 = off (SENTIMENT_HTTP_PORT)",
+    "http_host": "address the HTTP port binds, 127.0.0.1 by default (SENTIMENT_HTTP_HOST)",
     "input_format": "json | text (SENTIMENT_INPUT_FORMAT)",
     "backend": "auto | dynamic | static (SENTIMENT_BACKEND)",
     "tokenizer": "auto | fast | slow (SENTIMENT_TOKENIZER)",
@@ -147,6 +151,27 @@ def load_model(
         raise CommandError(f"model: {exc}") from None
     log.info("model %r", classifier)
     return classifier, ModelRef(name=classifier.name, version=classifier.version)
+
+
+def install_stop_handlers(request_stop: Callable[[], None]) -> Callable[[], None]:
+    """SIGTERM/SIGINT: stop cleanly (handler only sets an event); a second signal exits at once.
+
+    Returns a function that installs the same handlers again (Paddle installs its own when it loads).
+    """
+    received: list[int] = []
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        received.append(signum)
+        if len(received) > 1:
+            os._exit(128 + signum)
+        request_stop()
+
+    def install() -> None:
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    install()
+    return install
 
 
 def use_all_cores() -> None:

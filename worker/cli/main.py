@@ -17,6 +17,7 @@ from worker.cli import (
     produce,
     report,
     run,
+    serve,
     tail,
     topics,
     train,
@@ -29,6 +30,7 @@ log = logging.getLogger("worker")
 # In the order `--help` lists them.
 COMMAND_MODULES = (
     run,
+    serve,
     produce,
     tail,
     predict,

@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
 import threading
-from collections.abc import Callable
-from types import FrameType
 
 from worker.cli.common import (
     EXIT_OK,
@@ -17,6 +13,7 @@ from worker.cli.common import (
     Subparsers,
     add_settings_flags,
     configure_logging,
+    install_stop_handlers,
     load_model,
     settings_from_args,
 )
@@ -56,6 +53,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 "dead_letters": summary.dead_letters,
                 "dead_letters_by_kind": summary.dead_letters_by_kind,
                 "seconds": round(summary.seconds, 2),
+                "labelling_seconds": round(summary.labelling_seconds, 2),
                 "messages_per_second": round(summary.messages_per_second, 1),
             },
             ensure_ascii=False,
@@ -63,24 +61,3 @@ def cmd_run(args: argparse.Namespace) -> int:
         flush=True,
     )
     return EXIT_OK
-
-
-def install_stop_handlers(request_stop: Callable[[], None]) -> Callable[[], None]:
-    """SIGTERM/SIGINT: stop cleanly (handler only sets an event); a second signal exits at once.
-
-    Returns a function that installs the same handlers again (Paddle installs its own when it loads).
-    """
-    received: list[int] = []
-
-    def handler(signum: int, _frame: FrameType | None) -> None:
-        received.append(signum)
-        if len(received) > 1:
-            os._exit(128 + signum)
-        request_stop()
-
-    def install() -> None:
-        signal.signal(signal.SIGTERM, handler)
-        signal.signal(signal.SIGINT, handler)
-
-    install()
-    return install

@@ -7,6 +7,10 @@ Modules, in the order a message meets them: `consumer` (group member, rebalances
 thread), `windows` (a window's records in input order), `records` and `producer` (results, dead letters,
 delivery acks), `offsets` and `partitions` (what may be committed, per-partition bookkeeping),
 `backpressure`, `lag_clock`, `health`, `metrics`, `startup`, and `tuning/` (the token-budget calibration).
+
+The HTTP serving of the same model: `request_batcher` (requests into the same window, batch plan and
+inference thread), `http_api` (the FastAPI app and the page, `page.html`), `http_server` (uvicorn in a
+thread) and `serving` (`sentiment-worker serve`, and the API on the worker's own port).
 """
 
 from worker.stream.app import RunSummary, SentimentWorker

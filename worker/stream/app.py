@@ -33,6 +33,7 @@ from worker.stream.metrics import WorkerMetrics, create_metrics
 from worker.stream.partitions import PartitionBook, PartitionKey
 from worker.stream.producer import OutboundRecord, ResultPublisher, SourcePosition, is_too_large
 from worker.stream.records import InputMessage, OutboundRecords
+from worker.stream.serving import attach_batcher, open_api_server
 from worker.stream.startup import StartupError, kafka_error_text
 from worker.stream.windows import LabelledWindow, PreparedWindow, label_window, prepare_window, window_records
 
@@ -56,10 +57,22 @@ class RunSummary:
     seconds: float = 0.0
     stop_reason: str = ""
     unacknowledged_at_stop: int = 0
+    first_consumed_at: float | None = None  # clock seconds
+    last_acknowledged_at: float | None = None
+
+    @property
+    def labelling_seconds(self) -> float:
+        """From the first message consumed to the last output acknowledged: the labelling time, without
+        start-up (model load, warm-up, joining the group) or the idle wait before a stop."""
+        if self.first_consumed_at is None or self.last_acknowledged_at is None:
+            return 0.0
+        return max(0.0, self.last_acknowledged_at - self.first_consumed_at)
 
     @property
     def messages_per_second(self) -> float:
-        return (self.results + self.dead_letters) / self.seconds if self.seconds > 0 else 0.0
+        """Outputs (results + dead letters) per second of labelling time."""
+        done = self.results + self.dead_letters
+        return done / self.labelling_seconds if self.labelling_seconds > 0 else 0.0
 
 
 class _StartedParts(NamedTuple):
@@ -131,7 +144,14 @@ class SentimentWorker:
         self._metrics.model.info(
             {"name": self._model.name, "version": self._model.version, "device": _device_of(self._classifier)}
         )
-        if s.http_port:
+        api = None
+        if s.http_port and s.http_api:  # the API on the same port, through this worker's inference thread
+            api = open_api_server(stack, s, self._registry, self._health)
+            self.http_address = api[1].address
+            log.info(
+                "HTTP API, metrics and health on http://%s:%d (/v1/sentiment /metrics ...)", *api[1].address
+            )
+        elif s.http_port:
             server = HealthServer(s.http_host, s.http_port, self._registry, self._health)
             stack.callback(server.close)
             self.http_address = server.address
@@ -160,6 +180,16 @@ class SentimentWorker:
             self._label, max_queued_windows=s.max_queued_windows
         )
         stack.callback(stage.close)
+        if api is not None:
+            attach_batcher(
+                stack,
+                *api,
+                classifier=self._classifier,
+                model=self._model,
+                stage=stage,
+                budget=self._budget,
+                metrics=self._metrics,
+            )
         try:
             consumer = ReviewConsumer(
                 s.librdkafka_common(),
@@ -292,6 +322,8 @@ class SentimentWorker:
             InputMessage(position, message.key(), value, self._clock(), epoch), len(value or b"")
         )
         self._summary.consumed += 1
+        if self._summary.first_consumed_at is None:
+            self._summary.first_consumed_at = self._clock()
         self._metrics.messages_consumed.labels(topic).inc()
         self._health.broker_reachable = True
 
@@ -373,6 +405,7 @@ class SentimentWorker:
                 self._metrics.delivery_failures.labels(record.topic).inc()
                 continue  # never acked: its offset and everything after it in the partition stay uncommitted
             self._book.acknowledged((src.topic, src.partition), src.offset, src.timestamp_ms)
+            self._summary.last_acknowledged_at = self._clock()
             if record.kind == "result":
                 self._summary.results += 1
                 self._metrics.results_published.labels(record.topic).inc()
@@ -394,6 +427,11 @@ class SentimentWorker:
         self._metrics.rebalances.labels("assigned").inc()
         self._last_activity_at = self._clock()  # the idle timer (--idle-exit-s) restarts with new partitions
         self._book.assigned(partitions)
+        # Every assigned partition has both lag series from the start (0 until measured), so a partition
+        # that receives nothing still exports them and absent()-style alerts do not misfire.
+        for topic, partition in partitions:
+            self._metrics.consumer_lag_messages.labels(topic, str(partition)).set(0)
+            self._metrics.consumer_lag_seconds.labels(topic, str(partition)).set(0)
         log.info("assigned %s", _fmt(partitions))
         self._set_assigned_count(partitions, added=True)
 

@@ -17,8 +17,11 @@ class HealthState:
     Plain attribute writes of immutable values are atomic in CPython, so no lock is needed.
     """
 
-    def __init__(self, liveness_timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, liveness_timeout_s: float, clock: Callable[[], float] = time.monotonic, *, kafka: bool = True
+    ) -> None:
         self._clock = clock
+        self._kafka = kafka  # False for `serve`: ready needs no partitions and no broker
         self._liveness_timeout_s = liveness_timeout_s
         self.last_loop_at: float = clock()
         self.model_warm = False
@@ -36,7 +39,13 @@ class HealthState:
         return ok, {"poll_loop_stalled_s": round(stalled_s, 3), "limit_s": self._liveness_timeout_s}
 
     def readiness(self) -> tuple[bool, dict[str, object]]:
-        """Ready: model warm, partitions assigned, broker answering, not stopping."""
+        """Ready: model warm, partitions assigned, broker answering, not stopping (serve: warm and not
+        stopping)."""
+        if not self._kafka:
+            return self.model_warm and not self.stopping, {
+                "model_warm": self.model_warm,
+                "stopping": self.stopping,
+            }
         checks: dict[str, object] = {
             "model_warm": self.model_warm,
             "partitions_assigned": self.assigned_partitions,

@@ -3,6 +3,10 @@
 The poll loop keeps fetching, decoding and tokenizing the next window while the model labels the current
 one. The queue in front of the model is bounded (`max_queued_windows`); when it is full the poll loop
 pauses its partitions instead of buffering more input.
+
+A second lane, `call()`, runs other work on the same thread (the HTTP request batches): FIFO with the
+windows, its result in a future of its own, so the model is used by one thread and the poll loop's
+`collect()` only ever sees its windows.
 """
 
 from __future__ import annotations
@@ -12,18 +16,26 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 log = logging.getLogger(__name__)
 
 In = TypeVar("In")
 Out = TypeVar("Out")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
 class _Failed:
     error: BaseException
+
+
+@dataclass(frozen=True)
+class _Call:
+    work: Callable[[], Any]
+    future: Future[Any]
 
 
 _STOP = object()
@@ -33,8 +45,9 @@ class InferenceStage(Generic[In, Out]):
     """Runs `work` on submitted items in one background thread, FIFO; results are collected in order."""
 
     def __init__(
-        self, work: Callable[[In], Out], *, max_queued_windows: int, name: str = "inference"
+        self, work: Callable[[In], Out] | None, *, max_queued_windows: int, name: str = "inference"
     ) -> None:
+        """`work` labels a submitted window; None for a stage that only runs `call()`s (serve)."""
         if max_queued_windows < 1:
             raise ValueError("max_queued_windows must be >= 1")
         self._work = work
@@ -43,6 +56,7 @@ class InferenceStage(Generic[In, Out]):
         self._done: deque[Out | _Failed] = deque()
         self._submitted = 0
         self._collected = 0
+        self._closed = False
         self._lock = threading.Lock()
         self._finished = threading.Condition(self._lock)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -58,6 +72,8 @@ class InferenceStage(Generic[In, Out]):
 
     def submit(self, item: In) -> None:
         """Queues `item`; callers check `has_room()` first (the bound is what pauses the consumer)."""
+        if self._work is None:
+            raise RuntimeError("this inference stage takes calls only")
         if not self.has_room():
             raise RuntimeError("inference queue is full: check has_room() before submitting")
         self._submitted += 1
@@ -81,9 +97,25 @@ class InferenceStage(Generic[In, Out]):
             results.append(entry)
         return results
 
+    def call(self, work: Callable[[], R]) -> Future[R]:
+        """Runs `work` on the inference thread after everything submitted before it; thread-safe.
+
+        Its result (or exception) goes to the returned future, never to `collect()`; it does not count
+        against `max_queued_windows` (the caller bounds its own calls). A call still queued at `close()`
+        is cancelled."""
+        future: Future[R] = Future()
+        with self._lock:
+            if self._closed:
+                future.cancel()
+            else:
+                self._inbox.put(_Call(work, future))
+        return future
+
     def close(self, timeout_s: float = 5.0) -> None:
-        """Stops the thread after the item it is working on; queued items are dropped."""
-        self._inbox.put(_STOP)
+        """Stops the thread once it has done what was queued before (calls made later are cancelled)."""
+        with self._lock:
+            self._closed = True
+            self._inbox.put(_STOP)
         self._thread.join(timeout_s)
         if self._thread.is_alive():
             log.warning("inference thread still busy after %.0f s; leaving it (daemon)", timeout_s)
@@ -92,7 +124,16 @@ class InferenceStage(Generic[In, Out]):
         while True:
             item = self._inbox.get()
             if item is _STOP:
+                self._cancel_queued_calls()
                 return
+            if isinstance(item, _Call):
+                if item.future.set_running_or_notify_cancel():
+                    try:
+                        item.future.set_result(item.work())
+                    except BaseException as exc:  # noqa: BLE001 - the caller's future carries it
+                        item.future.set_exception(exc)
+                continue
+            assert self._work is not None  # submit() refuses windows without it
             try:
                 result: Out | _Failed = self._work(item)  # type: ignore[arg-type]
             except BaseException as exc:  # noqa: BLE001 - handed to the poll loop, which stops the worker
@@ -101,3 +142,12 @@ class InferenceStage(Generic[In, Out]):
             with self._finished:
                 self._done.append(result)
                 self._finished.notify_all()
+
+    def _cancel_queued_calls(self) -> None:
+        while True:
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(item, _Call):
+                item.future.cancel()

@@ -69,6 +69,42 @@ class WorkerMetrics:
             self.inference_seconds.observe(batch.seconds)
 
 
+@dataclass(frozen=True)
+class HttpMetrics:
+    """The HTTP API's own metrics (its batches are counted by WorkerMetrics' batch histograms)."""
+
+    requests: Counter
+    request_seconds: Histogram
+    texts: Counter
+    queued_texts: Gauge
+
+
+def create_http_metrics(registry: CollectorRegistry) -> HttpMetrics:
+    """Creates the HTTP API's metrics in `registry` (beside `create_metrics`' ones)."""
+    return HttpMetrics(
+        requests=Counter(
+            "sentiment_http_requests_total",
+            "POST /v1/sentiment requests answered, by status code.",
+            ["code"],
+            registry=registry,
+        ),
+        request_seconds=Histogram(
+            "sentiment_http_request_seconds",
+            "Time from accepting a POST /v1/sentiment request to its answer (answered requests).",
+            buckets=_LATENCY_BUCKETS_S,
+            registry=registry,
+        ),
+        texts=Counter(
+            "sentiment_http_texts_total", "Texts labelled for POST /v1/sentiment.", registry=registry
+        ),
+        queued_texts=Gauge(
+            "sentiment_http_queued_texts",
+            "Texts accepted over HTTP and not yet answered (bounded by http_max_queued_texts).",
+            registry=registry,
+        ),
+    )
+
+
 def create_metrics(registry: CollectorRegistry) -> WorkerMetrics:
     """Creates every metric of the worker in `registry`."""
     tp = ["topic", "partition"]

@@ -1,5 +1,6 @@
 """What the commands do, without argparse: produce (`feed`), `tail`, `lag`, `topics`, `doctor`, `predict`,
-`bench` (with `topic_io` and `worker_process`), `tune` (its report), `report` (record and render metrics).
+`bench` (with `topic_io` and `worker_process`), `http_bench` (`bench --http`, with `naive_http`, the
+baseline handler), `tune` (its report), `report` (record and render metrics).
 
 Each module is imported by its command in `worker.cli` and by tests; nothing in the run path imports them.
 """
@@ -8,7 +9,9 @@ __all__ = [
     "bench",
     "doctor",
     "feed",
+    "http_bench",
     "lag",
+    "naive_http",
     "predict",
     "report",
     "tail",

@@ -1,15 +1,48 @@
-"""Offline labelling of text lines (the `predict` command): no Kafka, same model path as the worker."""
+"""Offline labelling of text lines (the `predict` command): no Kafka, the worker's pipelined path.
+
+This thread reads, decodes and tokenizes the next chunk of lines while the inference thread (the worker's
+`InferenceStage`) labels the current one with `label_ids` (token-budget, length-grouped batches); at most
+two chunks are queued, so memory stays bounded whatever the input's size.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from itertools import islice
-from typing import Any
+from pathlib import Path
+from typing import Any, BinaryIO, TextIO
 
-from worker.stream.decode import DecodedReview, decode_review
-from worker.stream.inference import Classifier, InferenceFailure, label_texts
+import numpy as np
+
+from worker.stream.decode import DecodedReview, DecodeFailure, decode_review
+from worker.stream.inference import (
+    Classifier,
+    InferenceFailure,
+    TokenBudget,
+    label_ids,
+    merge_sequences,
+    sequences_for,
+)
+from worker.stream.inference_thread import InferenceStage
 
 _CHUNK_LINES = 512
+_QUEUED_CHUNKS = 2
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    lines: list[tuple[int, str]]
+    decoded: list[DecodedReview | DecodeFailure]
+    token_ids: list[list[int]]
+    chunk_counts: list[int] | None
+
+
+@dataclass(frozen=True)
+class _Labelled:
+    chunk: _Chunk
+    outputs: list[np.ndarray | InferenceFailure]  # one per valid line, in order
 
 
 def predict_lines(
@@ -19,50 +52,135 @@ def predict_lines(
     max_batch_size: int = 32,
     max_batch_tokens: int = 4096,
     max_text_chars: int = 10_000,
+    on_chunk: Callable[[int], None] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """One output dict per input line, in input order: a label, or an `error` kind with its reason."""
+    """One output dict per input line, in input order: a label, or an `error` kind with its reason.
+
+    `on_chunk(n)` is called after the rows of each chunk of `n` lines are yielded (progress)."""
+    budget = TokenBudget(max_batch_tokens)
+
+    def label(chunk: _Chunk) -> _Labelled:  # on the inference thread
+        outputs, _ = label_ids(classifier, chunk.token_ids, max_batch_size=max_batch_size, budget=budget)
+        return _Labelled(chunk, merge_sequences(outputs, chunk.chunk_counts))
+
+    stage: InferenceStage[_Chunk, _Labelled] = InferenceStage(
+        label, max_queued_windows=_QUEUED_CHUNKS, name="predict-inference"
+    )
     numbered = enumerate(lines, start=1)
-    while chunk := list(islice(numbered, _CHUNK_LINES)):
-        decoded = [
-            decode_review(
-                line.rstrip("\r\n").encode("utf-8", "surrogateescape"),
-                input_format="text",
-                max_value_bytes=4 * max_text_chars + 4,
-                max_text_chars=max_text_chars,
-                max_json_depth=1,
-                default_id=str(number),
-            )
-            for number, line in chunk
-        ]
-        valid = [d for d in decoded if isinstance(d, DecodedReview)]
-        outputs, _ = label_texts(
-            classifier,
-            [d.text for d in valid],
-            max_batch_size=max_batch_size,
-            max_batch_tokens=max_batch_tokens,
+    exhausted = False
+    try:
+        while True:
+            while not exhausted and stage.has_room():
+                chunk = list(islice(numbered, _CHUNK_LINES))
+                if not chunk:
+                    exhausted = True
+                    break
+                stage.submit(_prepare(classifier, chunk, max_text_chars))
+            if exhausted and stage.in_flight == 0:
+                return
+            for labelled in stage.collect(timeout_s=1.0):
+                yield from _rows(labelled, classifier.labels)
+                if on_chunk is not None:
+                    on_chunk(len(labelled.chunk.lines))
+    finally:
+        stage.close()
+
+
+def _prepare(classifier: Classifier, lines: list[tuple[int, str]], max_text_chars: int) -> _Chunk:
+    decoded = [
+        decode_review(
+            line.rstrip("\r\n").encode("utf-8", "surrogateescape"),
+            input_format="text",
+            max_value_bytes=4 * max_text_chars + 4,
+            max_text_chars=max_text_chars,
+            max_json_depth=1,
+            default_id=str(number),
         )
-        predictions = iter(outputs)
-        for (number, _line), review in zip(chunk, decoded, strict=True):
-            if not isinstance(review, DecodedReview):
-                yield {"line": number, "error": review.kind.value, "reason": review.reason}
-                continue
-            output = next(predictions)
-            if isinstance(output, InferenceFailure):
-                yield {
-                    "line": number,
-                    "text": review.text,
-                    "error": output.kind.value,
-                    "reason": output.reason,
-                }
-                continue
-            label_id = int(output.argmax())
-            yield {
-                "line": number,
-                "text": review.text,
-                "label": classifier.labels[label_id],
-                "label_id": label_id,
-                "confidence": round(float(output[label_id]), 6),
-                "probabilities": {
-                    k: round(float(p), 6) for k, p in zip(classifier.labels, output, strict=True)
-                },
-            }
+        for number, line in lines
+    ]
+    texts = [d.text for d in decoded if isinstance(d, DecodedReview)]
+    token_ids, counts = sequences_for(classifier, texts)
+    return _Chunk(lines, decoded, token_ids, counts)
+
+
+def _rows(labelled: _Labelled, labels: list[str]) -> Iterator[dict[str, Any]]:
+    predictions = iter(labelled.outputs)
+    for (number, _line), review in zip(labelled.chunk.lines, labelled.chunk.decoded, strict=True):
+        if not isinstance(review, DecodedReview):
+            yield {"line": number, "error": review.kind.value, "reason": review.reason}
+            continue
+        output = next(predictions)
+        if isinstance(output, InferenceFailure):
+            yield {"line": number, "text": review.text, "error": output.kind.value, "reason": output.reason}
+            continue
+        label_id = int(output.argmax())
+        yield {
+            "line": number,
+            "text": review.text,
+            "label": labels[label_id],
+            "label_id": label_id,
+            "confidence": round(float(output[label_id]), 6),
+            "probabilities": {k: round(float(p), 6) for k, p in zip(labels, output, strict=True)},
+        }
+
+
+class FileLines:
+    """The lines of a file (UTF-8, undecodable bytes kept as surrogate escapes), counting bytes read."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.total_bytes = path.stat().st_size
+        self.bytes_read = 0
+
+    def __iter__(self) -> Iterator[str]:
+        with self.path.open("rb") as raw:
+            yield from self._read(raw)
+
+    def _read(self, raw: BinaryIO) -> Iterator[str]:
+        for line in raw:
+            self.bytes_read += len(line)
+            yield line.decode("utf-8", "surrogateescape")
+
+
+class ProgressBar:
+    """`[#########-----------]  45%  9,216 lines  1,234 lines/s` on `stream`, redrawn at most every
+    `every_s` seconds and once more at `finish()`."""
+
+    def __init__(
+        self,
+        total: int,
+        stream: TextIO,
+        *,
+        width: int = 30,
+        every_s: float = 0.2,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._total = max(1, total)
+        self._stream = stream
+        self._width = width
+        self._every_s = every_s
+        self._clock = clock
+        self._started = clock()
+        self._drawn_at = float("-inf")
+        self.lines = 0
+
+    def update(self, done: int, lines: int) -> None:
+        """`done` of `total` units (bytes) so far, `lines` more lines finished."""
+        self.lines += lines
+        now = self._clock()
+        if now - self._drawn_at >= self._every_s:
+            self._draw(done, now)
+
+    def finish(self, done: int) -> None:
+        self._draw(done, self._clock())
+        self._stream.write("\n")
+        self._stream.flush()
+
+    def _draw(self, done: int, now: float) -> None:
+        self._drawn_at = now
+        share = min(1.0, done / self._total)
+        filled = round(share * self._width)
+        rate = self.lines / (now - self._started) if now > self._started else 0.0
+        bar = "#" * filled + "-" * (self._width - filled)
+        self._stream.write(f"\r[{bar}] {share:4.0%}  {self.lines:,} lines  {rate:,.0f} lines/s")
+        self._stream.flush()

@@ -1,0 +1,205 @@
+"""`serve`: a real uvicorn server on a free port, a real HTTP client, the session's tiny model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+import httpx
+import pytest
+
+from schemas.http_api import SentimentResponse
+from tests.integration.helpers import SAMPLES
+from tests.integration.serve_helpers import SlowClassifier, scrape, serving
+from worker.tools.predict import predict_lines
+
+API = "/v1/sentiment"
+TEXTS = [json.loads(line)["text"] for line in SAMPLES.read_text(encoding="utf-8").splitlines()]
+
+
+async def post_all(url: str, bodies: list[Any]) -> list[httpx.Response]:
+    """Every body POSTed at once, each on its own connection."""
+    limits = httpx.Limits(max_connections=len(bodies))
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
+        return list(await asyncio.gather(*(client.post(API, json=body) for body in bodies)))
+
+
+def test_concurrent_requests_share_batches_and_come_back_in_request_order(tiny_classifier: Any) -> None:
+    # Request i carries 1-3 reviews with its own ids; 24 requests arrive together.
+    bodies = []
+    for i in range(24):
+        texts = [TEXTS[(i * 3 + k) % len(TEXTS)] for k in range(1 + i % 3)]
+        bodies.append({"texts": texts, "ids": [f"req{i}-{k}" for k in range(len(texts))]})
+    expected = {
+        row["text"]: row for row in predict_lines(tiny_classifier, TEXTS)
+    }  # what `predict` prints for them
+    with serving(tiny_classifier, http_max_wait_ms=300, max_batch_size=32) as served:
+        responses = asyncio.run(post_all(served.url, bodies))
+        metrics = scrape(served.url)
+
+    assert [r.status_code for r in responses] == [200] * 24
+    shared = 0
+    for body, response in zip(bodies, responses, strict=True):
+        answer = SentimentResponse.model_validate(response.json())
+        assert [r.id for r in answer.results] == body["ids"]  # request order, ids echoed
+        for text, result in zip(body["texts"], answer.results, strict=True):
+            want = expected[text]
+            assert (result.label, result.label_id) == (want["label"], want["label_id"])
+            assert result.probabilities == pytest.approx(want["probabilities"], abs=1e-4)
+            assert result.confidence == pytest.approx(want["confidence"], abs=1e-4)
+        assert answer.model.name == tiny_classifier.name and answer.model.version == tiny_classifier.version
+        shared += answer.timing.batch_texts > len(body["texts"])
+    assert shared >= 12, "most requests should have shared their batch with others"
+    # The model ran batches of more than one review: the batch-size histogram says so.
+    batches = metrics["sentiment_batch_size_count{}"]
+    singles = metrics["sentiment_batch_size_bucket{le=1.0}"]
+    assert batches - singles >= 1 and batches < 24
+    assert metrics["sentiment_batch_size_sum{}"] == sum(len(b["texts"]) for b in bodies)
+    assert metrics["sentiment_http_requests_total{code=200}"] == 24
+    assert metrics["sentiment_http_queued_texts{}"] == 0
+
+
+def test_one_text_and_the_openapi_document(tiny_classifier: Any) -> None:
+    with serving(tiny_classifier) as served:
+        one = httpx.post(served.url + API, json={"text": TEXTS[0], "id": 42})
+        openapi = httpx.get(served.url + "/openapi.json").json()
+        docs = httpx.get(served.url + "/docs")
+        health = httpx.get(served.url + "/healthz")
+    assert one.status_code == 200
+    result = one.json()["results"]
+    assert len(result) == 1 and result[0]["id"] == "42"
+    assert result[0]["label"] == next(predict_lines(tiny_classifier, TEXTS[:1]))["label"]
+    operation = openapi["paths"][API]["post"]
+    assert operation["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/SentimentRequest"
+    )
+    assert operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/SentimentResponse"
+    )
+    assert {"401", "413", "422", "503", "504"} <= set(operation["responses"])
+    assert docs.status_code == 200 and "swagger" in docs.text.lower()
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "error", "reason"),
+    [
+        (b'{"text": "\xe5\xa5\xbd', 422, "invalid_request", "malformed JSON"),
+        (b"{}", 422, "invalid_request", "give either `text`"),
+        (b'{"text": ""}', 422, "invalid_request", "text: String should have at least 1 character"),
+        (b'{"text": "   "}', 422, "invalid_request", "non-whitespace"),
+        (b'{"text": 5}', 422, "invalid_request", "text: Input should be a valid string"),
+        (b'{"texts": []}', 422, "invalid_request", "texts: List should have at least 1 item"),
+        (b'{"texts": ["ok", 3]}', 422, "invalid_request", "texts.1: Input should be a valid string"),
+        (b'{"texts": ["a", "b"], "ids": ["x"]}', 422, "invalid_request", "`ids` has 1 entries for 2 texts"),
+        (b'{"text": "ok", "texts": ["ok"]}', 422, "invalid_request", "either `text`"),
+        (b'["ok"]', 422, "invalid_request", "valid dictionary"),
+        (json.dumps({"text": "好" * 201}).encode(), 422, "text_too_long", "201 characters; at most 200"),
+        (json.dumps({"texts": ["好"] * 9}).encode(), 413, "too_many_texts", "9 texts; at most 8"),
+        (json.dumps({"text": "好" * 2000}).encode(), 413, "body_too_large", "larger than 4096 bytes"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_bad_input_gets_its_status_and_reason(
+    served_small: str, body: bytes, status: int, error: str, reason: str
+) -> None:
+    response = httpx.post(served_small + API, content=body, headers={"Content-Type": "application/json"})
+    assert response.status_code == status, response.text
+    assert response.json()["error"] == error
+    assert reason in response.json()["reason"]
+
+
+@pytest.fixture(scope="module")
+def served_small(tiny_classifier: Any) -> Any:
+    """One server with small limits for the bad-input cases."""
+    with serving(tiny_classifier, http_max_texts=8, http_max_body_bytes=4096, max_text_chars=200) as served:
+        yield served.url
+
+
+def test_a_streamed_body_over_the_limit_is_refused_too(served_small: str) -> None:
+    def chunks() -> Any:
+        yield b'{"texts": ['
+        for _ in range(100):
+            yield json.dumps("好" * 30).encode() + b","
+        yield b'"end"]}'
+
+    response = httpx.post(served_small + API, content=chunks(), headers={"Content-Type": "application/json"})
+    assert response.status_code == 413 and response.json()["error"] == "body_too_large"
+
+
+def test_the_bearer_token_is_enforced_and_never_shown(
+    tiny_classifier: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = "s3cret-token-7f1c"
+    caplog.set_level(logging.DEBUG)
+    with serving(tiny_classifier, api_token=secret) as served:
+        missing = httpx.post(served.url + API, json={"text": TEXTS[0]})
+        wrong = httpx.post(
+            served.url + API, json={"text": TEXTS[0]}, headers={"Authorization": "Bearer nope"}
+        )
+        # Refused before the body is read: malformed JSON without the token is still 401.
+        unparsed = httpx.post(served.url + API, content=b"{", headers={"Content-Type": "application/json"})
+        right = httpx.post(
+            served.url + API, json={"text": TEXTS[0]}, headers={"Authorization": f"Bearer {secret}"}
+        )
+        page = httpx.get(served.url + "/")
+        metrics = httpx.get(served.url + "/metrics").text
+        openapi = httpx.get(served.url + "/openapi.json").text
+    assert [missing.status_code, wrong.status_code, unparsed.status_code] == [401, 401, 401]
+    assert missing.headers["WWW-Authenticate"].startswith("Bearer")
+    assert missing.json()["error"] == "unauthorized"
+    assert right.status_code == 200 and len(right.json()["results"]) == 1
+    assert page.status_code == 200  # the page is open; it asks for the token
+    assert "HTTPBearer" in openapi  # documented
+    for text in (metrics, openapi, caplog.text):
+        assert secret not in text
+    assert 'sentiment_http_requests_total{code="401"} 3.0' in metrics
+
+
+def test_overload_answers_503_with_retry_after_and_nothing_is_lost(tiny_classifier: Any) -> None:
+    slow = SlowClassifier(tiny_classifier, delay_s=0.25)
+    bodies = [{"texts": TEXTS[i % 20 : i % 20 + 4]} for i in range(40)]
+    with serving(slow, http_max_texts=4, http_max_queued_texts=12, max_batch_size=8) as served:
+        responses = asyncio.run(post_all(served.url, bodies))
+        after = httpx.post(served.url + API, json={"texts": TEXTS[:4]})
+        metrics = scrape(served.url)
+    codes = [r.status_code for r in responses]
+    assert set(codes) == {200, 503}, codes  # every request answered: a result or a refusal
+    refused = [r for r in responses if r.status_code == 503]
+    assert all(r.headers["Retry-After"] == "1" and r.json()["error"] == "overloaded" for r in refused)
+    for body, response in zip(bodies, responses, strict=True):
+        if response.status_code == 200:
+            assert len(response.json()["results"]) == len(body["texts"])
+    assert after.status_code == 200  # recovered once the queue drained
+    assert metrics["sentiment_http_requests_total{code=503}"] == len(refused)
+    assert metrics["sentiment_http_requests_total{code=200}"] == codes.count(200) + 1
+    assert metrics["sentiment_http_queued_texts{}"] == 0
+
+
+def test_a_request_not_answered_in_time_gets_504(tiny_classifier: Any) -> None:
+    slow = SlowClassifier(tiny_classifier, delay_s=1.0)
+    with serving(slow, http_request_timeout_s=0.3) as served:
+        response = httpx.post(served.url + API, json={"text": TEXTS[0]})
+    assert response.status_code == 504
+    assert response.json() == {"error": "timeout", "reason": "not labelled within 0.3 s"}
+
+
+def test_stopping_answers_every_accepted_request(tiny_classifier: Any) -> None:
+    slow = SlowClassifier(tiny_classifier, delay_s=0.3)
+    bodies = [{"texts": [TEXTS[i]]} for i in range(6)]
+
+    async def stop_while_busy(url: str, served: Any) -> list[httpx.Response]:
+        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+            tasks = [asyncio.create_task(client.post(API, json=b)) for b in bodies]
+            await asyncio.sleep(0.15)  # accepted, the first batch in the model
+            served.service.request_stop()
+            return list(await asyncio.gather(*tasks))
+
+    with serving(slow, http_max_wait_ms=0, max_batch_size=1) as served:
+        responses = asyncio.run(stop_while_busy(served.url, served))
+    assert [r.status_code for r in responses] == [200] * len(bodies)
+    assert [r.json()["results"][0]["label"] for r in responses] == [
+        row["label"] for row in predict_lines(tiny_classifier, TEXTS[:6])
+    ]

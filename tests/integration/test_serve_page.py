@@ -1,0 +1,90 @@
+"""The page at `/` in a real headless Chromium (Debian's chromium + chromium-driver, `make browser`):
+reviews typed one per line, submitted, labels read back from the table; the screenshot is kept in
+var/test-artifacts/."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.integration.helpers import SAMPLES
+from tests.integration.serve_helpers import serving
+from worker.tools.predict import predict_lines
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "var" / "test-artifacts"
+TEXTS = [json.loads(line)["text"] for line in SAMPLES.read_text(encoding="utf-8").splitlines()][:5]
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if chromium is None or driver is None:  # a failure, not a skip: `make test` installs them
+        pytest.fail(
+            "chromium and chromedriver are needed: run `make browser` "
+            "(apt-get install chromium chromium-driver)"
+        )
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1100,800"):
+        options.add_argument(flag)
+    chrome = webdriver.Chrome(service=Service(executable_path=driver), options=options)
+    try:
+        yield chrome
+    finally:
+        chrome.quit()
+
+
+def test_a_person_pastes_reviews_and_reads_the_labels(browser: Any, tiny_classifier: Any) -> None:
+    expected = [row["label"] for row in predict_lines(tiny_classifier, TEXTS)]
+    with serving(tiny_classifier) as served:
+        browser.get(served.url + "/")
+        box = browser.find_element(By.ID, "reviews")
+        box.send_keys("\n".join(TEXTS) + "\n\n")  # a trailing blank line is ignored
+        browser.find_element(By.ID, "submit").click()
+        wait = WebDriverWait(browser, 30)
+        wait.until(expected_conditions.text_to_be_present_in_element((By.ID, "status"), "labelled"))
+        rows = browser.find_elements(By.CSS_SELECTOR, "#results tbody tr")
+        labels = [row.find_element(By.CSS_SELECTOR, "td.label").text for row in rows]
+        texts = [row.find_element(By.CSS_SELECTOR, "td.text").text for row in rows]
+        bars = [row.find_element(By.CSS_SELECTOR, ".bar > span").get_attribute("style") for row in rows]
+        model = browser.find_element(By.ID, "model").text
+        elapsed = browser.find_element(By.ID, "elapsed").text
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        shot = ARTIFACTS / "serve-page.png"
+        assert browser.save_screenshot(str(shot))
+
+    assert texts == TEXTS
+    assert labels == expected
+    assert all("width:" in style for style in bars)  # a confidence bar per row
+    assert model.startswith(tiny_classifier.name) and tiny_classifier.version in model
+    assert elapsed.endswith(")") and " ms (server " in elapsed
+    assert shot.stat().st_size > 10_000
+
+
+def test_the_page_shows_a_refusal(browser: Any, tiny_classifier: Any) -> None:
+    with serving(tiny_classifier, api_token="page-token") as served:
+        browser.get(served.url + "/")
+        browser.find_element(By.ID, "reviews").send_keys(TEXTS[0])
+        browser.find_element(By.ID, "submit").click()
+        WebDriverWait(browser, 30).until(
+            expected_conditions.text_to_be_present_in_element((By.ID, "status"), "401")
+        )
+        refused = browser.find_element(By.ID, "status").text
+        browser.find_element(By.ID, "token").send_keys("page-token")
+        browser.find_element(By.ID, "submit").click()
+        WebDriverWait(browser, 30).until(
+            expected_conditions.text_to_be_present_in_element((By.ID, "status"), "labelled")
+        )
+        labels = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#results tbody td.label")]
+    assert "unauthorized" in refused
+    assert labels == [next(predict_lines(tiny_classifier, TEXTS[:1]))["label"]]

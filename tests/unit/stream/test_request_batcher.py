@@ -1,0 +1,187 @@
+"""The request batcher: requests share token-budget batches on the inference thread, each gets its own
+outputs in order; the queue is bounded; cancelled requests are dropped; closing answers what was accepted."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import CancelledError
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+
+from worker.stream.inference import InferenceFailure, TokenBudget
+from worker.stream.inference_thread import InferenceStage
+from worker.stream.metrics import create_http_metrics, create_metrics
+from worker.stream.request_batcher import BatcherClosed, Overloaded, RequestBatcher
+
+
+class LengthModel:
+    """Probability of "positive" = len(text) / 100; records the batches it is given; can be held."""
+
+    labels = ["negative", "positive"]
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.entered = threading.Event()  # set once a batch is inside the model
+        self.tokenized: list[int] = []  # texts per tokenized window
+
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        self.tokenized.append(len(texts))
+        return [[1] * len(t) for t in texts]
+
+    def predict_ids(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
+        self.entered.set()
+        self.gate.wait(10)
+        if any(len(seq) == 99 for seq in batch):
+            raise RuntimeError("this model cannot read 99 tokens")
+        self.batches.append(len(batch))
+        return np.array([[1 - len(s) / 100, len(s) / 100] for s in batch], dtype=np.float32)
+
+
+@pytest.fixture
+def model() -> LengthModel:
+    return LengthModel()
+
+
+@pytest.fixture
+def make(model: LengthModel) -> Iterator[object]:
+    made: list[tuple[RequestBatcher, InferenceStage[object, object]]] = []
+
+    def build(**kwargs: object) -> RequestBatcher:
+        registry = CollectorRegistry()
+        stage: InferenceStage[object, object] = InferenceStage(None, max_queued_windows=1)
+        options: dict[str, object] = {
+            "max_batch_size": 4,
+            "max_window_texts": 64,
+            "max_wait_ms": 200,
+            "max_queued_texts": 100,
+            **kwargs,
+        }
+        batcher = RequestBatcher(
+            model,
+            stage,
+            TokenBudget(4096),
+            metrics=create_metrics(registry),
+            http_metrics=create_http_metrics(registry),
+            **options,  # type: ignore[arg-type]
+        )
+        made.append((batcher, stage))
+        return batcher
+
+    yield build
+    for batcher, stage in made:
+        batcher.close(5)
+        stage.close()
+
+
+def positive(outputs: Sequence[object]) -> list[float]:
+    return [round(float(o[1]), 2) for o in outputs]  # type: ignore[index]
+
+
+def test_requests_waiting_for_a_busy_model_share_its_next_batches(make: object, model: LengthModel) -> None:
+    batcher = make(max_batch_size=16)  # type: ignore[operator]
+    model.gate.clear()  # the model is busy with the first request
+    first = batcher.submit(["a"])
+    assert model.entered.wait(5)
+    waiting = [batcher.submit(["x" * n for n in range(k + 2, k + 5)]) for k in range(0, 12, 3)]
+    model.gate.set()
+    assert positive(first.result(5).outputs) == [0.01]
+    for k, future in zip(range(0, 12, 3), waiting, strict=True):
+        outcome = future.result(5)
+        assert positive(outcome.outputs) == [(k + 2) / 100, (k + 3) / 100, (k + 4) / 100]  # its own, in order
+        assert outcome.batch_texts == 12  # the four requests were labelled together
+    assert model.batches == [1, 12]
+
+
+def test_the_planner_cuts_a_window_and_a_full_batch_is_queued_while_the_model_is_busy(
+    make: object, model: LengthModel
+) -> None:
+    batcher = make(max_batch_size=4)  # type: ignore[operator]
+    model.gate.clear()
+    first = batcher.submit(["a"])
+    assert model.entered.wait(5)
+    full = batcher.submit(["x" * n for n in range(2, 12)])  # 10 texts: more than a model batch
+    deadline = time.monotonic() + 5
+    while model.tokenized[-1:] != [10] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert model.tokenized[-1] == 10  # tokenized and queued before the model is free
+    model.gate.set()
+    assert len(first.result(5).outputs) == 1
+    assert positive(full.result(5).outputs) == [n / 100 for n in range(2, 12)]
+    assert model.batches == [1, 4, 4, 2]  # max_batch_size 4: the planner cut the 10 texts
+
+
+def test_the_queue_bound_refuses_with_retry_after(make: object, model: LengthModel) -> None:
+    batcher = make(max_queued_texts=5)  # type: ignore[operator]
+    model.gate.clear()
+    held = batcher.submit(["a", "b", "c"])
+    with pytest.raises(Overloaded) as refused:
+        batcher.submit(["d", "e", "f"])
+    assert refused.value.retry_after_s == 1 and "3 texts" in str(refused.value)
+    also = batcher.submit(["d", "e"])  # exactly at the bound
+    model.gate.set()
+    assert len(held.result(5).outputs) == 3 and len(also.result(5).outputs) == 2
+    assert batcher.queued_texts == 0
+
+
+def test_a_failing_text_gets_its_failure_and_the_others_their_labels(make: object) -> None:
+    batcher = make()  # type: ignore[operator]
+    outcome = batcher.submit(["ok", "y" * 99, "fine"]).result(5)
+    assert isinstance(outcome.outputs[1], InferenceFailure)
+    assert outcome.outputs[1].kind.value == "inference_failed"
+    assert positive([outcome.outputs[0], outcome.outputs[2]]) == [0.02, 0.04]
+
+
+def test_a_cancelled_request_is_dropped_before_its_batch(make: object, model: LengthModel) -> None:
+    batcher = make()  # type: ignore[operator]
+    model.gate.clear()
+    batcher.submit(["a"])
+    assert model.entered.wait(5)
+    dropped = batcher.submit(["bb", "cc"])
+    kept = batcher.submit(["ddd"])
+    assert dropped.cancel()
+    model.gate.set()
+    assert positive(kept.result(5).outputs) == [0.03]
+    with pytest.raises(CancelledError):
+        dropped.result(0)
+    assert model.batches == [1, 1] and batcher.queued_texts == 0
+
+
+def test_close_answers_the_accepted_and_refuses_the_new(make: object, model: LengthModel) -> None:
+    batcher = make()  # type: ignore[operator]
+    model.gate.clear()
+    accepted = [batcher.submit(["t" * (i + 1)]) for i in range(5)]
+    closer = threading.Thread(target=batcher.close, args=(10,))
+    closer.start()
+    late = []
+    while True:  # accepted until close() begins, refused from then on
+        try:
+            late.append(batcher.submit(["late"]))
+        except Overloaded:
+            continue
+        except BatcherClosed:
+            break
+    model.gate.set()
+    closer.join(10)
+    assert [positive(f.result(0).outputs) for f in accepted] == [[0.01], [0.02], [0.03], [0.04], [0.05]]
+    assert all(positive(f.result(0).outputs) == [0.04] for f in late)
+
+
+def test_call_lane_runs_on_the_inference_thread_and_leaves_collect_alone() -> None:
+    stage: InferenceStage[int, int] = InferenceStage(lambda x: x * 10, max_queued_windows=2)
+    try:
+        stage.submit(1)
+        future = stage.call(lambda: threading.current_thread().name)
+        failing = stage.call(lambda: 1 / 0)
+        assert future.result(5) == "inference"
+        with pytest.raises(ZeroDivisionError):
+            failing.result(5)
+        assert stage.collect(timeout_s=5) == [10] and stage.in_flight == 0
+    finally:
+        stage.close()
+    assert stage.call(lambda: 1).cancelled()  # nothing runs after close

@@ -1,0 +1,77 @@
+"""`predict`'s path: chunks labelled on the inference thread while the next is tokenized, rows in input
+order; the progress bar; reading a file with its byte count."""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from worker.tools.predict import FileLines, ProgressBar, predict_lines
+
+
+class ThreadNotingModel:
+    labels = ["negative", "positive"]
+
+    def __init__(self) -> None:
+        self.tokenized_on: set[str] = set()
+        self.predicted_on: set[str] = set()
+
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        self.tokenized_on.add(threading.current_thread().name)
+        return [[1] * min(len(t), 50) for t in texts]
+
+    def predict_ids(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
+        self.predicted_on.add(threading.current_thread().name)
+        return np.array([[1 - len(s) / 100, len(s) / 100] for s in batch], dtype=np.float32)
+
+
+def test_rows_come_in_input_order_across_chunks_labelled_off_the_reading_thread() -> None:
+    model = ThreadNotingModel()
+    lines = [("好" * (1 + i % 40)) if i % 97 else "   " for i in range(1300)]  # 3 chunks, some blank
+    done: list[int] = []
+    rows = list(predict_lines(model, (line + "\n" for line in lines), on_chunk=done.append))
+    assert [r["line"] for r in rows] == list(range(1, 1301))
+    assert done == [512, 512, 276]
+    for line, row in zip(lines, rows, strict=True):
+        if line.strip():
+            assert row["text"] == line
+            assert row["probabilities"]["positive"] == round(min(len(line), 50) / 100, 6)
+        else:
+            assert row["error"] == "empty_text"
+    assert model.predicted_on == {"predict-inference"}
+    assert model.tokenized_on == {threading.current_thread().name}
+
+
+def test_stopping_early_stops_the_inference_thread() -> None:
+    before = {t.name for t in threading.enumerate()}
+    rows = predict_lines(ThreadNotingModel(), (f"第{i}条\n" for i in range(5000)))
+    assert next(rows)["line"] == 1
+    rows.close()
+    assert "predict-inference" not in {t.name for t in threading.enumerate()} - before
+
+
+def test_progress_bar_draws_share_lines_and_rate() -> None:
+    now = [0.0]
+    out = io.StringIO()
+    bar = ProgressBar(1000, out, width=10, every_s=0.2, clock=lambda: now[0])
+    now[0] = 1.0
+    bar.update(450, 512)
+    bar.update(460, 10)  # within every_s: not redrawn
+    now[0] = 2.0
+    bar.finish(1000)
+    text = out.getvalue()
+    assert text.count("\r") == 2 and text.endswith("\n")
+    assert "\r[####------]  45%  512 lines  512 lines/s" in text
+    assert "\r[##########] 100%  522 lines  261 lines/s" in text
+
+
+def test_file_lines_keep_undecodable_bytes_and_count_what_was_read(tmp_path: Path) -> None:
+    path = tmp_path / "reviews.txt"
+    path.write_bytes("好吃\r\n".encode() + b"\xff bad\n" + b"last")
+    source = FileLines(path)
+    assert list(source) == ["好吃\r\n", "\udcff bad\n", "last"]
+    assert source.bytes_read == source.total_bytes == path.stat().st_size

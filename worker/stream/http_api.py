@@ -1,0 +1,331 @@
+"""The HTTP serving of the model: a FastAPI app with `POST /v1/sentiment` (through the `RequestBatcher`),
+the page at `/`, and `/metrics`, `/healthz`, `/readyz` as in the worker.
+
+Refusals, each with `{"error": ..., "reason": ...}`: 401 without the bearer token (when one is set), 413 for
+a body over `http_max_body_bytes` or more than `http_max_texts` texts, 422 for malformed JSON, a missing,
+empty, blank or non-string text or a text over `max_text_chars`, 503 with `Retry-After` when the queue is
+full (or the server is starting or stopping), 504 after `http_request_timeout_s`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from importlib import resources
+from typing import Any
+
+from fastapi import Depends, FastAPI
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.security import HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.datastructures import Headers
+from starlette.requests import Request
+
+from schemas.http_api import (
+    ErrorResponse,
+    ItemError,
+    SentimentRequest,
+    SentimentResponse,
+    TextSentiment,
+    Timing,
+)
+from schemas.sentiment_result import ModelRef
+from worker.config import WorkerSettings
+from worker.stream.health import HealthState
+from worker.stream.inference import InferenceFailure
+from worker.stream.metrics import HttpMetrics
+from worker.stream.request_batcher import BatcherClosed, Overloaded, RequestBatcher, RequestOutcome
+
+Scope = MutableMapping[str, Any]
+AsgiMessage = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[AsgiMessage]]
+Send = Callable[[AsgiMessage], Awaitable[None]]
+Asgi = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+API_PATH = "/v1/sentiment"
+_PAGE = resources.files("worker.stream").joinpath("page.html")
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse, "description": what}
+    for code, what in (
+        (401, "missing or wrong bearer token"),
+        (413, "body too large, or too many texts"),
+        (422, "malformed JSON, missing / empty / non-string text, text too long"),
+        (503, "queue full, starting or stopping (see Retry-After)"),
+        (504, "not answered in time"),
+    )
+}
+
+
+class SentimentApi:
+    """What the routes use: settings, health, metrics, and (once the model is warm) the batcher."""
+
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        registry: CollectorRegistry,
+        health: HealthState,
+        http_metrics: HttpMetrics,
+    ) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.health = health
+        self.http_metrics = http_metrics
+        self._batcher: RequestBatcher | None = None
+        self._model: ModelRef | None = None
+        self._labels: list[str] = []
+
+    def attach(self, batcher: RequestBatcher, model: ModelRef, labels: list[str]) -> None:
+        """The model is warm: requests go to `batcher` from now on."""
+        self._model, self._labels = model, list(labels)
+        self._batcher = batcher
+
+    def early_refusal(self) -> JSONResponse | None:
+        """A 503 decided before the body is read or parsed (overload must be cheap to refuse): not ready,
+        stopping, or the queue already full."""
+        batcher = self._batcher
+        if batcher is None:
+            return error_response(503, "not_ready", "the model is still loading", retry_after_s=1)
+        if batcher.closing:
+            return error_response(503, "stopping", "the server is stopping", retry_after_s=1)
+        if batcher.is_full:
+            reason = f"{batcher.queued_texts} texts are already waiting for the model"
+            return error_response(503, "overloaded", reason, retry_after_s=batcher.retry_after_s)
+        return None
+
+    async def label(self, request: SentimentRequest) -> SentimentResponse | JSONResponse:
+        """Validates the request against the limits, waits for its batch, builds the response."""
+        accepted = time.perf_counter()
+        s = self.settings
+        items = request.items()
+        if len(items) > s.http_max_texts:
+            return error_response(413, "too_many_texts", f"{len(items)} texts; at most {s.http_max_texts}")
+        too_long = [i for i, (_, text) in enumerate(items) if len(text) > s.max_text_chars]
+        if too_long:
+            return error_response(
+                422,
+                "text_too_long",
+                f"text {too_long[0]} has {len(items[too_long[0]][1])} characters; at most {s.max_text_chars}",
+            )
+        batcher, model = self._batcher, self._model
+        if batcher is None or model is None:
+            return error_response(503, "not_ready", "the model is still loading", retry_after_s=1)
+        try:
+            future = batcher.submit([text for _, text in items])
+        except Overloaded as exc:
+            return error_response(503, "overloaded", str(exc), retry_after_s=exc.retry_after_s)
+        except BatcherClosed as exc:
+            return error_response(503, "stopping", str(exc), retry_after_s=1)
+        try:
+            outcome = await asyncio.wait_for(asyncio.wrap_future(future), s.http_request_timeout_s)
+        except TimeoutError:
+            return error_response(504, "timeout", f"not labelled within {s.http_request_timeout_s:g} s")
+        except BatcherClosed as exc:
+            return error_response(503, "stopping", str(exc), retry_after_s=1)
+        self.http_metrics.texts.inc(len(items))
+        return self._response(items, outcome, model, time.perf_counter() - accepted)
+
+    def _response(
+        self, items: list[tuple[str, str]], outcome: RequestOutcome, model: ModelRef, seconds: float
+    ) -> SentimentResponse:
+        results = [
+            result_of(item_id, output, self._labels)
+            for (item_id, _), output in zip(items, outcome.outputs, strict=True)
+        ]
+        timing = Timing(
+            total_ms=round(seconds * 1000, 3),
+            queue_ms=round(outcome.queue_seconds * 1000, 3),
+            inference_ms=round(outcome.inference_seconds * 1000, 3),
+            batch_texts=outcome.batch_texts,
+        )
+        return SentimentResponse(model=model, results=results, timing=timing)
+
+
+def result_of(item_id: str, output: Any, labels: list[str]) -> TextSentiment:
+    """One text's result: the label fields of a Kafka result, or the error that replaced them."""
+    if isinstance(output, InferenceFailure):
+        return TextSentiment(id=item_id, error=ItemError(kind=output.kind.value, reason=output.reason))
+    label_id = int(output.argmax())
+    return TextSentiment(
+        id=item_id,
+        label=labels[label_id],
+        label_id=label_id,
+        confidence=round(float(output[label_id]), 6),
+        probabilities={k: round(float(p), 6) for k, p in zip(labels, output, strict=True)},
+    )
+
+
+def error_response(status: int, error: str, reason: str, *, retry_after_s: int | None = None) -> JSONResponse:
+    headers = {"Retry-After": str(retry_after_s)} if retry_after_s is not None else None
+    if status == 401:
+        headers = {"WWW-Authenticate": 'Bearer realm="sentiment"'}
+    return JSONResponse(ErrorResponse(error=error, reason=reason).model_dump(), status, headers=headers)
+
+
+def build_app(api: SentimentApi) -> FastAPI:
+    """The FastAPI app: the API, the page, metrics and probes; guarded as the settings say."""
+    s = api.settings
+    app = FastAPI(
+        title="sentiment-worker",
+        summary="Sentiment of Chinese reviews, batched with the Kafka worker's own batcher.",
+        version="1",
+    )
+    # Documents the bearer scheme in OpenAPI; ApiGuard enforces it before the body is read.
+    security = [Depends(HTTPBearer(auto_error=False))] if s.api_token is not None else []
+
+    @app.post(
+        API_PATH,
+        response_model=SentimentResponse,
+        responses=_ERRORS,
+        dependencies=security,
+        summary="Label one review or a list of reviews (results in request order)",
+    )
+    async def sentiment(request: SentimentRequest) -> Response:
+        answer = await api.label(request)
+        if isinstance(answer, Response):
+            return answer
+        # Serialized once here: returning the model would make FastAPI validate it again.
+        return Response(answer.model_dump_json(), media_type="application/json")
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error_response(422, "invalid_request", validation_reason(exc.errors()))
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def page() -> HTMLResponse:
+        return HTMLResponse(_PAGE.read_text(encoding="utf-8"))
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(generate_latest(api.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz", summary="Liveness")
+    async def healthz() -> JSONResponse:
+        ok, checks = api.health.liveness()
+        return JSONResponse({"status": "ok" if ok else "fail", **checks}, 200 if ok else 503)
+
+    @app.get("/readyz", summary="Readiness")
+    async def readyz() -> JSONResponse:
+        ok, checks = api.health.readiness()
+        return JSONResponse({"status": "ok" if ok else "fail", **checks}, 200 if ok else 503)
+
+    if s.http_cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=s.http_cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
+    token = s.api_token.get_secret_value() if s.api_token is not None else None
+    app.add_middleware(
+        ApiGuard,
+        token=token,
+        max_body_bytes=s.http_max_body_bytes,
+        metrics=api.http_metrics,
+        early_refusal=api.early_refusal,
+    )
+    return app
+
+
+def validation_reason(errors: Any) -> str:
+    """pydantic's errors as one line: `texts.1: Input should be a valid string; ...`."""
+    parts = []
+    for error in list(errors)[:5]:
+        loc = [str(p) for p in error.get("loc", ()) if p != "body"]
+        if error.get("type") == "json_invalid":
+            detail = (error.get("ctx") or {}).get("error", "")
+            parts.append(f"malformed JSON: {detail}".rstrip(": "))
+            continue
+        msg = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        parts.append(f"{'.'.join(loc)}: {msg}" if loc else msg)
+    return "; ".join(parts) or "invalid request"
+
+
+class ApiGuard:
+    """ASGI middleware in front of /v1/: bearer token (401), the early 503s (not ready, stopping, queue
+    full) and body size (413), all before the body is parsed; and the request counter and latency of every
+    answer there."""
+
+    def __init__(
+        self,
+        app: Asgi,
+        *,
+        token: str | None,
+        max_body_bytes: int,
+        metrics: HttpMetrics,
+        early_refusal: Callable[[], Response | None] = lambda: None,
+    ) -> None:
+        self._app = app
+        self._early_refusal = early_refusal
+        self._token = token.encode() if token is not None else None
+        self._max_body_bytes = max_body_bytes
+        self._metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not str(scope["path"]).startswith("/v1/"):
+            await self._app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status: list[int] = []
+
+        async def counted_send(message: AsgiMessage) -> None:
+            if message["type"] == "http.response.start":
+                status.append(int(message["status"]))
+            await send(message)
+
+        try:
+            await self._guarded(scope, receive, counted_send)
+        finally:
+            code = status[0] if status else 500
+            self._metrics.requests.labels(str(code)).inc()
+            if code == 200:
+                self._metrics.request_seconds.observe(time.perf_counter() - started)
+
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = Headers(scope=scope)
+        if self._token is not None and not self._authorized(headers.get("authorization", "")):
+            await error_response(401, "unauthorized", "send the header `Authorization: Bearer <token>`")(
+                scope, receive, send
+            )
+            return
+        refusal = self._early_refusal() if scope.get("method") == "POST" else None
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self._max_body_bytes:
+            await self._too_large(scope, receive, send)
+            return
+        body = bytearray()
+        while True:  # read the body here, bounded, so a streamed body cannot pass the limit either
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            if len(body) > self._max_body_bytes:
+                await self._too_large(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> AsgiMessage:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": bytes(body), "more_body": False}
+            return await receive()
+
+        await self._app(scope, replay, send)
+
+    def _authorized(self, header: str) -> bool:
+        scheme, _, given = header.partition(" ")
+        assert self._token is not None
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self._token)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        reason = f"the body is larger than {self._max_body_bytes} bytes (http_max_body_bytes)"
+        await error_response(413, "body_too_large", reason)(scope, receive, send)

