@@ -31,7 +31,7 @@ PYTEST_ARGS ?=
 	scratch-model model demo test test-unit test-faults lint typecheck schemas clean
 
 help:
-	@echo "make demo        broker up, default model trained if missing, sample reviews labelled, table printed"
+	@echo "make demo        broker up, the shipped default model exported, sample reviews labelled, table printed"
 	@echo "make test        install, throw-away broker up, full test suite, broker down"
 	@echo "make test-unit   the tests that need neither broker nor trained model"
 	@echo "make browser     Debian's chromium + chromium-driver (+ a CJK font) for the page test (root)"
