@@ -7,13 +7,43 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from worker.cli import bench, doctor, export, lag, predict, produce, report, run, tail, topics, train, tune
+from worker.cli import (
+    bench,
+    compare_backends,
+    doctor,
+    export,
+    lag,
+    predict,
+    produce,
+    quantize,
+    report,
+    run,
+    tail,
+    topics,
+    train,
+    tune,
+)
 from worker.cli.common import EXIT_FAILED, CommandError
 
 log = logging.getLogger("worker")
 
 # In the order `--help` lists them.
-COMMAND_MODULES = (run, produce, tail, predict, train, export, topics, doctor, lag, tune, bench, report)
+COMMAND_MODULES = (
+    run,
+    produce,
+    tail,
+    predict,
+    train,
+    export,
+    quantize,
+    compare_backends,
+    topics,
+    doctor,
+    lag,
+    tune,
+    bench,
+    report,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

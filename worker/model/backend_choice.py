@@ -37,9 +37,10 @@ def cpu_identity() -> str:
 
 @dataclass(frozen=True)
 class BackendResult:
-    """One backend's measurement on a directory: throughput (sequences/s, median) and held-out accuracy."""
+    """One backend's measurement on a directory: throughput (reviews/s, median of model-only passes) and
+    held-out accuracy (fraction)."""
 
-    seq_per_s: float
+    texts_per_s: float
     accuracy: float
 
 
@@ -59,7 +60,7 @@ class BackendMeasurement:
             return None
         best = max(r.accuracy for r in measured.values())
         safe = {name: r for name, r in measured.items() if best - r.accuracy <= SAFE_ACCURACY_LOSS}
-        return max(safe, key=lambda name: safe[name].seq_per_s)
+        return max(safe, key=lambda name: safe[name].texts_per_s)
 
     def write(self, directory: Path) -> Path:
         """Write ``MEASUREMENT_FILE`` into ``directory``; returns its path."""
@@ -77,7 +78,7 @@ class BackendMeasurement:
         try:
             raw: Any = json.loads(path.read_text(encoding="utf-8"))
             backends = {
-                str(name): BackendResult(float(r["seq_per_s"]), float(r["accuracy"]))
+                str(name): BackendResult(float(r["texts_per_s"]), float(r["accuracy"]))
                 for name, r in raw["backends"].items()
             }
             return cls(cpu=str(raw["cpu"]), backends=backends, measured_at=str(raw.get("measured_at", "")))
@@ -96,5 +97,8 @@ def measured_choice(directory: Path, available: set[str]) -> tuple[str | None, s
     choice = measurement.fastest_safe(available)
     if choice is None:
         return None, f"{MEASUREMENT_FILE} measured none of {sorted(available)}"
-    rate = measurement.backends[choice].seq_per_s
-    return choice, f"fastest safe backend in {MEASUREMENT_FILE} ({rate:.1f} seq/s, {measurement.measured_at})"
+    rate = measurement.backends[choice].texts_per_s
+    return (
+        choice,
+        f"fastest safe backend in {MEASUREMENT_FILE} ({rate:.1f} reviews/s, {measurement.measured_at})",
+    )
