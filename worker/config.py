@@ -157,6 +157,11 @@ class WorkerSettings(BaseSettings):
     )
     use_fp16: bool = Field(False, description="Static backend on GPU: FP16 inference.")
     use_tensorrt: bool = Field(False, description="Static backend on GPU: TensorRT subgraphs.")
+    use_bf16: bool = Field(
+        False,
+        description="Static backend on CPU: oneDNN bfloat16 kernels (needs AVX512-BF16 or AMX; the worker "
+        "refuses to start without). Compare its accuracy first: `sentiment-worker compare-backends`.",
+    )
     long_text: Literal["truncate", "head_tail", "chunk"] = Field(
         "head_tail",
         description="Reviews over max_seq_len tokens: truncate keeps the head; head_tail the first 1/4 and "

@@ -35,6 +35,7 @@ from worker.model.static_backend import (
     PARAMS_FILE,
     StaticClassifier,
     StaticOptions,
+    cpu_has_bf16,
     is_exported_dir,
     make_config,
 )
@@ -72,6 +73,7 @@ class InferenceOptions:
     cpu_threads: int | None = None
     use_fp16: bool = False
     use_tensorrt: bool = False
+    use_bf16: bool = False
     max_batch_size: int = 32
 
     @classmethod
@@ -85,6 +87,7 @@ class InferenceOptions:
             cpu_threads=settings.cpu_threads,
             use_fp16=settings.use_fp16,
             use_tensorrt=settings.use_tensorrt,
+            use_bf16=settings.use_bf16,
             max_batch_size=settings.max_batch_size,
         )
 
@@ -334,8 +337,14 @@ def _load_static(
         cpu_threads=options.cpu_threads or os.cpu_count() or 1,
         use_fp16=options.use_fp16,
         use_tensorrt=options.use_tensorrt,
+        use_bf16=options.use_bf16 and device.kind == "cpu",
         max_batch_size=options.max_batch_size,
     )
+    if static_options.use_bf16 and not cpu_has_bf16():
+        raise ModelLoadError(
+            "use_bf16 needs a CPU with native bfloat16 (AVX512-BF16 or AMX) and this one has none: "
+            "unset SENTIMENT_USE_BF16"
+        )
     try:
         from paddle import inference
 

@@ -7,8 +7,9 @@ then measured in a fresh process (spawned), so its peak RSS is its own: load, he
 ``repeats`` timed passes of `bench`'s model-only phase (the worker's windows, batch size and token budget,
 tokenization included) over the same shuffled corpus reviews; the median pass is reported.
 
-Rows: dygraph (training directory), paddle-fp32 (Paddle Inference + oneDNN), paddle-int8 (not available
-with paddlepaddle 3.3.1: the row says why), ort-fp32, and one ort-int8 row per quantization method.
+Rows: dygraph (training directory), paddle-fp32 (Paddle Inference + oneDNN), paddle-bf16 (oneDNN bfloat16,
+on CPUs with native bf16), paddle-int8 (not available with paddlepaddle 3.3.1: the row says why), ort-fp32,
+and one ort-int8 row per quantization method.
 ``record`` writes the measurement of the two fp32 forms into the ONNX export directory, where
 ``SENTIMENT_BACKEND=auto`` reads it (worker.model.backend_choice).
 """
@@ -31,6 +32,7 @@ from worker.config import WorkerSettings
 from worker.model.backend_choice import BackendMeasurement, BackendResult, cpu_identity
 from worker.model.device import choose_device
 from worker.model.loading import Backend, InferenceOptions, load_classifier
+from worker.model.static_backend import cpu_has_bf16
 from worker.tools.bench import bench_model_only, review_texts
 from worker.training.evaluate import HELDOUT_FILE, predict_probs, read_heldout
 from worker.training.onnx_export import export_onnx
@@ -66,6 +68,7 @@ class Job:
     directory: str
     serve_as: Backend
     heldout: str
+    use_bf16: bool = False
 
 
 @dataclass
@@ -90,7 +93,9 @@ def measure_job(job: Job, options: TableOptions) -> Row:
     classifier = load_classifier(
         job.directory,
         choose_device("cpu"),
-        options=InferenceOptions(backend=job.serve_as, cpu_threads=options.cpu_threads),
+        options=InferenceOptions(
+            backend=job.serve_as, cpu_threads=options.cpu_threads, use_bf16=job.use_bf16
+        ),
     )
     examples = read_heldout(Path(job.heldout))[: options.heldout_limit]
     probs, _ = predict_probs(classifier, [e.text for e in examples], 32)
@@ -160,6 +165,13 @@ def prepare_forms(
         Job(name, "paddle-fp32", str(onnx_dir), "static", str(heldout)),
         Job(name, "ort-fp32", str(onnx_dir), "onnx", str(heldout)),
     ]
+    unavailable = [Row(name, "paddle-int8", PADDLE_INT8_UNAVAILABLE, precision="int8")]
+    if cpu_has_bf16():
+        jobs.append(Job(name, "paddle-bf16", str(onnx_dir), "static", str(heldout), use_bf16=True))
+    else:
+        unavailable.append(
+            Row(name, "paddle-bf16", "unavailable: no native bfloat16 on this CPU", precision="bfloat16")
+        )
     for method in options.methods:
         int8_dir = work_dir / f"{name}-{method}"
         progress(f"{name}: quantizing ({method}) to {int8_dir}")
@@ -172,7 +184,7 @@ def prepare_forms(
             overwrite=True,
         )
         jobs.append(Job(name, f"ort-int8 ({method})", str(int8_dir), "onnx", str(heldout)))
-    return name, jobs, [Row(name, "paddle-int8", PADDLE_INT8_UNAVAILABLE, precision="int8")]
+    return name, jobs, unavailable
 
 
 def compare_backends(
@@ -218,7 +230,7 @@ def with_deltas(rows: list[Row]) -> list[Row]:
     for row in rows:
         if row.accuracy is not None and reference is not None:
             row.delta_points = 100.0 * (row.accuracy - reference)
-    order = ["dygraph", "paddle-fp32", "paddle-int8", "ort-fp32"]
+    order = ["dygraph", "paddle-fp32", "paddle-bf16", "paddle-int8", "ort-fp32"]
     return sorted(rows, key=lambda r: order.index(r.backend) if r.backend in order else len(order))
 
 
