@@ -1,4 +1,5 @@
-"""Pytest plugin: a tiny sentiment model trained once per test session (a few tens of seconds).
+"""Pytest plugin: a tiny sentiment model trained once per test session (a few tens of seconds), and its
+ONNX export and INT8 quantization (a few seconds more, only for the tests that ask for them).
 
 Register with ``pytest_plugins = ["tests.model_fixtures"]`` in tests/conftest.py.
 """
@@ -10,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from worker.training.export import PARITY_TOLERANCE
+from worker.training.onnx_export import export_onnx
 from worker.training.options import TrainOptions, TrainReport
+from worker.training.quantize import quantize_model
 from worker.training.training import train
 
 # 1 layer, hidden 64, 4,000 examples, 3 epochs at seq len 64: ~15 s on 2 cores, ~0.75 held-out accuracy.
@@ -62,3 +66,24 @@ def tiny_model_report(tiny_model_training: TinyTraining) -> TrainReport:
 def tiny_model_dir(tiny_model_report: TrainReport) -> Path:
     """A tiny trained model directory: ``save_pretrained`` layout + sentiment_model.json, metrics.json."""
     return tiny_model_report.output_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_onnx_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model exported with ``export --format onnx``: Paddle static files + float32 model.onnx."""
+    out = tmp_path_factory.mktemp("onnx") / "tiny-onnx"
+    report = export_onnx(tiny_model_dir, out)
+    assert report.output_dir == out and report.onnx_max_abs_diff <= PARITY_TOLERANCE
+    return out
+
+
+TINY_HELDOUT_LIMIT = 200
+"""Held-out reviews the tiny INT8 fixture measures its accuracy delta on (keeps the fixture at ~2 s)."""
+
+
+@pytest.fixture(scope="session")
+def tiny_int8_dir(tiny_onnx_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``quantize --method ort-dynamic`` of ``tiny_onnx_dir`` (accuracy delta on the first 200 held-out)."""
+    out = tmp_path_factory.mktemp("int8") / "tiny-int8"
+    quantize_model(tiny_onnx_dir, out, method="ort-dynamic", heldout_limit=TINY_HELDOUT_LIMIT)
+    return out

@@ -136,11 +136,13 @@ class WorkerSettings(BaseSettings):
     max_seq_len: int | None = Field(None, ge=8, description="Token limit per review; default: the model's.")
 
     # --- inference backend ---
-    backend: Literal["auto", "dynamic", "static"] = Field(
+    backend: Literal["auto", "dynamic", "static", "onnx"] = Field(
         "auto",
         description="static: Paddle Inference predictor on a `sentiment-worker export` directory (oneDNN on "
-        "CPU); dynamic: dygraph on a training directory; auto: static when the model directory is an "
-        "exported one, else dynamic.",
+        "CPU); onnx: ONNX Runtime on an `export --format onnx` or `quantize` (INT8) directory; dynamic: "
+        "dygraph on a training directory; auto: the fastest backend `compare-backends --record` measured "
+        "in the directory on this CPU without accuracy loss, else static for an exported directory, onnx "
+        "for an ONNX-only one, else dynamic.",
     )
     tokenizer: Literal["auto", "fast", "slow"] = Field(
         "auto",
@@ -148,10 +150,18 @@ class WorkerSettings(BaseSettings):
         "auto: fast if it matches the slow one on probe texts at start-up.",
     )
     cpu_threads: int | None = Field(
-        None, ge=1, description="Static backend on CPU: math threads per predictor; default: all cores."
+        None,
+        ge=1,
+        description="Static and onnx backends on CPU: math threads per predictor/session; "
+        "default: all cores.",
     )
     use_fp16: bool = Field(False, description="Static backend on GPU: FP16 inference.")
     use_tensorrt: bool = Field(False, description="Static backend on GPU: TensorRT subgraphs.")
+    use_bf16: bool = Field(
+        False,
+        description="Static backend on CPU: oneDNN bfloat16 kernels (needs AVX512-BF16 or AMX; the worker "
+        "refuses to start without). Compare its accuracy first: `sentiment-worker compare-backends`.",
+    )
     long_text: Literal["truncate", "head_tail", "chunk"] = Field(
         "head_tail",
         description="Reviews over max_seq_len tokens: truncate keeps the head; head_tail the first 1/4 and "

@@ -110,3 +110,29 @@ def test_bad_settings_and_a_missing_model_are_clear_errors_without_tracebacks(tm
     missing = cli("run", "--model", str(tmp_path / "no-such-model"), "--device", "cpu")
     assert missing.returncode == 2 and "model" in missing.stderr and "Traceback" not in missing.stderr
     assert "sentiment-worker train" in missing.stderr  # says how to get one
+
+
+def test_onnx_backend_and_quantize_through_the_cli(
+    tiny_onnx_dir: Path, tiny_model_dir: Path, tiny_classifier: Any, tmp_path: Path
+) -> None:
+    texts = [json.loads(line)["text"] for line in SAMPLES.read_text(encoding="utf-8").splitlines()][:20]
+    env = {"SENTIMENT_BACKEND": "onnx", "SENTIMENT_DEVICE": "cpu"}
+    done = cli("predict", "--model", str(tiny_onnx_dir), env=env, stdin="\n".join(texts) + "\n")
+    assert done.returncode == 0, done.stderr
+    expected = tiny_classifier.predict_texts(texts)
+    labels = [json.loads(line)["label"] for line in done.stdout.splitlines()]
+    assert labels == [tiny_classifier.labels[int(np.argmax(p))] for p in expected]
+
+    out = tmp_path / "int8"
+    done = cli(
+        "quantize", "--model", str(tiny_onnx_dir), "--output-dir", str(out), "--calibration-texts", "50"
+    )
+    assert done.returncode == 0, done.stderr
+    assert "held-out accuracy" in done.stdout and (out / "README.md").is_file()
+
+    wrong = cli("quantize", "--model", str(tiny_model_dir), "--output-dir", str(tmp_path / "x"))
+    assert wrong.returncode == 2 and "Traceback" not in wrong.stderr
+    assert (
+        wrong.stderr.strip().startswith("sentiment-worker quantize: error:")
+        and "--format onnx" in wrong.stderr
+    )

@@ -63,7 +63,7 @@ SETTING_FLAGS = {
     "http_port": "port of /metrics /healthz /readyz (and the API), 0 = off (SENTIMENT_HTTP_PORT)",
     "http_host": "address the HTTP port binds, 127.0.0.1 by default (SENTIMENT_HTTP_HOST)",
     "input_format": "json | text (SENTIMENT_INPUT_FORMAT)",
-    "backend": "auto | dynamic | static (SENTIMENT_BACKEND)",
+    "backend": "auto | dynamic | static | onnx (SENTIMENT_BACKEND)",
     "tokenizer": "auto | fast | slow (SENTIMENT_TOKENIZER)",
     "long_text": "truncate | head_tail | chunk (SENTIMENT_LONG_TEXT)",
 }
@@ -120,7 +120,7 @@ def load_model(
     model: str | WorkerSettings, device: str | None = None, max_seq_len: int | None = None
 ) -> tuple[Any, Any]:
     """The classifier and its ModelRef, built as the settings say: model, device, max_seq_len, backend
-    (dynamic/static), tokenizer, long_text, cpu_threads, FP16/TensorRT. Given WorkerSettings, all of it
+    (dynamic/static/onnx), tokenizer, long_text, cpu_threads, FP16/TensorRT. Given WorkerSettings, all of it
     comes from them; given a model name (callers with their own --model/--device flags), those three come
     from the arguments and the rest from the environment / config file like any other setting."""
     from schemas.sentiment_result import ModelRef

@@ -1,6 +1,8 @@
-"""Serving a sentiment model: device choice, loading (dygraph or static backend), tokenization, long
-reviews, model-directory metadata. Training lives in `worker.training`, which imports this package."""
+"""Serving a sentiment model: device choice, loading (dygraph, static or ONNX Runtime backend, the measured
+auto choice), tokenization, long reviews, model-directory metadata. Training lives in `worker.training`,
+which imports this package."""
 
+from worker.model.backend_choice import MEASUREMENT_FILE, BackendMeasurement, BackendResult
 from worker.model.classifier import DEFAULT_LABELS, SentimentClassifier
 from worker.model.device import (
     DeviceChoice,
@@ -12,21 +14,27 @@ from worker.model.device import (
 )
 from worker.model.loading import ModelLoadError, load_classifier
 from worker.model.metadata import METADATA_FILE, ModelMetadata
+from worker.model.onnx_backend import OnnxClassifier, is_onnx_dir
 from worker.model.static_backend import StaticClassifier, is_exported_dir
 
 __all__ = [
     "DEFAULT_LABELS",
+    "MEASUREMENT_FILE",
     "METADATA_FILE",
+    "BackendMeasurement",
+    "BackendResult",
     "DeviceChoice",
     "DeviceProbe",
     "DeviceUnavailableError",
     "ModelLoadError",
     "ModelMetadata",
+    "OnnxClassifier",
     "PaddleDeviceProbe",
     "SentimentClassifier",
     "StaticClassifier",
     "activate",
     "choose_device",
     "is_exported_dir",
+    "is_onnx_dir",
     "load_classifier",
 ]

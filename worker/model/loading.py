@@ -1,5 +1,6 @@
-"""Load a classifier: dygraph from a ``save_pretrained`` directory or a PaddleNLP model name, or static from
-a ``sentiment-worker export`` directory; with the chosen tokenizer (fast/slow) and long-text layout."""
+"""Load a classifier: dygraph from a ``save_pretrained`` directory or a PaddleNLP model name, static from a
+``sentiment-worker export`` directory, onnx from an ONNX export or INT8 quantization; with the chosen
+tokenizer (fast/slow) and long-text layout."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from worker.model.backend_choice import measured_choice
 from worker.model.classifier import DEFAULT_LABELS, SentimentClassifier, TextClassifierBase
 from worker.model.device import DeviceChoice, activate
 from worker.model.fast_tokenizer import TokenizerKind, choose_tokenizer
@@ -22,10 +24,18 @@ from worker.model.metadata import (
     find_weights,
     weights_version,
 )
+from worker.model.onnx_backend import (
+    ONNX_FILE,
+    OnnxClassifier,
+    OnnxOptions,
+    is_onnx_dir,
+    make_session,
+)
 from worker.model.static_backend import (
     PARAMS_FILE,
     StaticClassifier,
     StaticOptions,
+    cpu_has_bf16,
     is_exported_dir,
     make_config,
 )
@@ -35,7 +45,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Backend = Literal["auto", "dynamic", "static"]
+Backend = Literal["auto", "dynamic", "static", "onnx"]
+ServingBackend = Literal["dynamic", "static", "onnx"]
 
 HUB_DEFAULT_MAX_SEQ_LEN = 128
 TRAIN_HINT = "pass a local model directory, e.g. one made by `sentiment-worker train`"
@@ -49,8 +60,10 @@ class ModelLoadError(RuntimeError):
 class InferenceOptions:
     """How to run a model: backend, tokenizer, long-text layout, and the static predictor's switches.
 
-    ``backend=auto``: static when the directory is an exported one, else dynamic. ``cpu_threads`` None:
-    all cores. ``max_batch_size`` bounds TensorRT's dynamic shapes.
+    ``backend=auto``: the fastest safe backend recorded in the directory by ``compare-backends --record``
+    (see worker.model.backend_choice); without one, static when the directory is a Paddle export, onnx when
+    it holds only an ONNX model, else dynamic. ``cpu_threads`` None: all cores. ``max_batch_size`` bounds
+    TensorRT's dynamic shapes.
     """
 
     backend: Backend = "auto"
@@ -60,6 +73,7 @@ class InferenceOptions:
     cpu_threads: int | None = None
     use_fp16: bool = False
     use_tensorrt: bool = False
+    use_bf16: bool = False
     max_batch_size: int = 32
 
     @classmethod
@@ -73,30 +87,58 @@ class InferenceOptions:
             cpu_threads=settings.cpu_threads,
             use_fp16=settings.use_fp16,
             use_tensorrt=settings.use_tensorrt,
+            use_bf16=settings.use_bf16,
             max_batch_size=settings.max_batch_size,
         )
 
 
-def resolve_backend(directory: Path | None, requested: Backend) -> Literal["dynamic", "static"]:
-    """The backend for a model directory (None: a hub name); raises ModelLoadError on a mismatch."""
+def available_backends(directory: Path) -> set[str]:
+    """The backends whose files ``directory`` holds: dynamic (weights), static (Paddle export), onnx."""
+    found = set()
+    if find_weights(directory) is not None:
+        found.add("dynamic")
+    if is_exported_dir(directory):
+        found.add("static")
+    if is_onnx_dir(directory):
+        found.add("onnx")
+    return found
 
-    exported = directory is not None and is_exported_dir(directory)
+
+def resolve_backend(directory: Path | None, requested: Backend) -> ServingBackend:
+    """The backend for a model directory (None: a hub name); raises ModelLoadError on a mismatch."""
+    available = available_backends(directory) if directory is not None else {"dynamic"}
     if requested == "auto":
-        return "static" if exported else "dynamic"
-    if requested == "static" and not exported:
+        if directory is not None:
+            choice, why = measured_choice(directory, available)
+            if choice is not None:
+                log.info("backend %s for %s: %s", choice, directory, why)
+                return choice  # type: ignore[return-value]
+        if "static" in available:
+            return "static"
+        return "onnx" if available == {"onnx"} else "dynamic"
+    if requested == "static" and "static" not in available:
         where = (
             f"{directory} is not an exported model directory" if directory else "a hub name is not exported"
         )
+        hint = ", or set SENTIMENT_BACKEND=onnx (it holds an ONNX model)" if "onnx" in available else ""
         raise ModelLoadError(
             f"backend=static but {where}: run `sentiment-worker export --model {directory or 'MODEL'} "
-            "--output-dir DIR` and point SENTIMENT_MODEL at DIR, or set SENTIMENT_BACKEND=dynamic"
+            f"--output-dir DIR` and point SENTIMENT_MODEL at DIR, or set SENTIMENT_BACKEND=dynamic{hint}"
         )
-    if requested == "dynamic" and exported and directory is not None and find_weights(directory) is None:
+    if requested == "onnx" and "onnx" not in available:
+        where = f"{directory} has no {ONNX_FILE}" if directory else "a hub name has no ONNX export"
         raise ModelLoadError(
-            f"backend=dynamic but {directory} holds only an exported inference model (no dygraph weights): "
-            "set SENTIMENT_BACKEND=static, or point SENTIMENT_MODEL at the training directory"
+            f"backend=onnx but {where}: run `sentiment-worker export --format onnx --model TRAINING_DIR "
+            "--output-dir DIR` (or `sentiment-worker quantize` on such a DIR) and point SENTIMENT_MODEL at it"
         )
-    return requested  # type: ignore[return-value]
+    if requested == "dynamic" and directory is not None and available and "dynamic" not in available:
+        kinds = " and ".join(sorted(available - {"dynamic"}))
+        raise ModelLoadError(
+            f"backend=dynamic but {directory} holds only an exported inference model ({kinds}, no dygraph "
+            f"weights): set SENTIMENT_BACKEND={sorted(available)[0]} or auto, or point SENTIMENT_MODEL at "
+            "the training directory"
+        )
+    return requested
 
 
 def _looks_like_path(model: str) -> bool:
@@ -236,6 +278,8 @@ def load_classifier(
     backend = resolve_backend(directory if directory.is_dir() else None, options.backend)
     if backend == "static":
         return _load_static(directory, device, max_seq_len, options)
+    if backend == "onnx":
+        return _load_onnx(directory, device, max_seq_len, options)
     meta: ModelMetadata | None = None
     if directory.is_dir():
         meta = _check_dir(directory)
@@ -293,8 +337,14 @@ def _load_static(
         cpu_threads=options.cpu_threads or os.cpu_count() or 1,
         use_fp16=options.use_fp16,
         use_tensorrt=options.use_tensorrt,
+        use_bf16=options.use_bf16 and device.kind == "cpu",
         max_batch_size=options.max_batch_size,
     )
+    if static_options.use_bf16 and not cpu_has_bf16():
+        raise ModelLoadError(
+            "use_bf16 needs a CPU with native bfloat16 (AVX512-BF16 or AMX) and this one has none: "
+            "unset SENTIMENT_USE_BF16"
+        )
     try:
         from paddle import inference
 
@@ -317,6 +367,59 @@ def _load_static(
         device=device,
         options=static_options,
     )
+
+
+def _load_onnx(
+    directory: Path, device: DeviceChoice, max_seq_len: int | None, options: InferenceOptions
+) -> TextClassifierBase:
+    """An ONNX directory → OnnxClassifier. Version and precision come from sentiment_model.json (an INT8
+    model names its own version, so results say which precision labelled them)."""
+    from paddlenlp.transformers import ErnieTokenizer
+
+    meta = _read_meta(directory)
+    try:
+        tokenizer = ErnieTokenizer.from_pretrained(str(directory))
+    except Exception as exc:  # noqa: BLE001 - PaddleNLP raises many types; report them all the same way
+        raise ModelLoadError(
+            f"could not load the tokenizer from the ONNX directory {directory}: {exc}; re-run the export"
+        ) from exc
+    chosen = _choose_max_seq_len(max_seq_len, meta, _config_value(directory, "max_position_embeddings"))
+    onnx_options = OnnxOptions(cpu_threads=options.cpu_threads or os.cpu_count() or 1)
+    try:
+        session = make_session(directory / ONNX_FILE, device, onnx_options)
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own error types for corrupt graphs
+        raise ModelLoadError(
+            f"could not create an ONNX Runtime session from {directory / ONNX_FILE}: "
+            f"{type(exc).__name__}: {exc}; re-run `sentiment-worker export --format onnx`"
+        ) from exc
+    precision = str(_metadata_section(directory, "onnx").get("precision", "float32"))
+    labels = meta.labels if meta is not None else list(DEFAULT_LABELS)
+    version = meta.version if meta is not None and meta.version else _short_hash(directory / ONNX_FILE)
+    try:
+        return OnnxClassifier(
+            session=session,
+            tokenizer=tokenizer,
+            encoder=_encoder(tokenizer, chosen, options),
+            name=meta.name if meta is not None else directory.resolve().name,
+            version=version,
+            labels=labels,
+            max_seq_len=chosen,
+            device=device,
+            options=onnx_options,
+            precision=precision,
+        )
+    except ValueError as exc:
+        raise ModelLoadError(f"{directory}: {exc}; re-run the export") from exc
+
+
+def _metadata_section(directory: Path, key: str) -> dict[str, Any]:
+    """A section of sentiment_model.json beyond ModelMetadata's fields (``export``, ``onnx``); {} if none."""
+    path = directory / METADATA_FILE
+    try:
+        value = json.loads(path.read_text(encoding="utf-8")).get(key) if path.is_file() else None
+    except (ValueError, UnicodeDecodeError, AttributeError):
+        return {}
+    return dict(value) if isinstance(value, dict) else {}
 
 
 def _read_meta(directory: Path) -> ModelMetadata | None:

@@ -1,6 +1,7 @@
 """The static backend: an exported model (``sentiment-worker export``) run by a Paddle Inference Predictor.
 
-CPU: oneDNN kernels and fused passes (``enable_mkldnn``), ``cpu_threads`` math threads. GPU: the CUDA
+CPU: oneDNN kernels and fused passes (``enable_mkldnn``), ``cpu_threads`` math threads, optionally bfloat16
+(``use_bf16``: oneDNN's bf16 kernels, refused on CPUs without native bf16 support). GPU: the CUDA
 predictor, optionally FP16 and TensorRT (dynamic shapes from 1×1 to max_batch_size×max_seq_len).
 The exported graph takes ``input_ids`` and ``attention_mask`` (int64 [batch, seq], both dims dynamic) and
 returns float32 probabilities [batch, labels] — the same computation as the dygraph backend.
@@ -36,6 +37,13 @@ def graph_file(directory: Path) -> Path | None:
     return None
 
 
+def cpu_has_bf16() -> bool:
+    """True when Paddle's oneDNN runs bfloat16 natively on this CPU (AVX512-BF16 or AMX)."""
+    from paddle.base import core
+
+    return bool(core.supports_bfloat16_fast_performance())
+
+
 def is_exported_dir(directory: Path) -> bool:
     """True when ``directory`` holds an exported inference model (graph + parameters)."""
     return graph_file(directory) is not None and (directory / PARAMS_FILE).is_file()
@@ -43,10 +51,11 @@ def is_exported_dir(directory: Path) -> bool:
 
 @dataclass(frozen=True)
 class StaticOptions:
-    """Predictor settings: CPU math threads; on GPU FP16, TensorRT and the largest batch shape."""
+    """Predictor settings: CPU threads and bfloat16; on GPU FP16, TensorRT and the largest batch shape."""
 
     cpu_threads: int = 1
     use_onednn: bool = True
+    use_bf16: bool = False
     use_fp16: bool = False
     use_tensorrt: bool = False
     max_batch_size: int = 32
@@ -87,6 +96,13 @@ def make_config(directory: Path, device: DeviceChoice, options: StaticOptions, m
         if options.use_onednn:
             config.enable_mkldnn()
             config.set_mkldnn_cache_capacity(ONEDNN_CACHE_SHAPES)
+        if options.use_bf16:
+            if not (options.use_onednn and cpu_has_bf16()):
+                raise ValueError(
+                    "use_bf16 needs oneDNN and a CPU with native bfloat16 (AVX512-BF16 or AMX); this one has "
+                    "none: unset SENTIMENT_USE_BF16"
+                )
+            config.enable_mkldnn_bfloat16()
     return config
 
 
@@ -120,6 +136,7 @@ class StaticClassifier(TextClassifierBase):
         self.max_seq_len = max_seq_len
         self.device = device
         self.options = options
+        self.precision = "bfloat16" if options.use_bf16 else "float16" if options.use_fp16 else "float32"
         self._predictor = predictor
         self._tokenizer = tokenizer
         self._encoder = encoder

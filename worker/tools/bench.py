@@ -188,6 +188,12 @@ def _start_worker(
         "max_window_messages": settings.max_window_messages,
         "max_wait_ms": settings.max_wait_ms,
         "log_level": "WARNING",
+        # the same inference as the model-only phase (backend, precision, tokenizer, threads)
+        "backend": settings.backend,
+        "use_bf16": settings.use_bf16,
+        "tokenizer": settings.tokenizer,
+        "long_text": settings.long_text,
+        "cpu_threads": settings.cpu_threads,
     }
     config.write_text(json.dumps(values))
     args = [

