@@ -4,6 +4,7 @@ loaded), labels checked to be unchanged by the halving before the directory is s
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from dataclasses import dataclass, replace
@@ -18,6 +19,9 @@ from worker.model.metadata import METADATA_FILE, ModelMetadata, find_weights, we
 HALVING_TOLERANCE = 1e-3
 """Largest change in any probability that storing the weights in float16 may cause."""
 SKIPPED = ("checkpoint",)
+TOKENIZER_CONFIG = "tokenizer_config.json"
+# PaddleNLP records where the tokenizer was loaded from; meaningless (and private) on another machine.
+MACHINE_PATH_KEYS = ("name_or_path", "special_tokens_map_file")
 
 
 class PromotionError(RuntimeError):
@@ -62,6 +66,7 @@ def ship(candidate: Path, target: Path, texts: list[str], *, fp16: bool = True) 
         before = _weights_bytes(staging)
         if fp16:
             halve_weights(staging)
+        _drop_machine_paths(staging / TOKENIZER_CONFIG)
         meta = ModelMetadata.read(staging / METADATA_FILE)
         version = weights_version(staging)
         training = {**meta.training, "weights_dtype": "float16" if fp16 else "float32"}
@@ -81,6 +86,14 @@ def ship(candidate: Path, target: Path, texts: list[str], *, fp16: bool = True) 
         return report
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _drop_machine_paths(config: Path) -> None:
+    if config.is_file():
+        values = json.loads(config.read_text(encoding="utf-8"))
+        for key in MACHINE_PATH_KEYS:
+            values.pop(key, None)
+        config.write_text(json.dumps(values, ensure_ascii=False), encoding="utf-8")
 
 
 def _weights_bytes(directory: Path) -> int:

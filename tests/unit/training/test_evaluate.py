@@ -171,6 +171,8 @@ def test_promote_ships_a_better_candidate_in_float16_and_refuses_a_worse_one(
     size = (default / "model_state.pdparams").stat().st_size
     assert size < 0.6 * (tiny_model_dir / "model_state.pdparams").stat().st_size
     assert not (default / "checkpoint").exists()
+    tokenizer_config = json.loads((default / "tokenizer_config.json").read_text("utf-8"))
+    assert "name_or_path" not in tokenizer_config and "special_tokens_map_file" not in tokenizer_config
 
     worse = _flipped_copy(tiny_model_dir, tmp_path / "worse")
     assert main(["promote", "--candidate", str(worse), "--default", str(default)]) == 1
