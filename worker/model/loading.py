@@ -9,7 +9,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from worker.model.backend_choice import measured_choice
 from worker.model.classifier import DEFAULT_LABELS, SentimentClassifier, TextClassifierBase
@@ -323,16 +323,8 @@ def _load_static(
 ) -> TextClassifierBase:
     """An exported directory → StaticClassifier. Its version is the exported weights' version (recorded by
     export in sentiment_model.json), so results name the same model version on both backends."""
-    from paddlenlp.transformers import ErnieTokenizer
-
-    meta = _read_meta(directory)
-    try:
-        tokenizer = ErnieTokenizer.from_pretrained(str(directory))
-    except Exception as exc:  # noqa: BLE001 - PaddleNLP raises many types; report them all the same way
-        raise ModelLoadError(
-            f"could not load the tokenizer from the exported directory {directory}: {exc}; re-run export"
-        ) from exc
-    chosen = _choose_max_seq_len(max_seq_len, meta, _config_value(directory, "max_position_embeddings"))
+    parts = _exported_parts(directory, max_seq_len, directory / PARAMS_FILE, "exported")
+    chosen = parts.max_seq_len
     static_options = StaticOptions(
         cpu_threads=options.cpu_threads or os.cpu_count() or 1,
         use_fp16=options.use_fp16,
@@ -354,15 +346,13 @@ def _load_static(
             f"could not create a Paddle Inference predictor from {directory}: {type(exc).__name__}: {exc}; "
             "re-run `sentiment-worker export`"
         ) from exc
-    labels = meta.labels if meta is not None else list(DEFAULT_LABELS)
-    version = meta.version if meta is not None and meta.version else _short_hash(directory / PARAMS_FILE)
     return StaticClassifier(
         predictor=predictor,
-        tokenizer=tokenizer,
-        encoder=_encoder(tokenizer, chosen, options),
-        name=meta.name if meta is not None else directory.resolve().name,
-        version=version,
-        labels=labels,
+        tokenizer=parts.tokenizer,
+        encoder=_encoder(parts.tokenizer, chosen, options),
+        name=parts.name,
+        version=parts.version,
+        labels=parts.labels,
         max_seq_len=chosen,
         device=device,
         options=static_options,
@@ -374,16 +364,8 @@ def _load_onnx(
 ) -> TextClassifierBase:
     """An ONNX directory → OnnxClassifier. Version and precision come from sentiment_model.json (an INT8
     model names its own version, so results say which precision labelled them)."""
-    from paddlenlp.transformers import ErnieTokenizer
-
-    meta = _read_meta(directory)
-    try:
-        tokenizer = ErnieTokenizer.from_pretrained(str(directory))
-    except Exception as exc:  # noqa: BLE001 - PaddleNLP raises many types; report them all the same way
-        raise ModelLoadError(
-            f"could not load the tokenizer from the ONNX directory {directory}: {exc}; re-run the export"
-        ) from exc
-    chosen = _choose_max_seq_len(max_seq_len, meta, _config_value(directory, "max_position_embeddings"))
+    parts = _exported_parts(directory, max_seq_len, directory / ONNX_FILE, "ONNX")
+    chosen = parts.max_seq_len
     onnx_options = OnnxOptions(cpu_threads=options.cpu_threads or os.cpu_count() or 1)
     try:
         session = make_session(directory / ONNX_FILE, device, onnx_options)
@@ -393,16 +375,14 @@ def _load_onnx(
             f"{type(exc).__name__}: {exc}; re-run `sentiment-worker export --format onnx`"
         ) from exc
     precision = str(_metadata_section(directory, "onnx").get("precision", "float32"))
-    labels = meta.labels if meta is not None else list(DEFAULT_LABELS)
-    version = meta.version if meta is not None and meta.version else _short_hash(directory / ONNX_FILE)
     try:
         return OnnxClassifier(
             session=session,
-            tokenizer=tokenizer,
-            encoder=_encoder(tokenizer, chosen, options),
-            name=meta.name if meta is not None else directory.resolve().name,
-            version=version,
-            labels=labels,
+            tokenizer=parts.tokenizer,
+            encoder=_encoder(parts.tokenizer, chosen, options),
+            name=parts.name,
+            version=parts.version,
+            labels=parts.labels,
             max_seq_len=chosen,
             device=device,
             options=onnx_options,
@@ -410,6 +390,37 @@ def _load_onnx(
         )
     except ValueError as exc:
         raise ModelLoadError(f"{directory}: {exc}; re-run the export") from exc
+
+
+class _ExportedParts(NamedTuple):
+    """What every exported directory gives its classifier, whatever runs the graph."""
+
+    tokenizer: Any
+    max_seq_len: int
+    name: str
+    version: str
+    labels: list[str]
+
+
+def _exported_parts(directory: Path, max_seq_len: int | None, graph: Path, kind: str) -> _ExportedParts:
+    """Tokenizer, max_seq_len, name, version (sentiment_model.json's, else the graph's hash) and labels."""
+    from paddlenlp.transformers import ErnieTokenizer
+
+    meta = _read_meta(directory)
+    try:
+        tokenizer = ErnieTokenizer.from_pretrained(str(directory))
+    except Exception as exc:  # noqa: BLE001 - PaddleNLP raises many types; report them all the same way
+        raise ModelLoadError(
+            f"could not load the tokenizer from the {kind} directory {directory}: {exc}; re-run the export"
+        ) from exc
+    chosen = _choose_max_seq_len(max_seq_len, meta, _config_value(directory, "max_position_embeddings"))
+    return _ExportedParts(
+        tokenizer=tokenizer,
+        max_seq_len=chosen,
+        name=meta.name if meta is not None else directory.resolve().name,
+        version=meta.version if meta is not None and meta.version else _short_hash(graph),
+        labels=meta.labels if meta is not None else list(DEFAULT_LABELS),
+    )
 
 
 def _metadata_section(directory: Path, key: str) -> dict[str, Any]:
