@@ -207,8 +207,11 @@ def _start_worker(
     return WorkerProcess(env, workdir, f"worker-{topics['group']}", *args, http_port=free_port())
 
 
-def _topics(prefix: str, phase: str) -> dict[str, str]:
-    return {kind: f"{prefix}-{phase}-{kind}" for kind in ("reviews", "results", "dlq", "group")}
+def _phase_topics(common: dict[str, Any], prefix: str, phase: str, partitions: int) -> dict[str, str]:
+    """This phase's topic and group names; its reviews, results and dead-letter topics created."""
+    names = {kind: f"{prefix}-{phase}-{kind}" for kind in ("reviews", "results", "dlq", "group")}
+    create_run_topics(common, [names["reviews"], names["results"], names["dlq"]], partitions)
+    return names
 
 
 # ----- phase 2: end to end (backlog drain, RSS) -----
@@ -222,8 +225,7 @@ def bench_end_to_end(
 ) -> Phase:
     """Produces the backlog, drains it with a worker subprocess, samples its RSS; conservation by id."""
     common = settings.librdkafka_common()
-    names = _topics(prefix, "e2e")
-    create_run_topics(common, [names["reviews"], names["results"], names["dlq"]], options.partitions)
+    names = _phase_topics(common, prefix, "e2e", options.partitions)
     produce_s = produce_backlog(common, names["reviews"], texts, "m")
     say(f"produced a backlog of {len(texts)} reviews in {produce_s:.1f} s; draining it with a worker process")
     worker = _start_worker(settings, names, len(texts), workdir)
@@ -332,8 +334,7 @@ def bench_latency(
 ) -> Phase:
     """Produces at `rate` messages/s into a running worker; latency = result append time − input time."""
     common = settings.librdkafka_common()
-    names = _topics(prefix, "latency")
-    create_run_topics(common, [names["reviews"], names["results"], names["dlq"]], options.partitions)
+    names = _phase_topics(common, prefix, "latency", options.partitions)
     worker = _start_worker(settings, names, len(texts), workdir)
     worker.wait_ready(120)
     say(f"offering {len(texts)} reviews at {rate:.0f}/s")
