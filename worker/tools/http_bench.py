@@ -35,7 +35,7 @@ from worker.config import WorkerSettings
 from worker.stream.inference import Classifier, label_texts
 from worker.tools.bench import bench_model_only, review_texts
 from worker.tools.naive_http import NAIVE_PATH
-from worker.tools.worker_process import free_port, rss_bytes, scrape_metrics
+from worker.tools.worker_process import cpu_seconds, free_port, rss_bytes, scrape_metrics
 
 API_PATH = "/v1/sentiment"
 TARGETS = {"c64_vs_model_only": 0.80, "c64_vs_naive": 5.0, "c1_added_p50_ms_over_max_wait": 5.0}
@@ -85,6 +85,10 @@ class LoadResult:
     codes: Counter[str] = field(default_factory=Counter)
     latencies_ms: list[float] = field(default_factory=list)
     hung: int = 0
+    server_cpu_s: float | None = None
+    """CPU seconds the server process used during the level (all threads, model included)."""
+    client_cpu_s: float | None = None
+    """CPU seconds this process (the load generator) used during the level."""
 
     @property
     def ok(self) -> int:
@@ -98,10 +102,16 @@ class LoadResult:
             "requests_per_second": round(self.ok / self.seconds, 1) if self.seconds else 0.0,
             "codes": dict(self.codes),
             "hung": self.hung,
+            "server_cpu_ms_per_request": _per_request_ms(self.server_cpu_s, self.sent),
+            "client_cpu_ms_per_request": _per_request_ms(self.client_cpu_s, self.sent),
             **{
                 k: (round(v, 2) if v is not None else None) for k, v in percentiles(self.latencies_ms).items()
             },
         }
+
+
+def _per_request_ms(cpu_s: float | None, requests: int) -> float | None:
+    return round(cpu_s * 1000 / requests, 4) if cpu_s is not None and requests else None
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float | None]:
@@ -275,6 +285,7 @@ def run_http_bench(
     """Runs the phases (see the module docstring) and returns the report."""
     texts = review_texts(max(options.requests, options.model_only_messages), options.seed)
     say(f"model only: {options.model_only_messages} reviews")
+    cpu_before = time.process_time()
     model_only = bench_model_only(
         classifier,
         texts[: options.model_only_messages],
@@ -282,6 +293,7 @@ def run_http_bench(
         max_batch_size=settings.max_batch_size,
         max_batch_tokens=max_batch_tokens,
     )
+    model_cpu_ms = (time.process_time() - cpu_before) * 1000 / options.model_only_messages
     direct_p50 = direct_call_p50_ms(
         classifier, texts[: options.direct_calls], max_batch_tokens=max_batch_tokens
     )
@@ -291,7 +303,11 @@ def run_http_bench(
         "max_batch_size": settings.max_batch_size,
         "max_wait_ms": options.max_wait_ms,
         "http_max_queued_texts": options.overload_queue_texts,
-        "model_only": {"texts_per_second": round(model_only.messages_per_second, 1)},
+        "model_only": {
+            "texts_per_second": round(model_only.messages_per_second, 1),
+            "cpu_ms_per_text": round(model_cpu_ms, 4),
+        },
+        "cpu_cores": len(os.sched_getaffinity(0)),
         "direct_call_p50_ms": round(direct_p50, 2),
     }
     env = server_env(settings, max_batch_tokens, options.max_wait_ms)
@@ -305,6 +321,7 @@ def run_http_bench(
         ServerProcess(env, log_dir, "serve-naive", "--naive"), NAIVE_PATH, naive_bodies, options, say
     )
     report["targets"] = _targets(report, options)
+    report["cpu_budget"] = cpu_budget(report, options)
     return report
 
 
@@ -324,9 +341,14 @@ def _bench_server(
         levels = {}
         for concurrency in options.concurrencies:
             say(f"{name}: {len(bodies)} requests at concurrency {concurrency}")
+            server_cpu, client_cpu = cpu_seconds(server.proc.pid), time.process_time()
             result = asyncio.run(
                 closed_loop(server.url, path, bodies, concurrency, timeout_s=options.request_timeout_s)
             )
+            result.client_cpu_s = time.process_time() - client_cpu
+            server_cpu_after = cpu_seconds(server.proc.pid)
+            if server_cpu is not None and server_cpu_after is not None:
+                result.server_cpu_s = server_cpu_after - server_cpu
             levels[str(concurrency)] = result.as_json()
         out: dict[str, Any] = {"levels": levels}
         if overload and options.overload_s > 0:
@@ -418,6 +440,34 @@ def _targets(report: dict[str, Any], options: HttpBenchOptions) -> dict[str, Any
     return targets
 
 
+def cpu_budget(report: dict[str, Any], options: HttpBenchOptions) -> dict[str, Any]:
+    """Where the CPU of one request goes at the top concurrency, and what the c=64 target would allow.
+
+    With the load generator on the same cores, the rate is at most cores / (server + client CPU per
+    request); reaching `c64_vs_model_only` × the model-only rate needs server + client CPU per request
+    within cores / (that rate). The server's share beyond the model's own CPU per text is the HTTP side
+    (parsing, validation, the event loop, the JSON answer)."""
+    level = report["batched"]["levels"][str(max(options.concurrencies))]
+    server_ms, client_ms = level["server_cpu_ms_per_request"], level["client_cpu_ms_per_request"]
+    model_ms = report["model_only"]["cpu_ms_per_text"]
+    cores = report["cpu_cores"]
+    target_rate = TARGETS["c64_vs_model_only"] * report["model_only"]["texts_per_second"]
+    budget: dict[str, Any] = {
+        "cores": cores,
+        "model_cpu_ms_per_text": model_ms,
+        "server_cpu_ms_per_request": server_ms,
+        "client_cpu_ms_per_request": client_ms,
+        "allowed_cpu_ms_per_request_for_target": (
+            round(cores * 1000 / target_rate, 4) if target_rate else None
+        ),
+    }
+    if server_ms is not None and client_ms is not None:
+        budget["http_cpu_ms_per_request"] = round(server_ms - model_ms, 4)
+        budget["ceiling_same_machine_rps"] = round(cores * 1000 / (server_ms + client_ms), 1)
+        budget["ceiling_server_alone_rps"] = round(cores * 1000 / server_ms, 1) if server_ms else None
+    return budget
+
+
 def _flag(value: float | None, target: float) -> dict[str, Any]:
     return {
         "value": round(value, 3) if value is not None else None,
@@ -435,13 +485,16 @@ def format_http_table(report: dict[str, Any]) -> str:
         f"model only (label_texts, in memory): {report['model_only']['texts_per_second']:,.1f} texts/s; "
         f"direct one-text call p50 {report['direct_call_p50_ms']:.2f} ms",
         "",
-        f"{'server':<10}{'conc.':>6}{'req/s':>10}{'p50 ms':>10}{'p95 ms':>10}{'p99 ms':>10}  codes",
+        f"{'server':<10}{'conc.':>6}{'req/s':>10}{'p50 ms':>10}{'p95 ms':>10}{'p99 ms':>10}"
+        f"{'srv CPU':>9}{'gen CPU':>9}  codes   (CPU: ms per request)",
     ]
     for name in ("batched", "naive"):
         for level in report[name]["levels"].values():
             lines.append(
                 f"{name:<10}{level['concurrency']:>6}{level['requests_per_second']:>10,.1f}"
-                f"{_ms(level['p50_ms'])}{_ms(level['p95_ms'])}{_ms(level['p99_ms'])}  {level['codes']}"
+                f"{_ms(level['p50_ms'])}{_ms(level['p95_ms'])}{_ms(level['p99_ms'])}"
+                f"{_cpu(level['server_cpu_ms_per_request'])}{_cpu(level['client_cpu_ms_per_request'])}"
+                f"  {level['codes']}"
             )
     overload = report["batched"].get("overload")
     if overload is not None:
@@ -453,12 +506,29 @@ def format_http_table(report: dict[str, Any]) -> str:
             f"{overload['rss_last_mb']} MB",
             f"the server's own count of answers (whole run): {overload['server_answered_by_code']}",
         ]
+    budget = report.get("cpu_budget", {})
+    if budget.get("ceiling_same_machine_rps") is not None:
+        lines += [
+            "",
+            f"CPU per request at the top concurrency ({budget['cores']} cores): server "
+            f"{budget['server_cpu_ms_per_request']:.3f} ms (model {budget['model_cpu_ms_per_text']:.3f} ms "
+            f"per text in memory, HTTP side {budget['http_cpu_ms_per_request']:.3f} ms), load generator "
+            f"{budget['client_cpu_ms_per_request']:.3f} ms",
+            f"  ceiling with the load generator on these cores "
+            f"{budget['ceiling_same_machine_rps']:,.0f} req/s; "
+            f"server alone {budget['ceiling_server_alone_rps']:,.0f} req/s; the c=64 target allows "
+            f"{budget['allowed_cpu_ms_per_request_for_target']:.3f} ms per request in all",
+        ]
     lines += ["", "targets (flagged, not enforced):"]
     for name, target in report["targets"].items():
         verdict = "met" if target["met"] else "NOT met"
         limit = target.get("target", target.get("limit_ms", ""))
         lines.append(f"  {name:<24}{target['value']!s:>10}  (target {limit}) {verdict}")
     return "\n".join(lines)
+
+
+def _cpu(value: float | None) -> str:
+    return f"{value:>9.3f}" if value is not None else f"{'-':>9}"
 
 
 def _ms(value: float | None) -> str:

@@ -4,6 +4,7 @@ restart. stdout and stderr go to files (a full pipe would block the worker)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -39,6 +40,15 @@ def rss_bytes(pid: int) -> int | None:
     except (OSError, ValueError):
         return None
     return None
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system, all threads) `pid` has used so far (Linux /proc), None when unreadable."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def scrape_metrics(port: int) -> dict[str, float]:
