@@ -16,15 +16,23 @@ from worker.model.device import choose_device
 from worker.model.loading import InferenceOptions, load_classifier
 from worker.model.metadata import METADATA_FILE
 from worker.model.onnx_backend import ONNX_FILE, OnnxClassifier
-from worker.training.evaluate import HELDOUT_FILE, read_heldout
-from worker.training.quantize import CALIBRATION_FILE, CARD_FILE, QuantizeError, quantize_model
+from worker.training.evaluate import HELDOUT_FILE, predict_probs, read_heldout
+from worker.training.quantize import (
+    CALIBRATION_FILE,
+    CARD_FILE,
+    EVAL_BATCH_SIZE,
+    QuantizeError,
+    quantize_model,
+)
 
 
 def accuracy(directory: Path, texts: list[str], gold: np.ndarray) -> float:
     classifier = load_classifier(
         str(directory), choose_device("cpu"), options=InferenceOptions(backend="onnx", tokenizer="slow")
     )
-    probs = np.concatenate([classifier.predict_texts(texts[s : s + 32]) for s in range(0, len(texts), 32)])
+    # Batched exactly as `quantize` measures: dynamic INT8 ranges activations per batch, so another batch
+    # composition may flip a borderline review.
+    probs, _ = predict_probs(classifier, texts, EVAL_BATCH_SIZE)
     return float((probs.argmax(axis=1) == gold).mean())
 
 
