@@ -69,6 +69,12 @@ class TextClassifierBase:
             return np.zeros((0, len(self.labels)), dtype=np.float32)
         return np.stack(merged).astype(np.float32, copy=False)
 
+    def padded_inputs(self, batch: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
+        """One batch as an exported graph takes it: ``input_ids`` right-padded to the longest sequence and
+        ``attention_mask`` (int64 [n, longest])."""
+        ids, mask = self._check_batch(batch)
+        return {"input_ids": ids, "attention_mask": mask}
+
     def _check_batch(self, batch: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
         """Right-padded int64 ids and attention mask [n, longest]; raises ValueError on bad lengths."""
         longest = max(len(seq) for seq in batch)

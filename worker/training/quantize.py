@@ -106,25 +106,26 @@ def find_heldout(source: Path, heldout: Path | None) -> Path:
     return candidate
 
 
+def token_batches(
+    classifier: TextClassifierBase, texts: Sequence[str], batch_size: int
+) -> list[list[list[int]]]:
+    """The reviews tokenized, sorted by length and cut into batches of ``batch_size`` (similar lengths
+    together, as the worker's batch planner groups them)."""
+    ids = sorted(classifier.token_ids(texts), key=len)
+    return [ids[start : start + batch_size] for start in range(0, len(ids), batch_size)]
+
+
 class ReviewBatches:
     """ONNX Runtime's CalibrationDataReader protocol over tokenized reviews (batches of similar length)."""
 
     def __init__(self, classifier: TextClassifierBase, texts: Sequence[str], batch_size: int = 16) -> None:
-        ids = sorted(classifier.token_ids(texts), key=len)
-        self._batches = [ids[s : s + batch_size] for s in range(0, len(ids), batch_size)]
-        self._pad = classifier.pad_id
-        self._iter: Iterator[list[list[int]]] = iter(self._batches)
+        self._batches = [
+            classifier.padded_inputs(batch) for batch in token_batches(classifier, texts, batch_size)
+        ]
+        self._iter: Iterator[dict[str, np.ndarray]] = iter(self._batches)
 
     def get_next(self) -> dict[str, np.ndarray] | None:
-        batch = next(self._iter, None)
-        if batch is None:
-            return None
-        longest = max(len(seq) for seq in batch)
-        ids = np.full((len(batch), longest), self._pad, dtype=np.int64)
-        mask = np.zeros_like(ids)
-        for row, seq in enumerate(batch):
-            ids[row, : len(seq)], mask[row, : len(seq)] = seq, 1
-        return {"input_ids": ids, "attention_mask": mask}
+        return next(self._iter, None)
 
     def rewind(self) -> None:
         self._iter = iter(self._batches)
