@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ from types import ModuleType
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from worker.tools.worker_process import free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LAUNCHER = REPO_ROOT / "deploy" / "kafka" / "launcher.py"
@@ -42,13 +43,6 @@ def load_launcher() -> ModuleType:
     sys.modules["kafka_launcher"] = module  # dataclasses look their module up in sys.modules
     spec.loader.exec_module(module)
     return module
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def run_launcher(*args: str, timeout_s: float = LAUNCHER_UP_TIMEOUT_S) -> subprocess.CompletedProcess[str]:

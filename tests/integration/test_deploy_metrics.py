@@ -19,11 +19,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from schemas.sentiment_result import ModelRef
 from tests.integration.helpers import make_settings, sample_reviews
 from tests.integration.kafka_io import produce, read_topic, review_records
-from tests.kafka_fixtures import free_port
 from worker.cli import main
 from worker.stream.app import SentimentWorker
 from worker.stream.metrics import DeviceMemoryCollector
 from worker.tools.report import load_recording, record, summarize
+from worker.tools.worker_process import free_port
 
 pytestmark = pytest.mark.integration
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

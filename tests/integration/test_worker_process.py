@@ -27,6 +27,7 @@ from tests.integration.kafka_io import (
     review_records,
 )
 from worker.stream.app import SentimentWorker
+from worker.tools.worker_process import free_port
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -112,7 +113,7 @@ def test_readyz_flips_after_warm_up_and_assignment_and_metrics_count(
     kafka_bootstrap: str, topics: Any, tiny_classifier: Any
 ) -> None:
     names = topics()
-    settings = make_settings(kafka_bootstrap, names).model_copy(update={"http_port": _free_port()})
+    settings = make_settings(kafka_bootstrap, names).model_copy(update={"http_port": free_port()})
     worker = SentimentWorker(settings, tiny_classifier, ModelRef(name="tiny", version="1"))
     assert worker.health.readiness()[0] is False  # nothing loaded, nothing assigned yet
     thread = threading.Thread(target=worker.run, kwargs={"idle_exit_s": 60})
@@ -144,11 +145,3 @@ def test_readyz_flips_after_warm_up_and_assignment_and_metrics_count(
         thread.join(timeout=60)
     assert not thread.is_alive()
     assert worker.health.readiness()[0] is False  # stopping is not ready
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

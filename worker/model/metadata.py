@@ -11,6 +11,24 @@ from typing import Any
 METADATA_FILE = "sentiment_model.json"
 WEIGHT_FILES = ("model_state.pdparams", "model.safetensors")
 CONFIG_FILES = ("config.json", "model_config.json")
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+# PaddleNLP records where the tokenizer was loaded from; meaningless (and private) on another machine.
+MACHINE_PATH_KEYS = ("name_or_path", "special_tokens_map_file")
+
+
+def save_tokenizer(tokenizer: Any, directory: Path) -> None:
+    """``tokenizer.save_pretrained(directory)`` without the machine's paths in its tokenizer config."""
+    tokenizer.save_pretrained(str(directory))
+    drop_machine_paths(directory / TOKENIZER_CONFIG_FILE)
+
+
+def drop_machine_paths(config: Path) -> None:
+    """Removes the keys naming where a tokenizer was loaded from (``MACHINE_PATH_KEYS``) from ``config``."""
+    if config.is_file():
+        values = json.loads(config.read_text(encoding="utf-8"))
+        for key in MACHINE_PATH_KEYS:
+            values.pop(key, None)
+        config.write_text(json.dumps(values, ensure_ascii=False), encoding="utf-8")
 
 
 @dataclass(frozen=True)

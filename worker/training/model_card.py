@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from worker.model.classifier import DEFAULT_LABELS
-from worker.model.metadata import METADATA_FILE, ModelMetadata, weights_version
+from worker.model.metadata import METADATA_FILE, ModelMetadata, save_tokenizer, weights_version
 from worker.training.corpus import (
     Split,
 )
@@ -58,7 +58,7 @@ def write_interim(
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
     net.save_pretrained(str(scratch))
-    tokenizer.save_pretrained(str(scratch))
+    save_tokenizer(tokenizer, scratch)
     write_heldout(scratch / HELDOUT_FILE, parts.test, DEFAULT_LABELS)
     ModelMetadata(
         name=options.model_name(),
@@ -99,7 +99,7 @@ def write_outputs(
 ) -> None:
     out = report.output_dir
     net.save_pretrained(str(out))
-    tokenizer.save_pretrained(str(out))
+    save_tokenizer(tokenizer, out)
     write_heldout(out / HELDOUT_FILE, parts.test, DEFAULT_LABELS)
     hardware = hardware_description(device_kind, world)
     metrics = {

@@ -4,7 +4,6 @@ loaded), labels checked to be unchanged by the halving before the directory is s
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from dataclasses import dataclass, replace
@@ -14,14 +13,18 @@ import numpy as np
 
 from worker.model.device import choose_device
 from worker.model.loading import InferenceOptions, load_classifier
-from worker.model.metadata import METADATA_FILE, ModelMetadata, find_weights, weights_version
+from worker.model.metadata import (
+    METADATA_FILE,
+    TOKENIZER_CONFIG_FILE,
+    ModelMetadata,
+    drop_machine_paths,
+    find_weights,
+    weights_version,
+)
 
 HALVING_TOLERANCE = 1e-3
 """Largest change in any probability that storing the weights in float16 may cause."""
 SKIPPED = ("checkpoint",)
-TOKENIZER_CONFIG = "tokenizer_config.json"
-# PaddleNLP records where the tokenizer was loaded from; meaningless (and private) on another machine.
-MACHINE_PATH_KEYS = ("name_or_path", "special_tokens_map_file")
 
 
 class PromotionError(RuntimeError):
@@ -66,7 +69,7 @@ def ship(candidate: Path, target: Path, texts: list[str], *, fp16: bool = True) 
         before = _weights_bytes(staging)
         if fp16:
             halve_weights(staging)
-        _drop_machine_paths(staging / TOKENIZER_CONFIG)
+        drop_machine_paths(staging / TOKENIZER_CONFIG_FILE)  # directories trained before save_tokenizer
         meta = ModelMetadata.read(staging / METADATA_FILE)
         version = weights_version(staging)
         training = {**meta.training, "weights_dtype": "float16" if fp16 else "float32"}
@@ -86,14 +89,6 @@ def ship(candidate: Path, target: Path, texts: list[str], *, fp16: bool = True) 
         return report
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def _drop_machine_paths(config: Path) -> None:
-    if config.is_file():
-        values = json.loads(config.read_text(encoding="utf-8"))
-        for key in MACHINE_PATH_KEYS:
-            values.pop(key, None)
-        config.write_text(json.dumps(values, ensure_ascii=False), encoding="utf-8")
 
 
 def _weights_bytes(directory: Path) -> int:

@@ -12,7 +12,7 @@ from tests.model_fixtures import TINY_OPTIONS, TinyTraining
 from worker.cli import main
 from worker.model.device import choose_device
 from worker.model.loading import load_classifier
-from worker.model.metadata import METADATA_FILE
+from worker.model.metadata import MACHINE_PATH_KEYS, METADATA_FILE, TOKENIZER_CONFIG_FILE
 from worker.training.corpus import (
     DataFileError,
     LabeledText,
@@ -418,3 +418,12 @@ def test_amp_on_gpu_trains_with_grad_scaler_and_matches_fp32_closely(tmp_path: P
     assert any(line.startswith("training:") and line.endswith(", AMP") for line in lines)
     assert json.loads((tmp_path / "amp" / METRICS_FILE).read_text(encoding="utf-8"))["amp_used"] is True
     assert abs(amp.dev_accuracy - fp32.dev_accuracy) <= 0.05
+
+
+def test_a_trained_directory_and_its_export_name_no_path_of_this_machine(
+    tiny_model_dir: Path, tiny_onnx_dir: Path
+) -> None:
+    for directory in (tiny_model_dir, tiny_onnx_dir):
+        config = json.loads((directory / TOKENIZER_CONFIG_FILE).read_text(encoding="utf-8"))
+        assert not set(config) & set(MACHINE_PATH_KEYS), directory
+        assert str(tiny_model_dir) not in (directory / TOKENIZER_CONFIG_FILE).read_text(encoding="utf-8")
