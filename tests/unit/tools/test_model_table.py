@@ -1,0 +1,57 @@
+"""`model-table` on the tiny model: the held-out metrics equal `evaluate`'s, the parameter count equals the
+weights', and a model with another held-out split is flagged."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import paddle
+import pytest
+
+from worker.model.device import choose_device
+from worker.model.loading import InferenceOptions, load_classifier
+from worker.model.metadata import find_weights
+from worker.tools.model_table import format_model_table, model_table
+from worker.training.evaluate import HELDOUT_FILE, classification_metrics, predict_probs, read_heldout
+
+
+def test_one_row_per_model_on_the_same_heldout_reviews(tiny_model_dir: Path, tmp_path: Path) -> None:
+    # A second model directory whose own held-out split is another one (its first 50 reviews dropped).
+    other = tmp_path / "other"
+    shutil.copytree(tiny_model_dir, other)
+    lines = (tiny_model_dir / HELDOUT_FILE).read_text(encoding="utf-8").splitlines(keepends=True)
+    (other / HELDOUT_FILE).write_text("".join(lines[50:]), encoding="utf-8")
+
+    rows = model_table([tiny_model_dir, other], texts=128, repeats=2)
+
+    examples = read_heldout(tiny_model_dir / HELDOUT_FILE)
+    dygraph = load_classifier(
+        str(tiny_model_dir), choose_device("cpu"), options=InferenceOptions(backend="dynamic")
+    )
+    probs, _ = predict_probs(dygraph, [e.text for e in examples], 32)
+    expected = classification_metrics(np.array([e.label_id for e in examples]), probs, dygraph.labels)
+    first, second = rows
+    assert first.heldout_texts == second.heldout_texts == len(examples)
+    assert first.accuracy == pytest.approx(expected.accuracy, abs=1.5 / len(examples))  # static ≈ dygraph
+    assert first.macro_f1 == pytest.approx(expected.macro_f1, abs=0.002)
+    assert first.ece == pytest.approx(expected.ece, abs=0.002)
+    assert (first.accuracy, first.macro_f1) == (
+        second.accuracy,
+        second.macro_f1,
+    )  # same weights, same reviews
+    assert not first.own_heldout_differs and second.own_heldout_differs
+
+    weights = find_weights(tiny_model_dir)
+    assert weights is not None
+    state = paddle.load(str(weights))
+    assert first.parameters == sum(int(np.prod(t.shape)) for t in state.values())
+    config = json.loads((tiny_model_dir / "config.json").read_text(encoding="utf-8"))
+    assert first.shape == f"{config['num_hidden_layers']} × {config['hidden_size']}"
+    assert len(first.passes_reviews_per_s) == 2 and first.reviews_per_s > 0
+
+    table = format_model_table(rows)
+    assert sum(line.startswith("| ") for line in table.splitlines()) == 3  # the header and two rows
+    assert "(own held-out split differs)" in table and f"{first.accuracy:.2%}" in table

@@ -1,0 +1,52 @@
+"""`sentiment-worker model-table`: held-out accuracy, macro-F1, ECE, static-backend CPU throughput and size of
+each model, measured in one run on the same held-out reviews (the README's model table)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from worker.cli.common import EXIT_OK, CommandError, Subparsers, configure_logging, use_all_cores
+
+
+def register(subparsers: Subparsers) -> None:
+    """Adds `model-table`."""
+    parser = subparsers.add_parser(
+        "model-table",
+        help="accuracy, macro-F1, ECE, CPU throughput and size of each model, one run (the README's table)",
+    )
+    parser.add_argument(
+        "--model", required=True, type=Path, action="append", help="a training directory (repeatable)"
+    )
+    parser.add_argument(
+        "--heldout", type=Path, default=None, help="held-out file for all (default: the first model's)"
+    )
+    parser.add_argument("--texts", type=int, default=2048, help="corpus reviews per timed pass")
+    parser.add_argument("--repeats", type=int, default=3, help="timed passes per model (median reported)")
+    parser.add_argument("--cpu-threads", type=int, default=None, help="math threads (default: all cores)")
+    parser.add_argument("--json", action="store_true", help="rows as JSON instead of a table")
+    parser.set_defaults(func=cmd_model_table)
+
+
+def cmd_model_table(args: argparse.Namespace) -> int:
+    use_all_cores()
+    from worker.model.loading import ModelLoadError
+    from worker.tools.model_table import format_model_table, model_table, rows_as_json
+    from worker.training.export import ExportError
+
+    configure_logging("WARNING")
+    try:
+        rows = model_table(
+            args.model,
+            heldout=args.heldout,
+            texts=args.texts,
+            repeats=args.repeats,
+            cpu_threads=args.cpu_threads,
+            progress=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+    except (ExportError, ModelLoadError, FileNotFoundError, ValueError, KeyError) as exc:
+        raise CommandError(str(exc)) from None
+    print(json.dumps(rows_as_json(rows)) if args.json else format_model_table(rows), flush=True)
+    return EXIT_OK

@@ -1,0 +1,180 @@
+"""`sentiment-worker model-table`: the README's model table, every row measured in one run.
+
+For each training directory: its static export (parity-checked against dygraph, in a temporary directory)
+labels one held-out file — accuracy, macro-F1, ECE — and then runs ``repeats`` passes of `bench`'s
+model-only phase (the worker's windows, batch size and token budget, tokenization included) over the same
+shuffled corpus reviews (the demo's length mix); the median pass is reported. Shape, parameter count and
+the size and precision of the weights file come from the directory itself. Every model is measured on the
+same held-out reviews: by default the first model's ``heldout.jsonl``; a model whose own held-out split
+differs is flagged, since it may have trained on some of those reviews.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from worker.config import WorkerSettings
+from worker.model.device import choose_device
+from worker.model.loading import InferenceOptions, load_classifier
+from worker.model.metadata import CONFIG_FILES, METADATA_FILE, find_weights
+from worker.tools.bench import bench_model_only, review_texts
+from worker.training.evaluate import HELDOUT_FILE, classification_metrics, predict_probs, read_heldout
+from worker.training.export import export_model
+
+
+@dataclass(frozen=True)
+class ModelRow:
+    """One model's line of the table."""
+
+    directory: str
+    name: str
+    version: str
+    shape: str
+    """layers × hidden size"""
+    parameters: int
+    weights_mb: float
+    weights_dtype: str
+    heldout_texts: int
+    accuracy: float
+    macro_f1: float
+    ece: float
+    reviews_per_s: float
+    passes_reviews_per_s: list[float]
+    own_heldout_differs: bool
+    """True when the model's own heldout.jsonl is not the file the table used."""
+
+
+def model_row(
+    directory: Path, heldout: Path, texts: Sequence[str], *, repeats: int, cpu_threads: int | None = None
+) -> ModelRow:
+    """Measures one training directory (see the module docstring)."""
+    examples = read_heldout(heldout)
+    defaults = WorkerSettings.model_fields
+    with tempfile.TemporaryDirectory(prefix="model-table-") as tmp:
+        static_dir = Path(tmp) / "static"
+        export_model(directory, static_dir)
+        classifier = load_classifier(
+            str(static_dir),
+            choose_device("cpu"),
+            options=InferenceOptions(backend="static", cpu_threads=cpu_threads),
+        )
+        probs, _ = predict_probs(classifier, [e.text for e in examples], 32)
+        gold = np.array([e.label_id for e in examples], dtype=np.int64)
+        metrics = classification_metrics(gold, probs, classifier.labels)
+        passes = [
+            bench_model_only(
+                classifier,
+                texts,
+                window=int(defaults["max_window_messages"].default),
+                max_batch_size=int(defaults["max_batch_size"].default),
+                max_batch_tokens=int(defaults["max_batch_tokens"].default),
+            ).messages_per_second
+            for _ in range(max(1, repeats))
+        ]
+    config = _config(directory)
+    meta = json.loads((directory / METADATA_FILE).read_text(encoding="utf-8"))
+    weights = find_weights(directory)
+    own = directory / HELDOUT_FILE
+    return ModelRow(
+        directory=str(directory),
+        name=str(meta.get("name", directory.name)),
+        version=str(meta.get("version", "")),
+        shape=f"{config['num_hidden_layers']} × {config['hidden_size']}",
+        parameters=_parameters(config),
+        weights_mb=weights.stat().st_size / 1e6 if weights is not None else 0.0,
+        weights_dtype=str((meta.get("training") or {}).get("weights_dtype", "float32")),
+        heldout_texts=len(examples),
+        accuracy=metrics.accuracy,
+        macro_f1=metrics.macro_f1,
+        ece=metrics.ece,
+        reviews_per_s=statistics.median(passes),
+        passes_reviews_per_s=passes,
+        own_heldout_differs=own.is_file() and _texts(own) != [e.text for e in examples],
+    )
+
+
+def model_table(
+    directories: Sequence[Path],
+    *,
+    heldout: Path | None = None,
+    texts: int = 2048,
+    repeats: int = 3,
+    seed: int = 0,
+    cpu_threads: int | None = None,
+    progress: Callable[[str], None] = lambda _: None,
+) -> list[ModelRow]:
+    """One row per directory, all on the same held-out file and the same corpus reviews."""
+    if not directories:
+        raise ValueError("name at least one model directory")
+    heldout = heldout or directories[0] / HELDOUT_FILE
+    if not heldout.is_file():
+        raise FileNotFoundError(
+            f"no held-out file {heldout}: pass --heldout FILE (a heldout.jsonl from train)"
+        )
+    reviews = review_texts(texts, seed)
+    rows = []
+    for directory in directories:
+        progress(
+            f"{directory}: static export, {heldout.name}, {repeats} model-only passes of {texts} reviews"
+        )
+        rows.append(model_row(directory, heldout, reviews, repeats=repeats, cpu_threads=cpu_threads))
+    return rows
+
+
+def format_model_table(rows: Sequence[ModelRow]) -> str:
+    """The rows as the README's Markdown table."""
+    lines = [
+        "| model | shape | parameters | held-out accuracy | macro-F1 | ECE | reviews/s (static, CPU) "
+        "| weights |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        flag = " (own held-out split differs)" if row.own_heldout_differs else ""
+        lines.append(
+            f"| {row.name} ({row.version}){flag} | {row.shape} | {row.parameters / 1e6:.1f}M | "
+            f"{row.accuracy:.2%} | {row.macro_f1:.3f} | {row.ece:.3f} | {row.reviews_per_s:,.0f} | "
+            f"{row.weights_mb:.1f} MB {row.weights_dtype} |"
+        )
+    if rows:
+        lines.append(
+            f"\n{rows[0].heldout_texts} held-out reviews; reviews/s: median of "
+            f"{len(rows[0].passes_reviews_per_s)} model-only passes at the demo's length mix."
+        )
+    return "\n".join(lines)
+
+
+def rows_as_json(rows: Sequence[ModelRow]) -> list[dict[str, Any]]:
+    return [asdict(row) for row in rows]
+
+
+def _config(directory: Path) -> dict[str, Any]:
+    for name in CONFIG_FILES:
+        if (directory / name).is_file():
+            return dict(json.loads((directory / name).read_text(encoding="utf-8")))
+    raise FileNotFoundError(f"no {' or '.join(CONFIG_FILES)} in {directory}")
+
+
+def _parameters(config: dict[str, Any]) -> int:
+    """Parameters of an ERNIE/BERT classifier from its config (embeddings, layers, pooler, 2-way head)."""
+    h, i, layers = (
+        int(config["hidden_size"]),
+        int(config["intermediate_size"]),
+        int(config["num_hidden_layers"]),
+    )
+    vocab, positions = int(config["vocab_size"]), int(config["max_position_embeddings"])
+    types = int(config.get("type_vocab_size", 2))
+    embeddings = (vocab + positions + types) * h + 2 * h
+    layer = 4 * (h * h + h) + 2 * h + (h * i + i) + (i * h + h) + 2 * h
+    return embeddings + layers * layer + (h * h + h) + (2 * h + 2)
+
+
+def _texts(path: Path) -> list[str]:
+    return [example.text for example in read_heldout(path)]
