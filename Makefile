@@ -28,7 +28,7 @@ PROMOTION_MARGIN ?= 0.005
 PYTEST_ARGS ?=
 
 .PHONY: help install browser kafka-up kafka-down kafka-status base-model teacher candidate default-model \
-	scratch-model model demo test test-unit test-faults lint typecheck schemas clean
+	scratch-model model-table model demo test test-unit test-faults lint typecheck schemas clean
 
 help:
 	@echo "make demo        broker up, the shipped default model exported, sample reviews labelled, table printed"
@@ -40,6 +40,7 @@ help:
 	@echo "make model       export the shipped default model to $(STATIC_MODEL_DIR) (what the demo serves)"
 	@echo "make default-model  rebuild it: teacher (~36 min on 2 cores), student (~26 min), promotion gate"
 	@echo "make scratch-model  the from-scratch 2x128 model (no pretrained base) into $(SCRATCH_DIR) (~12 min)"
+	@echo "make model-table  the README's model table: the default and whichever of $(SCRATCH_DIR), $(TEACHER_DIR) exist"
 	@echo "make lint / typecheck / schemas"
 
 $(VENV)/.installed: pyproject.toml constraints.txt
@@ -94,6 +95,11 @@ candidate: install
 default-model: teacher candidate
 	$(CLI) promote --candidate $(CANDIDATE_DIR) --default $(MODEL_DIR) --margin $(PROMOTION_MARGIN)
 	rm -rf $(STATIC_MODEL_DIR)
+
+# The README's model table, one run: the shipped default plus the other models that exist here.
+model-table: install
+	$(CLI) model-table --model $(MODEL_DIR) $(foreach dir,$(SCRATCH_DIR) $(TEACHER_DIR),\
+		$(if $(wildcard $(dir)/metrics.json),--model $(dir)))
 
 scratch-model: install
 	$(CLI) train --output-dir $(SCRATCH_DIR)
