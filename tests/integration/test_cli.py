@@ -98,6 +98,7 @@ def test_produce_run_tail_and_doctor_through_the_cli(
     doctor = cli("doctor", env=env)
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     assert "[OK  ] broker" in doctor.stdout and f"[OK  ] topic {names['results']}" in doctor.stdout
+    assert "[OK  ] cpu" in doctor.stdout and ("VNNI" in doctor.stdout or "AVX2" in doctor.stdout)
 
     missing = cli("doctor", env={**env, "SENTIMENT_DLQ_TOPIC": names["dlq"] + "-nope"})
     assert missing.returncode == 1

@@ -35,6 +35,48 @@ def cpu_identity() -> str:
     return f"{model or 'unknown cpu'} x{os.cpu_count() or 1}"
 
 
+CPU_FEATURES = (
+    ("avx2", "AVX2"),
+    ("fma", "FMA"),
+    ("avx512f", "AVX-512"),
+    ("avx512_vnni", "AVX-512 VNNI"),
+    ("avx_vnni", "AVX-VNNI"),
+    ("avx512_bf16", "AVX-512 BF16"),
+    ("amx_tile", "AMX"),
+)
+"""/proc/cpuinfo flags that decide which compressed form pays (INT8 dot products, bfloat16), in order."""
+
+
+def cpu_features(cpuinfo: str | None = None) -> list[str]:
+    """The `CPU_FEATURES` this CPU has (the first processor's flags; ``cpuinfo`` for tests)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return []
+    flags: set[str] = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            break
+    return [name for flag, name in CPU_FEATURES if flag in flags]
+
+
+def compression_outlook(features: list[str]) -> str:
+    """What the features mean for INT8 and bfloat16 here (machines of one kind differ: measure, then pick)."""
+    if "AVX-512 VNNI" in features or "AVX-VNNI" in features:
+        int8 = "INT8 dot products in hardware (VNNI)"
+    elif "AVX2" in features:
+        int8 = "INT8 through AVX2 (no VNNI: smaller INT8 gains)"
+    else:
+        int8 = "no AVX2: INT8 kernels unlikely to pay"
+    if "AVX-512 BF16" in features or "AMX" in features:
+        bf16 = "bfloat16 native (SENTIMENT_USE_BF16=true can pay)"
+    else:
+        bf16 = "no native bfloat16 (SENTIMENT_USE_BF16 is refused)"
+    return f"{int8}; {bf16}"
+
+
 @dataclass(frozen=True)
 class BackendResult:
     """One backend's measurement on a directory: throughput (reviews/s, median of model-only passes) and

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from worker.config import WorkerSettings
+from worker.model.backend_choice import compression_outlook, cpu_features, cpu_identity
 from worker.model.device import DeviceChoice, DeviceUnavailableError, activate, choose_device
 from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier
 from worker.tools.topics import describe_topics
@@ -25,7 +26,7 @@ class Check:
 
 def run_checks(settings: WorkerSettings) -> list[Check]:
     """Runs every check in order; never raises. Secrets never appear in the details."""
-    checks = [_check_python(), _check_paddle()]
+    checks = [_check_python(), _check_cpu(), _check_paddle()]
     device_check, device = _check_device(settings)
     checks.append(device_check)
     if device is not None:
@@ -46,6 +47,13 @@ def _guard(name: str, body: Callable[[], Check]) -> Check:
 
 def _check_python() -> Check:
     return Check("python", "OK", f"{platform.python_version()} on {platform.machine()} {platform.system()}")
+
+
+def _check_cpu() -> Check:
+    features = cpu_features()
+    return Check(
+        "cpu", "OK", f"{cpu_identity()}, {', '.join(features) or 'no AVX2'}: {compression_outlook(features)}"
+    )
 
 
 def _check_paddle() -> Check:

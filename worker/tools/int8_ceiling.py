@@ -30,6 +30,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from worker.model.backend_choice import cpu_features, cpu_identity
 from worker.model.classifier import TextClassifierBase
 from worker.model.device import choose_device
 from worker.model.loading import InferenceOptions, load_classifier
@@ -73,6 +74,8 @@ class CeilingReport:
     cpu_threads: int
     texts: int
     mean_batch_tokens: float
+    cpu: str
+    """The CPU model and the features that decide INT8 and bfloat16 (`cpu_features`)."""
     weight_gemm_share: float
     """f: share of float32 ORT kernel time in weight matrix multiplications."""
     op_shares: dict[str, float]
@@ -110,6 +113,7 @@ class CeilingReport:
     def as_json(self) -> dict[str, Any]:
         return {
             "cpu_threads": self.cpu_threads,
+            "cpu": self.cpu,
             "texts": self.texts,
             "mean_batch_tokens": round(self.mean_batch_tokens, 1),
             "weight_gemm_share": round(self.weight_gemm_share, 4),
@@ -225,6 +229,7 @@ def int8_ceiling(
         cpu_threads=options.cpu_threads,
         texts=options.texts,
         mean_batch_tokens=mean_tokens,
+        cpu=f"{cpu_identity()}: {', '.join(cpu_features()) or 'no AVX2'}",
         weight_gemm_share=share,
         op_shares=_shares(fp32_ops),
         int8_op_shares=_shares(int8_ops),
@@ -240,6 +245,7 @@ def format_ceiling(report: CeilingReport, target: float = 2.0) -> str:
     top = ", ".join(f"{op} {share:.1%}" for op, share in list(report.op_shares.items())[:6])
     top8 = ", ".join(f"{op} {share:.1%}" for op, share in list(report.int8_op_shares.items())[:6])
     lines = [
+        f"CPU: {report.cpu}",
         f"{report.texts} corpus reviews in batches of {report.mean_batch_tokens:.0f} padded tokens on "
         f"average, {report.cpu_threads} threads",
         f"float32 ORT kernel time: {top}",

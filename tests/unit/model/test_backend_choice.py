@@ -12,6 +12,8 @@ from worker.model.backend_choice import (
     SAFE_ACCURACY_LOSS,
     BackendMeasurement,
     BackendResult,
+    compression_outlook,
+    cpu_features,
     cpu_identity,
     measured_choice,
 )
@@ -72,3 +74,23 @@ def test_measurement_round_trips(tmp_path: Path) -> None:
     written.write(tmp_path)
     assert BackendMeasurement.read(tmp_path) == written
     assert BackendMeasurement.read(tmp_path / "missing") is None
+
+
+AVX2_ONLY = "processor\t: 0\nflags\t\t: fpu sse2 avx fma avx2 bmi2\n"
+VNNI_BF16 = (
+    "processor\t: 0\nflags\t\t: fpu avx2 fma avx512f avx512bw avx512_vnni avx512_bf16 avx_vnni\n"
+    "processor\t: 1\nflags\t\t: fpu\n"
+)
+
+
+def test_cpu_features_read_the_first_processors_flags() -> None:
+    assert cpu_features(AVX2_ONLY) == ["AVX2", "FMA"]
+    assert cpu_features(VNNI_BF16) == ["AVX2", "FMA", "AVX-512", "AVX-512 VNNI", "AVX-VNNI", "AVX-512 BF16"]
+    assert cpu_features("processor\t: 0\n") == []
+
+
+def test_the_outlook_says_which_compressed_form_can_pay() -> None:
+    avx2 = compression_outlook(cpu_features(AVX2_ONLY))
+    assert "no VNNI" in avx2 and "SENTIMENT_USE_BF16 is refused" in avx2
+    vnni = compression_outlook(cpu_features(VNNI_BF16))
+    assert "VNNI" in vnni and "no VNNI" not in vnni and "bfloat16 native" in vnni

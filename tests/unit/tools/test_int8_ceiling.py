@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from worker.model.backend_choice import cpu_features, cpu_identity
 from worker.tools.int8_ceiling import (
     CeilingOptions,
     CeilingReport,
@@ -23,6 +24,7 @@ def made_up_report(share: float, fp32_ms: float, int8_ms: float, paddle: float, 
         cpu_threads=2,
         texts=10,
         mean_batch_tokens=100.0,
+        cpu="a test CPU x2: AVX2, FMA",
         weight_gemm_share=share,
         op_shares={"MatMul": share, "Add": 1 - share},
         int8_op_shares={"MatMulInteger": 1.0},
@@ -70,3 +72,6 @@ def test_a_run_on_the_tiny_model_measures_its_own_shapes(tiny_onnx_dir: Path, ti
     assert data["ceiling_over_paddle_fp32"] == round(
         report.ceiling_over_ort_fp32 * report.ort_fp32_per_s / report.paddle_fp32_per_s, 3
     )
+    # The report names the CPU it ran on and the features that decide what INT8 can do there.
+    assert data["cpu"] == f"{cpu_identity()}: {', '.join(cpu_features()) or 'no AVX2'}"
+    assert format_ceiling(report).splitlines()[0] == f"CPU: {data['cpu']}"
