@@ -64,6 +64,8 @@ def test_a_run_on_the_tiny_model_measures_its_own_shapes(tiny_onnx_dir: Path, ti
     # The profile found the weight multiplications, and they are a share of all kernel time.
     assert 0.0 < report.weight_gemm_share < 1.0
     assert report.op_shares["MatMul"] >= report.weight_gemm_share * 0.5
+    # f counts the weight multiplications and their bias additions, nothing else.
+    assert report.weight_gemm_share <= sum(report.op_shares.get(op, 0.0) for op in ("MatMul", "Gemm", "Add"))
     assert sum(report.op_shares.values()) == pytest.approx(1.0)
     # The INT8 graph runs integer multiplications in place of the float ones.
     assert any("Integer" in op or "Quantize" in op for op in report.int8_op_shares)
