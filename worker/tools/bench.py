@@ -177,6 +177,18 @@ def _dead_letter_ids(messages: Sequence[Any]) -> list[str]:
 
 
 # ----- the worker subprocess -----
+def served_inference(settings: WorkerSettings) -> dict[str, Any]:
+    """The settings a measured subprocess (worker or server) must share with the model-only phase for the
+    two to measure the same inference: backend, precision, tokenizer, long-text rule, math threads."""
+    return {
+        "backend": settings.backend,
+        "use_bf16": settings.use_bf16,
+        "tokenizer": settings.tokenizer,
+        "long_text": settings.long_text,
+        "cpu_threads": settings.cpu_threads,
+    }
+
+
 def _start_worker(
     settings: WorkerSettings, topics: dict[str, str], max_messages: int, workdir: Path
 ) -> WorkerProcess:
@@ -188,12 +200,7 @@ def _start_worker(
         "max_window_messages": settings.max_window_messages,
         "max_wait_ms": settings.max_wait_ms,
         "log_level": "WARNING",
-        # the same inference as the model-only phase (backend, precision, tokenizer, threads)
-        "backend": settings.backend,
-        "use_bf16": settings.use_bf16,
-        "tokenizer": settings.tokenizer,
-        "long_text": settings.long_text,
-        "cpu_threads": settings.cpu_threads,
+        **served_inference(settings),
     }
     config.write_text(json.dumps(values))
     args = [

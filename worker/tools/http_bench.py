@@ -15,6 +15,7 @@ The issue's targets are flagged in the table and the JSON, never enforced.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -33,7 +34,7 @@ import numpy as np
 
 from worker.config import WorkerSettings
 from worker.stream.inference import Classifier, label_texts
-from worker.tools.bench import bench_model_only, review_texts
+from worker.tools.bench import bench_model_only, review_texts, served_inference
 from worker.tools.naive_http import NAIVE_PATH
 from worker.tools.worker_process import cpu_seconds, free_port, rss_bytes, scrape_metrics
 
@@ -246,13 +247,16 @@ class ServerProcess:
 
 
 def server_env(settings: WorkerSettings, max_batch_tokens: int, max_wait_ms: int) -> dict[str, str]:
-    """The servers' environment: this run's model and batching, warnings only."""
+    """The servers' environment: this run's model, inference (as in the model-only phase) and batching,
+    warnings only."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SENTIMENT_")}
+    for key, value in served_inference(settings).items():
+        if value is not None:
+            env[f"SENTIMENT_{key.upper()}"] = json.dumps(value) if isinstance(value, bool) else str(value)
     env.update(
         {
             "SENTIMENT_MODEL": settings.model,
             "SENTIMENT_DEVICE": settings.device,
-            "SENTIMENT_BACKEND": settings.backend,
             "SENTIMENT_MAX_BATCH_TOKENS": str(max_batch_tokens),
             "SENTIMENT_MAX_BATCH_SIZE": str(settings.max_batch_size),
             "SENTIMENT_HTTP_MAX_WAIT_MS": str(max_wait_ms),
