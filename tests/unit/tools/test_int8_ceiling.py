@@ -49,6 +49,11 @@ def test_the_ceiling_is_amdahls_law_over_the_weight_multiplications() -> None:
     slow = made_up_report(share=0.25, fp32_ms=1000.0, int8_ms=1.0, paddle=100.0, ort=100.0)
     assert slow.ceiling_over_ort_fp32 == pytest.approx(1 / (0.75 + 0.25 / 1000))
     assert "2× is beyond" in format_ceiling(slow)
+    assert "above this estimate" not in format_ceiling(report)
+    # A measured speed-up above the estimate (the kernel timings moved): said, not hidden.
+    above = made_up_report(share=0.5, fp32_ms=2.0, int8_ms=1.0, paddle=100.0, ort=100.0)  # ceiling 1.33×
+    assert above.measured_int8_over_paddle_fp32 == pytest.approx(1.5)
+    assert "the measured 1.50× is above this estimate" in format_ceiling(above)
 
 
 def test_a_run_on_the_tiny_model_measures_its_own_shapes(tiny_onnx_dir: Path, tiny_int8_dir: Path) -> None:
