@@ -18,7 +18,9 @@ STATIC_MODEL_DIR ?= $(MODEL_DIR)-static
 TEACHER_DIR ?= models/teacher
 CANDIDATE_DIR ?= models/candidate
 SCRATCH_DIR ?= models/scratch
-TEACHER_FLAGS ?= --init bge-small-zh --epochs 1 --batch-size 32 --learning-rate 1e-4 --warmup-fraction 0.1 \
+# 1 epoch is the shipped default's recipe; TEACHER_EPOCHS=2 gives the best teacher measured (87.79 % held-out).
+TEACHER_EPOCHS ?= 1
+TEACHER_FLAGS ?= --init bge-small-zh --epochs $(TEACHER_EPOCHS) --batch-size 32 --learning-rate 1e-4 --warmup-fraction 0.1 \
 	--max-seq-len 128 --truncation head_tail --checkpoint-every 100 --name sentiment-bge-small-zh-teacher
 STUDENT_FLAGS ?= --teacher $(TEACHER_DIR) --num-layers 3 --hidden-size 128 --num-heads 4 --intermediate-size 512 \
 	--max-seq-len 128 --truncation head_tail --epochs 3 --learning-rate 1e-3 --augment-copies 2 \
