@@ -22,17 +22,23 @@ SAFE_ACCURACY_LOSS = 0.001
 """Largest held-out accuracy loss (fraction) auto accepts for speed: 0.1 point."""
 
 
+def _cpuinfo_field(name: str, cpuinfo: str | None = None) -> str:
+    """The first processor's ``name`` line of /proc/cpuinfo (``cpuinfo`` for tests); "" when absent."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == name:
+            return value.strip()
+    return ""
+
+
 def cpu_identity() -> str:
     """``<model name> x<cores>`` of this machine (what a speed measurement is only valid on)."""
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{model or 'unknown cpu'} x{os.cpu_count() or 1}"
+    return f"{_cpuinfo_field('model name') or 'unknown cpu'} x{os.cpu_count() or 1}"
 
 
 CPU_FEATURES = (
@@ -49,17 +55,15 @@ CPU_FEATURES = (
 
 def cpu_features(cpuinfo: str | None = None) -> list[str]:
     """The `CPU_FEATURES` this CPU has (the first processor's flags; ``cpuinfo`` for tests)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return []
-    flags: set[str] = set()
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            flags = set(line.split(":", 1)[1].split())
-            break
+    flags = set(_cpuinfo_field("flags", cpuinfo).split())
     return [name for flag, name in CPU_FEATURES if flag in flags]
+
+
+def cpu_description() -> str:
+    """``<model name> x<cores>: AVX2, FMA, ...``: the CPU a measurement ran on, with the features that
+    decide INT8 and bfloat16."""
+    features = ", ".join(cpu_features()) or "no AVX2, AVX-512, VNNI, BF16 or AMX"
+    return f"{cpu_identity()}: {features}"
 
 
 def compression_outlook(features: list[str]) -> str:

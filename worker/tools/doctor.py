@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from worker.config import WorkerSettings
-from worker.model.backend_choice import compression_outlook, cpu_features, cpu_identity
+from worker.model.backend_choice import compression_outlook, cpu_description, cpu_features
 from worker.model.device import DeviceChoice, DeviceUnavailableError, activate, choose_device
 from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier
 from worker.tools.topics import describe_topics
@@ -50,10 +50,7 @@ def _check_python() -> Check:
 
 
 def _check_cpu() -> Check:
-    features = cpu_features()
-    return Check(
-        "cpu", "OK", f"{cpu_identity()}, {', '.join(features) or 'no AVX2'}: {compression_outlook(features)}"
-    )
+    return Check("cpu", "OK", f"{cpu_description()} → {compression_outlook(cpu_features())}")
 
 
 def _check_paddle() -> Check:

@@ -15,7 +15,6 @@ The issue's targets are flagged in the table and the JSON, never enforced.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import subprocess
@@ -252,7 +251,7 @@ def server_env(settings: WorkerSettings, max_batch_tokens: int, max_wait_ms: int
     env = {k: v for k, v in os.environ.items() if not k.startswith("SENTIMENT_")}
     for key, value in served_inference(settings).items():
         if value is not None:
-            env[f"SENTIMENT_{key.upper()}"] = json.dumps(value) if isinstance(value, bool) else str(value)
+            env[f"SENTIMENT_{key.upper()}"] = str(value)
     env.update(
         {
             "SENTIMENT_MODEL": settings.model,

@@ -31,7 +31,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from worker.model.backend_choice import cpu_features, cpu_identity
+from worker.model.backend_choice import cpu_description
 from worker.model.classifier import TextClassifierBase
 from worker.model.device import choose_device
 from worker.model.loading import InferenceOptions, load_classifier
@@ -76,9 +76,9 @@ class CeilingReport:
     texts: int
     mean_batch_tokens: float
     cpu: str
-    """The CPU model and the features that decide INT8 and bfloat16 (`cpu_features`)."""
+    """The CPU model and the features that decide INT8 and bfloat16 (`cpu_description`)."""
     weight_gemm_share: float
-    """f: share of float32 ORT kernel time in weight matrix multiplications."""
+    """f: share of float32 ORT kernel time in weight matrix multiplications and their bias additions."""
     op_shares: dict[str, float]
     """float32 ORT kernel time by op type (shares)."""
     int8_op_shares: dict[str, float]
@@ -235,7 +235,7 @@ def int8_ceiling(
         cpu_threads=options.cpu_threads,
         texts=options.texts,
         mean_batch_tokens=mean_tokens,
-        cpu=f"{cpu_identity()}: {', '.join(cpu_features()) or 'no AVX2'}",
+        cpu=cpu_description(),
         weight_gemm_share=share,
         op_shares=_shares(fp32_ops),
         int8_op_shares=_shares(int8_ops),
@@ -281,9 +281,9 @@ def format_ceiling(report: CeilingReport, target: float = 2.0) -> str:
     measured = report.measured_int8_over_paddle_fp32
     if measured > ceiling * 1.05:
         lines.append(
-            f"  but the measured {measured:.2f}× is above this estimate: the kernel timings (r) moved during "
-            "the run, so the estimate is no bound here; the measured whole-model speed-up is what counts "
-            "(run again to see how much r moves on this machine)"
+            f"  but the measured {measured:.2f}× is above this estimate, so it bounds nothing here: r is one "
+            "sample of the kernels (on some machines it moves several-fold between runs; run again to see), "
+            "and the measured whole-model speed-up is what counts"
         )
     return "\n".join(lines)
 

@@ -13,6 +13,7 @@ from worker.model.backend_choice import (
     BackendMeasurement,
     BackendResult,
     compression_outlook,
+    cpu_description,
     cpu_features,
     cpu_identity,
     measured_choice,
@@ -87,6 +88,7 @@ def test_cpu_features_read_the_first_processors_flags() -> None:
     assert cpu_features(AVX2_ONLY) == ["AVX2", "FMA"]
     assert cpu_features(VNNI_BF16) == ["AVX2", "FMA", "AVX-512", "AVX-512 VNNI", "AVX-VNNI", "AVX-512 BF16"]
     assert cpu_features("processor\t: 0\n") == []
+    assert cpu_description().startswith(cpu_identity() + ": ")
 
 
 def test_the_outlook_says_which_compressed_form_can_pay() -> None:

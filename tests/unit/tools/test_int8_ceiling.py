@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.model.backend_choice import cpu_features, cpu_identity
+from worker.model.backend_choice import cpu_description
 from worker.tools.int8_ceiling import (
     CeilingOptions,
     CeilingReport,
@@ -80,5 +80,5 @@ def test_a_run_on_the_tiny_model_measures_its_own_shapes(tiny_onnx_dir: Path, ti
         report.ceiling_over_ort_fp32 * report.ort_fp32_per_s / report.paddle_fp32_per_s, 3
     )
     # The report names the CPU it ran on and the features that decide what INT8 can do there.
-    assert data["cpu"] == f"{cpu_identity()}: {', '.join(cpu_features()) or 'no AVX2'}"
+    assert data["cpu"] == cpu_description()
     assert format_ceiling(report).splitlines()[0] == f"CPU: {data['cpu']}"
