@@ -53,7 +53,7 @@ def register(subparsers: Subparsers) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from worker.stream.tuning import TuneOptions, TuningError, tune
+    from worker.inference.tuning import TuneOptions, TuningError, tune
     from worker.tools.bench import BenchOptions, format_table, run_bench
 
     settings = settings_from_args(args)

@@ -40,9 +40,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Paddle and uvicorn load here, so that `--help` and the light commands start fast.
     import threading
 
+    from worker.inference.startup import StartupError
     from worker.stream.http_server import HttpServerError
     from worker.stream.serving import SentimentService
-    from worker.stream.startup import StartupError
 
     settings = settings_from_args(args)
     if not settings.http_port:

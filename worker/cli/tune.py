@@ -15,7 +15,7 @@ from worker.cli.common import (
     load_model,
     settings_from_args,
 )
-from worker.stream.tuning.calibration import DEFAULT_CACHE_DIR
+from worker.inference.tuning.calibration import DEFAULT_CACHE_DIR
 
 
 def register(subparsers: Subparsers) -> None:
@@ -37,7 +37,7 @@ def register(subparsers: Subparsers) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from worker.stream.tuning import TuneOptions, TuningError, cache_path, device_description, tune
+    from worker.inference.tuning import TuneOptions, TuningError, cache_path, device_description, tune
     from worker.tools.tune import format_report
 
     settings = settings_from_args(args)

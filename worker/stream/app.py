@@ -22,19 +22,20 @@ from prometheus_client import CollectorRegistry
 
 from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
+from worker.inference.consume_window import ConsumeWindow
+from worker.inference.labelling import Classifier, TokenBudget
+from worker.inference.stage import InferenceStage
+from worker.inference.startup import StartupError, calibrated_token_budget, warm_up
 from worker.stream import startup
 from worker.stream.backpressure import Backpressure
-from worker.stream.consume_window import ConsumeWindow
 from worker.stream.consumer import ReviewConsumer, handle_consume_error
 from worker.stream.health import HealthServer, HealthState
-from worker.stream.inference import Classifier, TokenBudget
-from worker.stream.inference_thread import InferenceStage
 from worker.stream.metrics import WorkerMetrics, create_metrics
 from worker.stream.partitions import PartitionBook, PartitionKey
 from worker.stream.producer import OutboundRecord, ResultPublisher, SourcePosition, is_too_large
 from worker.stream.records import InputMessage, OutboundRecords
 from worker.stream.serving import attach_batcher, open_api_server
-from worker.stream.startup import StartupError, kafka_error_text
+from worker.stream.startup import kafka_error_text
 from worker.stream.windows import LabelledWindow, PreparedWindow, label_window, prepare_window, window_records
 
 log = logging.getLogger(__name__)
@@ -173,8 +174,8 @@ class SentimentWorker:
             startup.init_transactions(publisher)
         self._health.broker_reachable = True
         if s.max_batch_tokens_auto:
-            self._budget = startup.calibrated_token_budget(s, self._classifier)
-        startup.warm_up(self._classifier, self._model.name)
+            self._budget = calibrated_token_budget(s, self._classifier)
+        warm_up(self._classifier, self._model.name)
         self._health.model_warm = True
         stage: InferenceStage[PreparedWindow, LabelledWindow] = InferenceStage(
             self._label, max_queued_windows=s.max_queued_windows

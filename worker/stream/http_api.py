@@ -35,8 +35,8 @@ from schemas.http_api import (
 )
 from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
+from worker.inference.labelling import InferenceFailure
 from worker.stream.health import HealthState
-from worker.stream.inference import InferenceFailure
 from worker.stream.metrics import HttpMetrics
 from worker.stream.request_batcher import BatcherClosed, Overloaded, RequestBatcher, RequestOutcome
 

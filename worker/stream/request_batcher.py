@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from worker.stream.consume_window import ConsumeWindow
-from worker.stream.inference import (
+from worker.inference.consume_window import ConsumeWindow
+from worker.inference.labelling import (
     Classifier,
     InferenceFailure,
     TokenBudget,
@@ -35,7 +35,7 @@ from worker.stream.inference import (
     merge_sequences,
     sequences_for,
 )
-from worker.stream.inference_thread import InferenceStage
+from worker.inference.stage import InferenceStage
 from worker.stream.metrics import HttpMetrics, WorkerMetrics
 
 log = logging.getLogger(__name__)

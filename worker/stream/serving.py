@@ -20,12 +20,12 @@ from prometheus_client import CollectorRegistry
 
 from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
-from worker.stream import startup
+from worker.inference.labelling import Classifier, TokenBudget
+from worker.inference.stage import InferenceStage
+from worker.inference.startup import calibrated_token_budget, warm_up
 from worker.stream.health import HealthState
 from worker.stream.http_api import SentimentApi, build_app
 from worker.stream.http_server import HttpServer
-from worker.stream.inference import Classifier, TokenBudget
-from worker.stream.inference_thread import InferenceStage
 from worker.stream.metrics import WorkerMetrics, create_http_metrics, create_metrics
 from worker.stream.request_batcher import RequestBatcher
 
@@ -137,11 +137,11 @@ class SentimentService:
             if self._on_listening is not None:
                 self._on_listening(self.address)
             budget = (
-                startup.calibrated_token_budget(s, self._classifier)
+                calibrated_token_budget(s, self._classifier)
                 if s.max_batch_tokens_auto
                 else TokenBudget(s.max_batch_tokens)
             )
-            startup.warm_up(self._classifier, self._model.name)
+            warm_up(self._classifier, self._model.name)
             stage: InferenceStage[Any, Any] = InferenceStage(None, max_queued_windows=1, name="inference")
             stack.callback(stage.close)
             attach_batcher(

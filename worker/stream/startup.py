@@ -1,24 +1,14 @@
 """What must hold before the worker consumes anything: Kafka clients accepted, output topics present,
-transactions initialised, a token budget, a warm model. Each failure is a StartupError saying what to change
-(the CLI exits 2 with it)."""
+transactions initialised (the token budget and the warm model: `worker.inference.startup`). Each failure is a
+StartupError saying what to change (the CLI exits 2 with it)."""
 
 from __future__ import annotations
-
-import logging
-import time
 
 from confluent_kafka import KafkaError, KafkaException
 
 from worker.config import WorkerSettings
-from worker.stream.inference import Classifier, TokenBudget, label_texts
+from worker.inference.startup import StartupError
 from worker.stream.producer import ResultPublisher
-from worker.stream.tuning import TuningError, resolve_token_budget
-
-log = logging.getLogger(__name__)
-
-
-class StartupError(RuntimeError):
-    """The worker cannot start as configured; the message says what to change."""
 
 
 def kafka_error_text(exc: KafkaException) -> str:
@@ -64,27 +54,3 @@ def output_topic_limits(
                 f"{exc.args[0]} (bootstrap servers: {settings.bootstrap_servers}). Nothing was consumed."
             ) from exc
     return partition_counts, max_message_bytes
-
-
-def calibrated_token_budget(settings: WorkerSettings, classifier: Classifier) -> TokenBudget:
-    """max_batch_tokens=auto: a measured budget (GPU: memory; CPU: throughput), usually from the cache."""
-    try:
-        result = resolve_token_budget(settings, classifier, progress=log.info)
-    except TuningError as exc:
-        raise StartupError(f"max_batch_tokens=auto: {exc}") from exc
-    what = "device memory budget" if result.mode == "gpu-memory" else "CPU throughput (not memory)"
-    log.info(
-        "token budget %d padded tokens, calibrated for %s%s",
-        result.max_batch_tokens,
-        what,
-        " (cached)" if result.from_cache else "",
-    )
-    return TokenBudget(result.max_batch_tokens)
-
-
-def warm_up(classifier: Classifier, model_name: str) -> None:
-    """Runs the tokenizer and the model once, so the first window does not pay for lazy initialisation."""
-    started = time.monotonic()
-    classifier.token_ids(["这个商品很好，物流也快"])
-    label_texts(classifier, ["这个商品很好，物流也快", "太差了"], max_batch_size=2, max_batch_tokens=4096)
-    log.info("model %s warmed up in %.2f s", model_name, time.monotonic() - started)

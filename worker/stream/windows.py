@@ -11,8 +11,7 @@ import numpy as np
 
 from schemas.dead_letter import DeadLetterKind
 from worker.config import WorkerSettings
-from worker.stream.decode import DecodedReview, DecodeFailure, decode_review
-from worker.stream.inference import (
+from worker.inference.labelling import (
     Classifier,
     InferenceFailure,
     TokenBudget,
@@ -21,6 +20,7 @@ from worker.stream.inference import (
     merge_sequences,
     sequences_for,
 )
+from worker.stream.decode import DecodedReview, DecodeFailure, decode_review
 from worker.stream.producer import OutboundRecord
 from worker.stream.records import InputMessage
 

@@ -32,7 +32,7 @@ import aiohttp
 import numpy as np
 
 from worker.config import WorkerSettings
-from worker.stream.inference import Classifier, label_texts
+from worker.inference.labelling import Classifier, label_texts
 from worker.tools.bench import bench_model_only, review_texts, served_inference
 from worker.tools.naive_http import NAIVE_PATH
 from worker.tools.worker_process import cpu_seconds, free_port, rss_bytes, scrape_metrics

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel, StrictStr
 
 from schemas.sentiment_result import ModelRef
-from worker.stream.inference import Classifier
+from worker.inference.labelling import Classifier
 
 NAIVE_PAD_TO = 128
 NAIVE_PATH = "/predict"

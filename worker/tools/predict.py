@@ -16,8 +16,7 @@ from typing import Any, BinaryIO, TextIO
 
 import numpy as np
 
-from worker.stream.decode import DecodedReview, DecodeFailure, decode_review
-from worker.stream.inference import (
+from worker.inference.labelling import (
     Classifier,
     InferenceFailure,
     TokenBudget,
@@ -25,7 +24,8 @@ from worker.stream.inference import (
     merge_sequences,
     sequences_for,
 )
-from worker.stream.inference_thread import InferenceStage
+from worker.inference.stage import InferenceStage
+from worker.stream.decode import DecodedReview, DecodeFailure, decode_review
 
 _CHUNK_LINES = 512
 _QUEUED_CHUNKS = 2

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.stream.tuning.result import MIB, TuningResult
+from worker.inference.tuning.result import MIB, TuningResult
 
 
 def format_report(result: TuningResult) -> str:

@@ -12,6 +12,7 @@ import pytest
 
 from schemas.dead_letter import DeadLetterKind
 from worker.config import WorkerSettings
+from worker.inference.labelling import InferenceFailure, TokenBudget, label_texts
 from worker.model.device import choose_device
 from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier
 from worker.model.long_text import (
@@ -22,7 +23,6 @@ from worker.model.long_text import (
     merge_chunk_outputs,
     single_layout,
 )
-from worker.stream.inference import InferenceFailure, TokenBudget, label_texts
 from worker.stream.producer import SourcePosition
 from worker.stream.records import InputMessage
 from worker.stream.windows import label_window, prepare_window

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from worker.stream.inference import InferenceFailure, TokenBudget
-from worker.stream.inference_thread import InferenceStage
+from worker.inference.labelling import InferenceFailure, TokenBudget
+from worker.inference.stage import InferenceStage
 from worker.stream.metrics import create_http_metrics, create_metrics
 from worker.stream.request_batcher import BatcherClosed, Overloaded, RequestBatcher
 

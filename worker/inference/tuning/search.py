@@ -8,10 +8,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from worker.stream.inference import is_out_of_memory
-from worker.stream.tuning.memory_model import MemoryProbeResult, fit_memory, resolve_budget
-from worker.stream.tuning.probes import MemoryProbe, ThroughputProbe
-from worker.stream.tuning.result import MIB, TuningError
+from worker.inference.labelling import is_out_of_memory
+from worker.inference.tuning.memory_model import MemoryProbeResult, fit_memory, resolve_budget
+from worker.inference.tuning.probes import MemoryProbe, ThroughputProbe
+from worker.inference.tuning.result import MIB, TuningError
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from worker.stream.tuning.result import MIB, TuningError
+from worker.inference.tuning.result import MIB, TuningError
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from worker.stream.batch_plan import padded_tokens, padding_efficiency, plan_batches
-from worker.stream.consume_window import ConsumeWindow
+from worker.inference.batch_plan import padded_tokens, padding_efficiency, plan_batches
+from worker.inference.consume_window import ConsumeWindow
 
 
 class FakeClock:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from schemas.dead_letter import DeadLetterKind
-from worker.stream.inference import InferenceFailure, is_out_of_memory, label_texts
+from worker.inference.labelling import InferenceFailure, is_out_of_memory, label_texts
 
 
 class FakeLengthClassifier:

@@ -28,16 +28,16 @@ from pathlib import Path
 from typing import Any, Literal
 
 from worker.config import WorkerSettings
-from worker.stream.inference import Classifier
-from worker.stream.tuning.memory_model import resolve_budget
-from worker.stream.tuning.probes import (
+from worker.inference.labelling import Classifier
+from worker.inference.tuning.memory_model import resolve_budget
+from worker.inference.tuning.probes import (
     ClassifierThroughputProbe,
     MemoryProbe,
     PaddleCudaMemoryProbe,
     ThroughputProbe,
 )
-from worker.stream.tuning.result import TuningMode, TuningResult
-from worker.stream.tuning.search import search_memory_budget, search_throughput_budget
+from worker.inference.tuning.result import TuningMode, TuningResult
+from worker.inference.tuning.search import search_memory_budget, search_throughput_budget
 
 log = logging.getLogger(__name__)
 

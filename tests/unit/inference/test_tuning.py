@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from worker.config import WorkerSettings
+from worker.inference.tuning import MIB, TuneOptions, TuningError, cache_path, tune
+from worker.inference.tuning.memory_model import MemoryProbeResult, fit_memory, resolve_budget
+from worker.inference.tuning.probes import synthetic_batch
+from worker.inference.tuning.search import search_memory_budget, search_throughput_budget
 from worker.model.device import DeviceChoice
-from worker.stream.tuning import MIB, TuneOptions, TuningError, cache_path, tune
-from worker.stream.tuning.memory_model import MemoryProbeResult, fit_memory, resolve_budget
-from worker.stream.tuning.probes import synthetic_batch
-from worker.stream.tuning.search import search_memory_budget, search_throughput_budget
 
 GIB = 1024 * MIB
 
@@ -346,9 +346,9 @@ def test_synthetic_probe_batches_have_the_exact_shape() -> None:
 def test_real_gpu_calibration_fits_the_budget(tiny_model_dir: Path, tmp_path: Path) -> None:
     import paddle
 
+    from worker.inference.tuning.probes import PaddleCudaMemoryProbe
     from worker.model.device import choose_device
     from worker.model.loading import load_classifier
-    from worker.stream.tuning.probes import PaddleCudaMemoryProbe
 
     choice: DeviceChoice = choose_device("gpu")
     classifier = load_classifier(str(tiny_model_dir), choice)

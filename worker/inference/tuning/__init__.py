@@ -1,7 +1,7 @@
 """Calibrating the inference token budget (`max_batch_tokens`): to a VRAM budget on GPU, to throughput on
 CPU, cached. `calibration` is the entry point; `probes`, `memory_model` and `search` are its parts."""
 
-from worker.stream.tuning.calibration import (
+from worker.inference.tuning.calibration import (
     DEFAULT_CACHE_DIR,
     TuneOptions,
     cache_path,
@@ -9,7 +9,7 @@ from worker.stream.tuning.calibration import (
     resolve_token_budget,
     tune,
 )
-from worker.stream.tuning.result import MIB, TuningError, TuningMode, TuningResult
+from worker.inference.tuning.result import MIB, TuningError, TuningMode, TuningResult
 
 __all__ = [
     "DEFAULT_CACHE_DIR",

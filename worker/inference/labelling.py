@@ -11,8 +11,8 @@ from typing import Protocol
 import numpy as np
 
 from schemas.dead_letter import DeadLetterKind
+from worker.inference.batch_plan import plan_batches
 from worker.model.long_text import flatten_chunks, merge_chunk_outputs
-from worker.stream.batch_plan import plan_batches
 
 log = logging.getLogger(__name__)
 

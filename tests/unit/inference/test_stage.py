@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from worker.stream.inference import TokenBudget
-from worker.stream.inference_thread import InferenceStage
+from worker.inference.labelling import TokenBudget
+from worker.inference.stage import InferenceStage
 
 
 def _collect_all(stage: InferenceStage[int, int], expected: int, timeout_s: float = 10.0) -> list[int]:

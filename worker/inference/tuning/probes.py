@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from worker.stream.inference import Classifier
+from worker.inference.labelling import Classifier
 
 
 class MemoryProbe(Protocol):
