@@ -20,8 +20,8 @@ from schemas.sentiment_result import ModelRef
 from tests.integration.helpers import make_settings, sample_reviews
 from tests.integration.kafka_io import produce, read_topic, review_records
 from worker.cli import main
+from worker.metrics import DeviceMemoryCollector
 from worker.stream.app import SentimentWorker
-from worker.stream.metrics import DeviceMemoryCollector
 from worker.tools.report import load_recording, record, summarize
 from worker.tools.worker_process import free_port
 

@@ -17,9 +17,11 @@ PACKAGES = ("worker", "schemas")
 
 # What each part may import (besides itself).
 ALLOWED: dict[str, set[str]] = {
-    "cli": {"tools", "stream", "inference", "model", "training", "config", "schemas"},
-    "tools": {"stream", "inference", "model", "training", "config", "schemas"},
-    "stream": {"inference", "model", "config", "schemas"},
+    "cli": {"tools", "stream", "health", "metrics", "inference", "model", "training", "config", "schemas"},
+    "tools": {"stream", "health", "metrics", "inference", "model", "training", "config", "schemas"},
+    "stream": {"health", "metrics", "inference", "model", "config", "schemas"},
+    "health": {"inference", "model", "config", "schemas"},  # worker/health.py
+    "metrics": {"inference", "model", "config", "schemas"},  # worker/metrics.py
     "inference": {"model", "config", "schemas"},
     "training": {"model", "config", "schemas"},
     "model": {"config", "schemas"},

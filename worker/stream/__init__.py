@@ -5,8 +5,8 @@ the batch plan, the labelling and the inference thread are the engine's (`worker
 Modules, in the order a message meets them: `consumer` (group member, rebalances, commits), `decode`
 (bytes → review or dead-letter reason), `windows` (a window's records in input order), `records` and
 `producer` (results, dead letters, delivery acks), `offsets` and `partitions` (what may be committed,
-per-partition bookkeeping), `backpressure`, `lag_clock`, `health`, `metrics`, `startup` (Kafka clients,
-topics, transactions).
+per-partition bookkeeping), `backpressure`, `lag_clock`, `startup` (Kafka clients, topics, transactions).
+Health and metrics are `worker.health` and `worker.metrics`, shared with the HTTP serving.
 
 The HTTP serving of the same model: `request_batcher` (requests into the same window, batch plan and
 inference thread), `http_api` (the FastAPI app and the page, `page.html`), `http_server` (uvicorn in a

@@ -22,15 +22,15 @@ from prometheus_client import CollectorRegistry
 
 from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
+from worker.health import HealthServer, HealthState
 from worker.inference.consume_window import ConsumeWindow
 from worker.inference.labelling import Classifier, TokenBudget
 from worker.inference.stage import InferenceStage
 from worker.inference.startup import StartupError, calibrated_token_budget, warm_up
+from worker.metrics import WorkerMetrics, create_metrics
 from worker.stream import startup
 from worker.stream.backpressure import Backpressure
 from worker.stream.consumer import ReviewConsumer, handle_consume_error
-from worker.stream.health import HealthServer, HealthState
-from worker.stream.metrics import WorkerMetrics, create_metrics
 from worker.stream.partitions import PartitionBook, PartitionKey
 from worker.stream.producer import OutboundRecord, ResultPublisher, SourcePosition, is_too_large
 from worker.stream.records import InputMessage, OutboundRecords

@@ -35,9 +35,9 @@ from schemas.http_api import (
 )
 from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
+from worker.health import HealthState
 from worker.inference.labelling import InferenceFailure
-from worker.stream.health import HealthState
-from worker.stream.metrics import HttpMetrics
+from worker.metrics import HttpMetrics
 from worker.stream.request_batcher import BatcherClosed, Overloaded, RequestBatcher, RequestOutcome
 
 Scope = MutableMapping[str, Any]

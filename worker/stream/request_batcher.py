@@ -36,7 +36,7 @@ from worker.inference.labelling import (
     sequences_for,
 )
 from worker.inference.stage import InferenceStage
-from worker.stream.metrics import HttpMetrics, WorkerMetrics
+from worker.metrics import HttpMetrics, WorkerMetrics
 
 log = logging.getLogger(__name__)
 

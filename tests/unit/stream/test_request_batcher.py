@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry
 
 from worker.inference.labelling import InferenceFailure, TokenBudget
 from worker.inference.stage import InferenceStage
-from worker.stream.metrics import create_http_metrics, create_metrics
+from worker.metrics import create_http_metrics, create_metrics
 from worker.stream.request_batcher import BatcherClosed, Overloaded, RequestBatcher
 
 

@@ -8,7 +8,7 @@ import urllib.request
 
 from prometheus_client import CollectorRegistry, Counter
 
-from worker.stream.health import HealthServer, HealthState
+from worker.health import HealthServer, HealthState
 
 
 class FakeClock:

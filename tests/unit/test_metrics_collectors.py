@@ -9,7 +9,7 @@ import types
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from worker.stream.metrics import DeviceMemoryCollector, DrainTimeCollector, create_metrics
+from worker.metrics import DeviceMemoryCollector, DrainTimeCollector, create_metrics
 
 
 class FakeClock:
