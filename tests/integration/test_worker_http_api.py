@@ -17,6 +17,7 @@ from tests.integration.helpers import make_settings, sample_reviews
 from tests.integration.kafka_io import produce, read_topic, results_of, review_records
 from tests.integration.serve_helpers import SlowClassifier
 from worker.stream.app import SentimentWorker
+from worker.stream.serving import WorkerApi
 from worker.tools.predict import predict_lines
 from worker.tools.worker_process import free_port
 
@@ -59,6 +60,7 @@ def test_the_worker_serves_the_api_while_it_consumes(
         ModelRef(name=model.name, version=model.version),
         registry=CollectorRegistry(),
         stop=stop,
+        api=WorkerApi(),
     )
     summary: list[Any] = []
     # No max_messages: a worker that stops at its 60th input closes its HTTP port with it, and the checks

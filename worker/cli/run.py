@@ -32,6 +32,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # The run path loads Paddle: imported here so that `--help` and the light commands start fast.
     from worker.inference.startup import StartupError
     from worker.stream.app import SentimentWorker
+    from worker.stream.serving import WorkerApi
 
     settings = settings_from_args(args)
     configure_logging(settings.log_level)
@@ -39,7 +40,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     reinstall = install_stop_handlers(stop.set)  # before the model loads: a signal then stops it at once
     classifier, model_ref = load_model(settings)
     reinstall()  # loading Paddle replaced them
-    worker = SentimentWorker(settings, classifier, model_ref, stop=stop)
+    api = WorkerApi() if settings.http_api else None  # the API on the worker's port, when asked for
+    worker = SentimentWorker(settings, classifier, model_ref, stop=stop, api=api)
     try:
         summary = worker.run(max_messages=args.max_messages, idle_exit_s=args.idle_exit_s)
     except StartupError as exc:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from threading import Event
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from confluent_kafka import KafkaException, Message
 from prometheus_client import CollectorRegistry
@@ -34,7 +34,6 @@ from worker.stream.consumer import ReviewConsumer, handle_consume_error
 from worker.stream.partitions import PartitionBook, PartitionKey
 from worker.stream.producer import OutboundRecord, ResultPublisher, SourcePosition, is_too_large
 from worker.stream.records import InputMessage, OutboundRecords
-from worker.stream.serving import attach_batcher, open_api_server
 from worker.stream.startup import kafka_error_text
 from worker.stream.windows import LabelledWindow, PreparedWindow, label_window, prepare_window, window_records
 
@@ -76,6 +75,30 @@ class RunSummary:
         return done / self.labelling_seconds if self.labelling_seconds > 0 else 0.0
 
 
+class ApiFront(Protocol):
+    """The HTTP API on the worker's own port (`run` with http_api), answered through the worker's inference
+    thread: `worker.http.serving.WorkerApi`, handed in by the caller (the run path never imports http)."""
+
+    def open(
+        self, stack: ExitStack, settings: WorkerSettings, registry: CollectorRegistry, health: HealthState
+    ) -> tuple[str, int]:
+        """Listens on `http_host:http_port` (the API says 503 until `attach`); `stack` closes it."""
+        ...
+
+    def attach(
+        self,
+        stack: ExitStack,
+        *,
+        classifier: Classifier,
+        model: ModelRef,
+        stage: InferenceStage[Any, Any],
+        budget: TokenBudget,
+        metrics: WorkerMetrics,
+    ) -> None:
+        """Starts answering requests through `stage`."""
+        ...
+
+
 class _StartedParts(NamedTuple):
     """What `_start()` builds, once: the loop, the drain and the callbacks use these."""
 
@@ -97,8 +120,12 @@ class SentimentWorker:
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
         stop: Event | None = None,
+        api: ApiFront | None = None,
     ) -> None:
+        if settings.http_api and settings.http_port and api is None:
+            raise ValueError("http_api needs the API to serve: pass api=worker.http.serving.WorkerApi()")
         self._settings = settings
+        self._api = api
         self._classifier = classifier
         self._model = model
         self._registry = registry if registry is not None else CollectorRegistry()
@@ -145,12 +172,12 @@ class SentimentWorker:
         self._metrics.model.info(
             {"name": self._model.name, "version": self._model.version, "device": _device_of(self._classifier)}
         )
-        api = None
-        if s.http_port and s.http_api:  # the API on the same port, through this worker's inference thread
-            api = open_api_server(stack, s, self._registry, self._health)
-            self.http_address = api[1].address
+        api = self._api if s.http_port and s.http_api else None
+        if api is not None:  # the API on the same port, through this worker's inference thread
+            self.http_address = api.open(stack, s, self._registry, self._health)
             log.info(
-                "HTTP API, metrics and health on http://%s:%d (/v1/sentiment /metrics ...)", *api[1].address
+                "HTTP API, metrics and health on http://%s:%d (/v1/sentiment /metrics ...)",
+                *self.http_address,
             )
         elif s.http_port:
             server = HealthServer(s.http_host, s.http_port, self._registry, self._health)
@@ -182,9 +209,8 @@ class SentimentWorker:
         )
         stack.callback(stage.close)
         if api is not None:
-            attach_batcher(
+            api.attach(
                 stack,
-                *api,
                 classifier=self._classifier,
                 model=self._model,
                 stage=stage,

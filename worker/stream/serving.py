@@ -77,6 +77,44 @@ def attach_batcher(
     return batcher
 
 
+class WorkerApi:
+    """The API on the Kafka worker's port, in front of the worker's inference thread (`run` with http_api):
+    what `SentimentWorker` takes as `api`, so that the run path does not import the HTTP serving."""
+
+    def __init__(self) -> None:
+        self._opened: tuple[SentimentApi, HttpServer] | None = None
+
+    def open(
+        self, stack: ExitStack, settings: WorkerSettings, registry: CollectorRegistry, health: HealthState
+    ) -> tuple[str, int]:
+        """`open_api_server`; returns the address it listens on."""
+        self._opened = open_api_server(stack, settings, registry, health)
+        return self._opened[1].address
+
+    def attach(
+        self,
+        stack: ExitStack,
+        *,
+        classifier: Classifier,
+        model: ModelRef,
+        stage: InferenceStage[Any, Any],
+        budget: TokenBudget,
+        metrics: WorkerMetrics,
+    ) -> None:
+        """`attach_batcher` on the server `open` started."""
+        if self._opened is None:
+            raise RuntimeError("WorkerApi.attach() before open()")
+        attach_batcher(
+            stack,
+            *self._opened,
+            classifier=classifier,
+            model=model,
+            stage=stage,
+            budget=budget,
+            metrics=metrics,
+        )
+
+
 @dataclass
 class ServeSummary:
     """What one `serve` run did."""
