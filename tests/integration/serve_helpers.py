@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
-from worker.stream.serving import SentimentService
+from worker.http.serving import SentimentService
 
 
 @dataclass(frozen=True)

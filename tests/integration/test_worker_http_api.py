@@ -16,8 +16,8 @@ from schemas.sentiment_result import ModelRef
 from tests.integration.helpers import make_settings, sample_reviews
 from tests.integration.kafka_io import produce, read_topic, results_of, review_records
 from tests.integration.serve_helpers import SlowClassifier
+from worker.http.serving import WorkerApi
 from worker.stream.app import SentimentWorker
-from worker.stream.serving import WorkerApi
 from worker.tools.predict import predict_lines
 from worker.tools.worker_process import free_port
 

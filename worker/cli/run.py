@@ -30,9 +30,9 @@ def register(subparsers: Subparsers) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     # The run path loads Paddle: imported here so that `--help` and the light commands start fast.
+    from worker.http.serving import WorkerApi
     from worker.inference.startup import StartupError
     from worker.stream.app import SentimentWorker
-    from worker.stream.serving import WorkerApi
 
     settings = settings_from_args(args)
     configure_logging(settings.log_level)

@@ -40,9 +40,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Paddle and uvicorn load here, so that `--help` and the light commands start fast.
     import threading
 
+    from worker.http.server import HttpServerError
+    from worker.http.serving import SentimentService
     from worker.inference.startup import StartupError
-    from worker.stream.http_server import HttpServerError
-    from worker.stream.serving import SentimentService
 
     settings = settings_from_args(args)
     if not settings.http_port:
@@ -70,7 +70,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def serve_naive(
     settings: Any, classifier: Any, model_ref: Any, stop: Any, listening: Callable[[tuple[str, int]], None]
 ) -> int:
-    from worker.stream.http_server import HttpServer, HttpServerError
+    from worker.http.server import HttpServer, HttpServerError
     from worker.tools.naive_http import build_naive_app
 
     try:

@@ -8,9 +8,8 @@ Modules, in the order a message meets them: `consumer` (group member, rebalances
 per-partition bookkeeping), `backpressure`, `lag_clock`, `startup` (Kafka clients, topics, transactions).
 Health and metrics are `worker.health` and `worker.metrics`, shared with the HTTP serving.
 
-The HTTP serving of the same model: `request_batcher` (requests into the same window, batch plan and
-inference thread), `http_api` (the FastAPI app and the page, `page.html`), `http_server` (uvicorn in a
-thread) and `serving` (`sentiment-worker serve`, and the API on the worker's own port).
+The HTTP serving of the same model is `worker.http`: this package never imports it (with http_api, `run`
+hands the worker its API, `app.ApiFront`).
 """
 
 from worker.stream.app import RunSummary, SentimentWorker

@@ -21,13 +21,13 @@ from prometheus_client import CollectorRegistry
 from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
 from worker.health import HealthState
+from worker.http.api import SentimentApi, build_app
+from worker.http.request_batcher import RequestBatcher
+from worker.http.server import HttpServer
 from worker.inference.labelling import Classifier, TokenBudget
 from worker.inference.stage import InferenceStage
 from worker.inference.startup import calibrated_token_budget, warm_up
 from worker.metrics import WorkerMetrics, create_http_metrics, create_metrics
-from worker.stream.http_api import SentimentApi, build_app
-from worker.stream.http_server import HttpServer
-from worker.stream.request_batcher import RequestBatcher
 
 log = logging.getLogger(__name__)
 

@@ -36,9 +36,9 @@ from schemas.http_api import (
 from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
 from worker.health import HealthState
+from worker.http.request_batcher import BatcherClosed, Overloaded, RequestBatcher, RequestOutcome
 from worker.inference.labelling import InferenceFailure
 from worker.metrics import HttpMetrics
-from worker.stream.request_batcher import BatcherClosed, Overloaded, RequestBatcher, RequestOutcome
 
 Scope = MutableMapping[str, Any]
 AsgiMessage = MutableMapping[str, Any]
@@ -47,7 +47,7 @@ Send = Callable[[AsgiMessage], Awaitable[None]]
 Asgi = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 API_PATH = "/v1/sentiment"
-_PAGE = resources.files("worker.stream").joinpath("page.html")
+_PAGE = resources.files("worker.http").joinpath("page.html")
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse, "description": what}
     for code, what in (

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
+from worker.http.request_batcher import BatcherClosed, Overloaded, RequestBatcher
 from worker.inference.labelling import InferenceFailure, TokenBudget
 from worker.inference.stage import InferenceStage
 from worker.metrics import create_http_metrics, create_metrics
-from worker.stream.request_batcher import BatcherClosed, Overloaded, RequestBatcher
 
 
 class LengthModel:

@@ -1,0 +1,13 @@
+"""The HTTP serving of the model (`sentiment-worker serve`, and `run` with http_api), through the same
+engine as the Kafka worker (`worker.inference`); it never imports the run path (`worker.stream`), nor the
+run path it.
+
+Modules: `request_batcher` (requests into the same window, batch plan and inference thread), `api` (the
+FastAPI app and the page, `page.html`), `server` (uvicorn in a thread) and `serving` (`serve`, and
+`WorkerApi`, the API on the Kafka worker's own port).
+"""
+
+from worker.http.server import HttpServer, HttpServerError
+from worker.http.serving import SentimentService, ServeSummary, WorkerApi
+
+__all__ = ["HttpServer", "HttpServerError", "SentimentService", "ServeSummary", "WorkerApi"]
