@@ -22,7 +22,7 @@ from types import ModuleType
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from worker.tools.worker_process import free_port
+from worker.bench.worker_process import free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LAUNCHER = REPO_ROOT / "deploy" / "kafka" / "launcher.py"

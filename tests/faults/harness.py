@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, Message, Producer
 
 from tests.integration.helpers import worker_env  # noqa: F401 (part of the harness API)
 from tests.kafka_fixtures import free_port, run_launcher
-from worker.tools.worker_process import WorkerProcess  # noqa: F401 (part of the harness API)
+from worker.bench.worker_process import WorkerProcess  # noqa: F401 (part of the harness API)
 
 REPO = Path(__file__).resolve().parents[2]
 Record = tuple[bytes, bytes | None]  # (key = the input's unique id, value)

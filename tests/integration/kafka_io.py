@@ -8,7 +8,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
-from worker.tools import topic_io
+from worker.bench import topic_io
 
 
 def produce(

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from worker.bench.bench import BenchOptions, format_table, run_bench
 from worker.config import WorkerSettings
-from worker.tools.bench import BenchOptions, format_table, run_bench
 
 PHASE_KEYS = {"messages", "seconds", "messages_per_second", "results", "dead_letters"}
 

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from worker.bench.http_bench import HttpBenchOptions, format_http_table, run_http_bench
 from worker.config import WorkerSettings
-from worker.tools.http_bench import HttpBenchOptions, format_http_table, run_http_bench
 
 
 def test_http_bench_answers_every_request_and_accounts_its_cpu(

@@ -19,11 +19,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from schemas.sentiment_result import ModelRef
 from tests.integration.helpers import make_settings, sample_reviews
 from tests.integration.kafka_io import produce, read_topic, review_records
+from worker.bench.report import load_recording, record, summarize
+from worker.bench.worker_process import free_port
 from worker.cli import main
 from worker.metrics import DeviceMemoryCollector
 from worker.stream.app import SentimentWorker
-from worker.tools.report import load_recording, record, summarize
-from worker.tools.worker_process import free_port
 
 pytestmark = pytest.mark.integration
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

@@ -19,9 +19,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from schemas.sentiment_result import ModelRef
 from tests.integration.helpers import make_settings, sample_reviews
 from tests.integration.kafka_io import committed_offsets, end_offsets, produce, read_topic, review_records
+from worker.bench.worker_process import free_port
 from worker.stream.app import SentimentWorker
 from worker.tools.lag import GroupLag, format_table, measure_lag
-from worker.tools.worker_process import free_port
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

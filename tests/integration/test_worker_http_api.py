@@ -16,10 +16,10 @@ from schemas.sentiment_result import ModelRef
 from tests.integration.helpers import make_settings, sample_reviews
 from tests.integration.kafka_io import produce, read_topic, results_of, review_records
 from tests.integration.serve_helpers import SlowClassifier
+from worker.bench.worker_process import free_port
 from worker.http.serving import WorkerApi
 from worker.stream.app import SentimentWorker
 from worker.tools.predict import predict_lines
-from worker.tools.worker_process import free_port
 
 pytestmark = pytest.mark.integration
 

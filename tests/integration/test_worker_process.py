@@ -26,8 +26,8 @@ from tests.integration.kafka_io import (
     results_of,
     review_records,
 )
+from worker.bench.worker_process import free_port
 from worker.stream.app import SentimentWorker
-from worker.tools.worker_process import free_port
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

@@ -53,8 +53,8 @@ def register(subparsers: Subparsers) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    from worker.bench.bench import BenchOptions, format_table, run_bench
     from worker.inference.tuning import TuneOptions, TuningError, tune
-    from worker.tools.bench import BenchOptions, format_table, run_bench
 
     settings = settings_from_args(args)
     configure_logging("WARNING")
@@ -97,7 +97,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def bench_http(args: argparse.Namespace, settings: Any, classifier: Any, budget: int, say: Any) -> int:
-    from worker.tools.http_bench import HttpBenchOptions, format_http_table, run_http_bench
+    from worker.bench.http_bench import HttpBenchOptions, format_http_table, run_http_bench
 
     make = HttpBenchOptions.quick if args.quick else HttpBenchOptions
     overrides = {

@@ -47,8 +47,8 @@ def register(subparsers: Subparsers) -> None:
 
 
 def cmd_compare_backends(args: argparse.Namespace) -> int:
+    from worker.bench.compare_backends import TableOptions, compare_backends, format_table, rows_as_json
     from worker.model.loading import ModelLoadError
-    from worker.tools.backend_table import TableOptions, compare_backends, format_table, rows_as_json
     from worker.training.export import ExportError
     from worker.training.quantize import QuantizeError
 

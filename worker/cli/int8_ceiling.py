@@ -30,8 +30,8 @@ def register(subparsers: Subparsers) -> None:
 
 
 def cmd_int8_ceiling(args: argparse.Namespace) -> int:
+    from worker.bench.int8_ceiling import CeilingOptions, format_ceiling, int8_ceiling
     from worker.model.loading import ModelLoadError
-    from worker.tools.int8_ceiling import CeilingOptions, format_ceiling, int8_ceiling
 
     configure_logging("WARNING")
     use_all_cores()

@@ -32,8 +32,8 @@ def register(subparsers: Subparsers) -> None:
 
 def cmd_model_table(args: argparse.Namespace) -> int:
     use_all_cores()
+    from worker.bench.model_table import format_model_table, model_table, rows_as_json
     from worker.model.loading import ModelLoadError
-    from worker.tools.model_table import format_model_table, model_table, rows_as_json
     from worker.training.export import ExportError
 
     configure_logging("WARNING")

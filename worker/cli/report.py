@@ -7,8 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from worker.bench.report import ReportError, default_window_s, load_recording, record, render
 from worker.cli.common import EXIT_FAILED, EXIT_OK, CommandError, Subparsers
-from worker.tools.report import ReportError, default_window_s, load_recording, record, render
 
 
 def register(subparsers: Subparsers) -> None:

@@ -70,8 +70,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def serve_naive(
     settings: Any, classifier: Any, model_ref: Any, stop: Any, listening: Callable[[tuple[str, int]], None]
 ) -> int:
+    from worker.bench.naive_http import build_naive_app
     from worker.http.server import HttpServer, HttpServerError
-    from worker.tools.naive_http import build_naive_app
 
     try:
         server = HttpServer(build_naive_app(classifier, model_ref), settings.http_host, settings.http_port)

@@ -31,11 +31,11 @@ from typing import Any
 import aiohttp
 import numpy as np
 
+from worker.bench.bench import bench_model_only, review_texts, served_inference
+from worker.bench.naive_http import NAIVE_PATH
+from worker.bench.worker_process import cpu_seconds, free_port, rss_bytes, scrape_metrics
 from worker.config import WorkerSettings
 from worker.inference.labelling import Classifier, label_texts
-from worker.tools.bench import bench_model_only, review_texts, served_inference
-from worker.tools.naive_http import NAIVE_PATH
-from worker.tools.worker_process import cpu_seconds, free_port, rss_bytes, scrape_metrics
 
 API_PATH = "/v1/sentiment"
 TARGETS = {"c64_vs_model_only": 0.80, "c64_vs_naive": 5.0, "c1_added_p50_ms_over_max_wait": 5.0}

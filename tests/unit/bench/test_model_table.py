@@ -11,10 +11,10 @@ import numpy as np
 import paddle
 import pytest
 
+from worker.bench.model_table import format_model_table, model_table
 from worker.model.device import choose_device
 from worker.model.loading import InferenceOptions, load_classifier
 from worker.model.metadata import find_weights
-from worker.tools.model_table import format_model_table, model_table
 from worker.training.evaluate import HELDOUT_FILE, classification_metrics, predict_probs, read_heldout
 
 

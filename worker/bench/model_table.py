@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from worker.bench.bench import bench_model_only, review_texts
 from worker.config import WorkerSettings
 from worker.model.device import choose_device
 from worker.model.loading import InferenceOptions, load_classifier
 from worker.model.metadata import CONFIG_FILES, METADATA_FILE, find_weights
-from worker.tools.bench import bench_model_only, review_texts
 from worker.training.evaluate import HELDOUT_FILE, classification_metrics, predict_probs, read_heldout
 from worker.training.export import export_model
 

@@ -10,10 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from worker.model.backend_choice import BackendMeasurement, cpu_identity
-from worker.model.device import choose_device
-from worker.model.loading import InferenceOptions, load_classifier, resolve_backend
-from worker.tools.backend_table import (
+from worker.bench.compare_backends import (
     PADDLE_INT8_UNAVAILABLE,
     Job,
     Row,
@@ -25,6 +22,9 @@ from worker.tools.backend_table import (
     rows_as_json,
     with_deltas,
 )
+from worker.model.backend_choice import BackendMeasurement, cpu_identity
+from worker.model.device import choose_device
+from worker.model.loading import InferenceOptions, load_classifier, resolve_backend
 from worker.training.evaluate import HELDOUT_FILE, read_heldout
 
 SMALL = TableOptions(texts=48, repeats=2, heldout_limit=120)

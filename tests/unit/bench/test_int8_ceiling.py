@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from worker.model.backend_choice import cpu_description
-from worker.tools.int8_ceiling import (
+from worker.bench.int8_ceiling import (
     CeilingOptions,
     CeilingReport,
     KernelTiming,
     format_ceiling,
     int8_ceiling,
 )
+from worker.model.backend_choice import cpu_description
 
 
 def made_up_report(share: float, fp32_ms: float, int8_ms: float, paddle: float, ort: float) -> CeilingReport:

@@ -28,12 +28,12 @@ from typing import Any
 
 import numpy as np
 
+from worker.bench.bench import bench_model_only, review_texts
 from worker.config import WorkerSettings
 from worker.model.backend_choice import BackendMeasurement, BackendResult, cpu_identity
 from worker.model.device import choose_device
 from worker.model.loading import Backend, InferenceOptions, load_classifier
 from worker.model.static_backend import cpu_has_bf16
-from worker.tools.bench import bench_model_only, review_texts
 from worker.training.evaluate import HELDOUT_FILE, predict_probs, read_heldout
 from worker.training.onnx_export import export_onnx
 from worker.training.quantize import METHODS, QuantMethod, quantize_model

@@ -1,0 +1,19 @@
+"""The measuring instruments, without argparse: `bench` (a worker draining a backlog against the model
+alone, with `topic_io` and `worker_process`, which the fault tests share), `http_bench` (`bench --http`,
+against `naive_http`, the documents' baseline handler that `serve --naive` serves), `compare_backends`,
+`model_table`, `int8_ceiling`, and `report` (record and render metrics).
+
+Each module is imported by its command in `worker.cli` and by tests; nothing in the run path imports them.
+"""
+
+__all__ = [
+    "bench",
+    "compare_backends",
+    "http_bench",
+    "int8_ceiling",
+    "model_table",
+    "naive_http",
+    "report",
+    "topic_io",
+    "worker_process",
+]
