@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from worker.tools import topics
-from worker.tools.feed import FeedFileError, produce_reviews, read_reviews
+from worker.tools.produce import FeedFileError, produce_reviews, read_reviews
 from worker.tools.tail import TailedRecord, TailError, format_table, result_row, tail_records
 
 pytestmark = pytest.mark.integration

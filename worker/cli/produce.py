@@ -14,7 +14,7 @@ from worker.cli.common import (
     add_settings_flags,
     settings_from_args,
 )
-from worker.tools.feed import FeedFileError, produce_reviews, read_reviews
+from worker.tools.produce import FeedFileError, produce_reviews, read_reviews
 
 
 def register(subparsers: Subparsers) -> None:

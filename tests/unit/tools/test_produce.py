@@ -1,4 +1,4 @@
-"""worker.tools.feed: review files → records (each format, errors with line numbers) and the rate schedule."""
+"""worker.tools.produce: review files → records (each format, errors with line numbers), the rate schedule."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from worker.stream.decode import DecodedReview, InputFormat, decode_review
-from worker.tools.feed import FeedFileError, FeedRecord, RateLimiter, detect_format, read_reviews
+from worker.tools.produce import FeedFileError, FeedRecord, RateLimiter, detect_format, read_reviews
 
 
 def write(tmp_path: Path, name: str, content: str | bytes) -> Path:
