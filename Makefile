@@ -30,7 +30,7 @@ PROMOTION_MARGIN ?= 0.005
 PYTEST_ARGS ?=
 
 .PHONY: help install browser kafka-up kafka-down kafka-status base-model teacher candidate default-model \
-	scratch-model model-table model demo test test-unit test-faults lint typecheck schemas clean
+	scratch-model model-table model demo test test-unit test-faults lint typecheck schemas docs clean
 
 help:
 	@echo "make demo        broker up, the shipped default model exported, sample reviews labelled, table printed"
@@ -44,6 +44,7 @@ help:
 	@echo "make scratch-model  the from-scratch 2x128 model (no pretrained base) into $(SCRATCH_DIR) (~12 min)"
 	@echo "make model-table  the README's model table: the default and whichever of $(SCRATCH_DIR), $(TEACHER_DIR) exist"
 	@echo "make lint / typecheck / schemas"
+	@echo "make docs        regenerate docs/settings.md and the README's settings table from worker/config.py"
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -122,14 +123,18 @@ test-faults: install
 	$(PY) -m pytest tests/faults $(PYTEST_ARGS)
 
 lint: install
-	$(VENV)/bin/ruff check worker schemas tests deploy
-	$(VENV)/bin/ruff format --check worker schemas tests deploy
+	$(VENV)/bin/ruff check worker schemas tests deploy docs
+	$(VENV)/bin/ruff format --check worker schemas tests deploy docs
 
 typecheck: install
 	$(VENV)/bin/mypy
 
 schemas: install
 	$(PY) -m schemas.export
+
+# The settings reference (docs/settings.md, the README's short table); tests/unit/test_settings_doc.py fails when stale.
+docs: install
+	$(PY) docs/settings_table.py
 
 clean:
 	rm -rf var build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
