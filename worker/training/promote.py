@@ -1,6 +1,7 @@
 """Promotion: a candidate model replaces the default only through the gate (`evaluate.Comparison` on the same
-held-out reviews), and is shipped lean: no checkpoint, weights stored in float16 (computed in float32 when
-loaded), labels checked to be unchanged by the halving before the directory is swapped into place."""
+held-out reviews), and is shipped lean: no checkpoint, the vocabulary rows its tokenizer can never emit
+dropped (`vocab.prune_vocabulary`, token parity checked), weights stored in float16 (computed in float32 when
+loaded), probabilities checked to be unchanged by both before the directory is swapped into place."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from worker.model.metadata import (
     find_weights,
     weights_version,
 )
+from worker.training.vocab import VocabularyError, prune_vocabulary
 
 HALVING_TOLERANCE = 1e-3
 """Largest change in any probability that storing the weights in float16 may cause."""
@@ -41,6 +43,8 @@ class ShipReport:
     weights_bytes_after: int
     max_abs_diff: float
     probe_texts: int
+    vocab_rows_before: int
+    vocab_rows_after: int
 
 
 def halve_weights(directory: Path) -> None:
@@ -57,9 +61,19 @@ def halve_weights(directory: Path) -> None:
     )
 
 
-def ship(candidate: Path, target: Path, texts: list[str], *, fp16: bool = True) -> ShipReport:
-    """Copy `candidate` (a training directory) to `target`, weights halved when `fp16`; probabilities on
-    `texts` must stay within HALVING_TOLERANCE of the candidate's, else nothing is replaced."""
+def ship(
+    candidate: Path,
+    target: Path,
+    texts: list[str],
+    *,
+    fp16: bool = True,
+    prune_vocab: bool = True,
+    parity_texts: list[str] | None = None,
+) -> ShipReport:
+    """Copy `candidate` (a training directory) to `target`, unreachable vocabulary rows dropped when
+    `prune_vocab` (tokens checked unchanged on `parity_texts`, default `texts`), weights halved when `fp16`;
+    probabilities on `texts` must stay within HALVING_TOLERANCE of the candidate's, else nothing is
+    replaced."""
     if not (candidate / METADATA_FILE).is_file():
         raise PromotionError(f"{candidate} is not a model directory made by `sentiment-worker train`")
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -67,6 +81,13 @@ def ship(candidate: Path, target: Path, texts: list[str], *, fp16: bool = True) 
     try:
         shutil.copytree(candidate, staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*SKIPPED))
         before = _weights_bytes(staging)
+        rows_before = rows_after = _vocab_rows(staging)
+        if prune_vocab:
+            try:
+                pruned = prune_vocabulary(staging, texts if parity_texts is None else parity_texts)
+            except VocabularyError as exc:
+                raise PromotionError(str(exc)) from None
+            rows_after = pruned.rows_after
         if fp16:
             halve_weights(staging)
         drop_machine_paths(staging / TOKENIZER_CONFIG_FILE)  # directories trained before save_tokenizer
@@ -77,9 +98,11 @@ def ship(candidate: Path, target: Path, texts: list[str], *, fp16: bool = True) 
         diff = _max_abs_diff(candidate, staging, texts)
         if diff > HALVING_TOLERANCE:
             raise PromotionError(
-                f"float16 weights change probabilities by {diff:.1e} (> {HALVING_TOLERANCE:g})"
+                f"the shipped form changes probabilities by {diff:.1e} (> {HALVING_TOLERANCE:g})"
             )
-        report = ShipReport(target, version, before, _weights_bytes(staging), diff, len(texts))
+        report = ShipReport(
+            target, version, before, _weights_bytes(staging), diff, len(texts), rows_before, rows_after
+        )
         old = target.with_name(f".{target.name}-replaced")
         shutil.rmtree(old, ignore_errors=True)
         if target.exists():
@@ -89,6 +112,11 @@ def ship(candidate: Path, target: Path, texts: list[str], *, fp16: bool = True) 
         return report
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _vocab_rows(directory: Path) -> int:
+    vocab = directory / "vocab.txt"
+    return len(vocab.read_text(encoding="utf-8").splitlines()) if vocab.is_file() else 0
 
 
 def _weights_bytes(directory: Path) -> int:

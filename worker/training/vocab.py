@@ -1,11 +1,20 @@
-"""Character vocabulary for the from-scratch model, built so ``ErnieTokenizer`` covers the training text."""
+"""Vocabularies: the character vocabulary of the from-scratch model, built so ``ErnieTokenizer`` covers the
+training text, and pruning of the rows a pretrained vocabulary's tokenizer can never emit."""
 
 from __future__ import annotations
 
+import json
+import shutil
+import tempfile
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from worker.model.fast_tokenizer import PARITY_PROBES
+from worker.model.metadata import CONFIG_FILES, TOKENIZER_CONFIG_FILE, find_weights
+
+SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
@@ -32,3 +41,100 @@ def build_char_vocab(texts: Iterable[str], min_freq: int) -> list[str]:
 def write_vocab(tokens: list[str], path: Path) -> None:
     """Write one token per line (line number = id), the format ``ErnieTokenizer(vocab_file)`` reads."""
     path.write_text("".join(tok + "\n" for tok in tokens), encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class PruneReport:
+    """What `prune_vocabulary` did: vocabulary rows before and after, and how many texts it checked."""
+
+    rows_before: int
+    rows_after: int
+    parity_texts: int
+
+    @property
+    def dropped(self) -> int:
+        """Rows removed: tokens the tokenizer can never emit."""
+        return self.rows_before - self.rows_after
+
+
+class VocabularyError(RuntimeError):
+    """Pruning would change what the tokenizer emits, or the directory is not an ERNIE model directory."""
+
+
+def unreachable_tokens(tokens: Sequence[str], basic_tokenize: Callable[[str], list[str]]) -> set[int]:
+    """Ids of the tokens WordPiece can never emit after `basic_tokenize` (the tokenizer's BasicTokenizer).
+
+    BasicTokenizer makes every CJK ideograph and every punctuation character a word of its own and
+    lower-cases the rest, so WordPiece only ever sees clean words: a whole-word token must survive
+    `basic_tokenize` as one unchanged word, and a ``##`` continuation must stay one word when it follows a
+    letter. ``##好`` (7,322 such rows in bge-small-zh's vocabulary), ``##中国``, ``Ab`` or ``a.`` fail that.
+    Bracketed special tokens ([CLS], [PAD], [unused1] ...) are always kept.
+    """
+    dropped: set[int] = set()
+    for i, token in enumerate(tokens):
+        if token.startswith("[") and token.endswith("]"):
+            continue
+        continuation = token.startswith("##") and len(token) > 2
+        surface = "x" + token[2:] if continuation else token  # a continuation is glued to a letter
+        if basic_tokenize(surface) != [surface]:
+            dropped.add(i)
+    return dropped
+
+
+def prune_vocabulary(directory: Path, parity_texts: Sequence[str]) -> PruneReport:
+    """Drop the vocabulary rows the tokenizer can never emit from a model directory, in place: `vocab.txt`
+    rewritten, the word-embedding rows gathered, `config.json`'s vocab_size and pad_token_id remapped.
+
+    Lossless by construction, and checked: every text of `parity_texts` (plus the tokenizer's edge-case
+    probes) must tokenize to the same token strings before and after, else VocabularyError and nothing is
+    written. Logits are unchanged too (the dropped rows are never looked up).
+    """
+    import paddle
+    from paddlenlp.transformers import ErnieTokenizer
+
+    vocab_file = directory / "vocab.txt"
+    weights = find_weights(directory)
+    config_file = next((directory / n for n in CONFIG_FILES if (directory / n).is_file()), None)
+    if not vocab_file.is_file() or weights is None or weights.suffix != ".pdparams" or config_file is None:
+        raise VocabularyError(f"{directory} has no vocab.txt, config.json and model_state.pdparams")
+    tokens = vocab_file.read_text(encoding="utf-8").split("\n")
+    if tokens and tokens[-1] == "":
+        tokens.pop()
+    before = ErnieTokenizer.from_pretrained(str(directory))
+    dropped = unreachable_tokens(tokens, before.basic_tokenizer.tokenize)
+    kept = [i for i in range(len(tokens)) if i not in dropped]
+    new_id = {old: new for new, old in enumerate(kept)}
+
+    texts = [*parity_texts, *PARITY_PROBES]
+    with tempfile.TemporaryDirectory(prefix="sentiment-vocab-") as tmp:
+        for name in (TOKENIZER_CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE):  # the same tokenizer, pruned vocab
+            if (directory / name).is_file():
+                shutil.copy(directory / name, Path(tmp) / name)
+        write_vocab([tokens[i] for i in kept], Path(tmp) / "vocab.txt")
+        after = ErnieTokenizer.from_pretrained(tmp)
+        for n, text in enumerate(texts):
+            old_ids = before(text)["input_ids"]
+            new_ids = after(text)["input_ids"]
+            if [new_id.get(i, -1) for i in old_ids] != new_ids:
+                raise VocabularyError(
+                    f"pruning would change the tokens of text {n} ({text[:40]!r}): "
+                    f"{before.convert_ids_to_tokens(old_ids)} vs {after.convert_ids_to_tokens(new_ids)}"
+                )
+
+    state = paddle.load(str(weights))
+    rows = [k for k, t in state.items() if k.endswith("word_embeddings.weight") and t.shape[0] == len(tokens)]
+    if len(rows) != 1:
+        raise VocabularyError(f"{weights} has no single word-embedding table of {len(tokens)} rows: {rows}")
+    index = paddle.to_tensor(kept, dtype="int64")
+    table = state[rows[0]]
+    state[rows[0]] = paddle.gather(table.astype("float32"), index).astype(table.dtype)
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    config["vocab_size"] = len(kept)
+    for key in [k for k in config if k.endswith("_token_id") and isinstance(config[k], int)]:
+        if config[key] in dropped:
+            raise VocabularyError(f"{config_file.name} {key}={config[key]} names a dropped token")
+        config[key] = new_id.get(config[key], config[key])
+    paddle.save(state, str(weights))
+    config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    write_vocab([tokens[i] for i in kept], vocab_file)
+    return PruneReport(rows_before=len(tokens), rows_after=len(kept), parity_texts=len(texts))
