@@ -1,12 +1,13 @@
 """`sentiment-worker model-table`: the README's model table, every row measured in one run.
 
-For each training directory: its static export (parity-checked against dygraph, in a temporary directory)
-labels one held-out file — accuracy, macro-F1, ECE — and then runs ``repeats`` passes of `bench`'s
-model-only phase (the worker's windows, batch size and token budget, tokenization included) over the same
-shuffled corpus reviews (the demo's length mix); the median pass is reported. Shape, parameter count and
-the size and precision of the weights file come from the directory itself. Every model is measured on the
-same held-out reviews: by default the first model's ``heldout.jsonl``; a model whose own held-out split
-differs is flagged, since it may have trained on some of those reviews.
+For each training directory: its static export (parity-checked against dygraph, in a temporary directory);
+for each served form (an `export` or `quantize` output such as `make model`'s INT8 directory): that form
+itself. Each labels one held-out file — accuracy, macro-F1, ECE — and then runs ``repeats`` passes of
+`bench`'s model-only phase (the worker's windows, batch size and token budget, tokenization included) over
+the same shuffled corpus reviews (the demo's length mix); the median pass is reported. Shape, parameter
+count and the size and precision of the weights file come from the directory itself. Every model is
+measured on the same held-out reviews: by default the first model's ``heldout.jsonl``; a model whose own
+held-out split differs is flagged, since it may have trained on some of those reviews.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from worker.config import WorkerSettings
 from worker.model.device import choose_device
 from worker.model.loading import InferenceOptions, load_classifier
 from worker.model.metadata import CONFIG_FILES, METADATA_FILE, find_weights
+from worker.model.onnx_backend import ONNX_FILE, is_onnx_dir
+from worker.model.static_backend import is_exported_dir
 from worker.training.evaluate import HELDOUT_FILE, classification_metrics, predict_probs, read_heldout
 from worker.training.export import export_model
 
@@ -50,6 +53,8 @@ class ModelRow:
     passes_reviews_per_s: list[float]
     own_heldout_differs: bool
     """True when the model's own heldout.jsonl is not the file the table used."""
+    served_as: str = "Paddle Inference fp32"
+    """The backend and precision the row was measured with."""
 
 
 def model_row(
@@ -58,13 +63,21 @@ def model_row(
     """Measures one training directory (see the module docstring)."""
     examples = read_heldout(heldout)
     defaults = WorkerSettings.model_fields
+    meta = json.loads((directory / METADATA_FILE).read_text(encoding="utf-8"))
+    onnx_only = is_onnx_dir(directory) and not is_exported_dir(directory)
+    precision = str((meta.get("onnx") or {}).get("precision", "float32")) if onnx_only else "float32"
+    served_as = (
+        f"ONNX Runtime {'INT8' if precision == 'int8' else 'fp32'}" if onnx_only else "Paddle Inference fp32"
+    )
     with tempfile.TemporaryDirectory(prefix="model-table-") as tmp:
-        static_dir = Path(tmp) / "static"
-        export_model(directory, static_dir)
+        served = directory
+        if not (onnx_only or is_exported_dir(directory)):
+            served = Path(tmp) / "static"
+            export_model(directory, served)
         classifier = load_classifier(
-            str(static_dir),
+            str(served),
             choose_device("cpu"),
-            options=InferenceOptions(backend="static", cpu_threads=cpu_threads),
+            options=InferenceOptions(backend="onnx" if onnx_only else "static", cpu_threads=cpu_threads),
         )
         probs, _ = predict_probs(classifier, [e.text for e in examples], 32)
         gold = np.array([e.label_id for e in examples], dtype=np.int64)
@@ -80,8 +93,7 @@ def model_row(
             for _ in range(max(1, repeats))
         ]
     config = _config(directory)
-    meta = json.loads((directory / METADATA_FILE).read_text(encoding="utf-8"))
-    weights = find_weights(directory)
+    weights = directory / ONNX_FILE if onnx_only else find_weights(directory)
     own = directory / HELDOUT_FILE
     return ModelRow(
         directory=str(directory),
@@ -90,7 +102,9 @@ def model_row(
         shape=f"{config['num_hidden_layers']} × {config['hidden_size']}",
         parameters=_parameters(config),
         weights_mb=weights.stat().st_size / 1e6 if weights is not None else 0.0,
-        weights_dtype=str((meta.get("training") or {}).get("weights_dtype", "float32")),
+        weights_dtype="int8"
+        if precision == "int8"
+        else str((meta.get("training") or {}).get("weights_dtype", "float32")),
         heldout_texts=len(examples),
         accuracy=metrics.accuracy,
         macro_f1=metrics.macro_f1,
@@ -98,6 +112,7 @@ def model_row(
         reviews_per_s=statistics.median(passes),
         passes_reviews_per_s=passes,
         own_heldout_differs=own.is_file() and _texts(own) != [e.text for e in examples],
+        served_as=served_as,
     )
 
 
@@ -122,9 +137,7 @@ def model_table(
     reviews = review_texts(texts, seed)
     rows = []
     for directory in directories:
-        progress(
-            f"{directory}: static export, {heldout.name}, {repeats} model-only passes of {texts} reviews"
-        )
+        progress(f"{directory}: {heldout.name}, {repeats} model-only passes of {texts} reviews")
         rows.append(model_row(directory, heldout, reviews, repeats=repeats, cpu_threads=cpu_threads))
     return rows
 
@@ -132,14 +145,15 @@ def model_table(
 def format_model_table(rows: Sequence[ModelRow]) -> str:
     """The rows as the README's Markdown table."""
     lines = [
-        "| model | shape | parameters | held-out accuracy | macro-F1 | ECE | reviews/s (static, CPU) "
+        "| model | served as | shape | parameters | held-out accuracy | macro-F1 | ECE | reviews/s (CPU) "
         "| weights |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         flag = " (own held-out split differs)" if row.own_heldout_differs else ""
         lines.append(
-            f"| {row.name} ({row.version}){flag} | {row.shape} | {row.parameters / 1e6:.1f}M | "
+            f"| {row.name} ({row.version}){flag} | {row.served_as} | {row.shape} | "
+            f"{row.parameters / 1e6:.1f}M | "
             f"{row.accuracy:.2%} | {row.macro_f1:.3f} | {row.ece:.3f} | {row.reviews_per_s:,.0f} | "
             f"{row.weights_mb:.1f} MB {row.weights_dtype} |"
         )

@@ -55,3 +55,17 @@ def test_one_row_per_model_on_the_same_heldout_reviews(tiny_model_dir: Path, tmp
     table = format_model_table(rows)
     assert sum(line.startswith("| ") for line in table.splitlines()) == 3  # the header and two rows
     assert "(own held-out split differs)" in table and f"{first.accuracy:.2%}" in table
+
+
+def test_a_served_int8_form_is_measured_as_it_is_served(tiny_model_dir: Path, tiny_int8_dir: Path) -> None:
+    trained, served = model_table([tiny_model_dir, tiny_int8_dir], texts=64, repeats=1)
+
+    examples = read_heldout(tiny_model_dir / HELDOUT_FILE)
+    int8 = load_classifier(str(tiny_int8_dir), choose_device("cpu"), options=InferenceOptions(backend="onnx"))
+    probs, _ = predict_probs(int8, [e.text for e in examples], 32)
+    expected = classification_metrics(np.array([e.label_id for e in examples]), probs, int8.labels)
+    assert (trained.served_as, served.served_as) == ("Paddle Inference fp32", "ONNX Runtime INT8")
+    assert served.accuracy == pytest.approx(expected.accuracy, abs=1.5 / len(examples))
+    assert served.weights_dtype == "int8" and served.parameters == trained.parameters
+    assert served.weights_mb == pytest.approx((tiny_int8_dir / "model.onnx").stat().st_size / 1e6)
+    assert "| ONNX Runtime INT8 |" in format_model_table([trained, served])
