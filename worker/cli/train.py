@@ -85,6 +85,12 @@ def register(subparsers: Subparsers) -> None:
     train.add_argument("--device", choices=["gpu", "cpu", "auto"], default=None)
     train.add_argument("--amp", action="store_true", default=None, help="mixed precision (GPU only)")
     train.add_argument("--resume", action="store_true", default=None, help="continue from the checkpoint")
+    train.add_argument(
+        "--finish",
+        action="store_true",
+        default=None,
+        help="end a stopped run now (same flags): its best model so far is evaluated and written",
+    )
     train.add_argument("--keep-checkpoint", action="store_true", default=None)
     train.set_defaults(func=cmd_train)
 

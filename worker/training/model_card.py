@@ -185,7 +185,9 @@ def model_card(
         f"- Split (seed {options.seed}): train {report.train_size}, dev {report.dev_size}, "
         f"test {report.test_size} (`{HELDOUT_FILE}` holds the test split; it was never used for training "
         "or model selection).",
-        f"- Training: {report.steps} optimizer steps, best dev epoch {report.best_epoch} kept, "
+        f"- Training: {report.steps} optimizer steps"
+        + (" (ended early with `--finish`)" if options.finish else "")
+        + f", best dev epoch {report.best_epoch} kept, "
         f"{report.seconds / 60:.1f} min on {hardware}" + (", AMP" if report.amp_used else "") + ".",
         "",
         "## Metrics",

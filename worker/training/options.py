@@ -19,7 +19,8 @@ Truncation = Literal["head", "head_tail"]
 
 # Options that may differ between an interrupted run and its resumption.
 _RESUME_FREE = {
-    "output_dir", "resume", "stop_after_steps", "checkpoint_every", "eval_every", "keep_checkpoint", "device",
+    "output_dir", "resume", "finish", "stop_after_steps", "checkpoint_every", "eval_every", "keep_checkpoint",
+    "device",
 }  # fmt: skip
 
 
@@ -93,6 +94,9 @@ class TrainOptions:
     """Distillation: altered copies of the train reviews (crops, drops, joins) labelled by the teacher."""
     resume: bool = False
     """Continue from ``output_dir/checkpoint`` (same options required)."""
+    finish: bool = False
+    """End a stopped run now (same options required): the best model its checkpoint kept so far is evaluated
+    on the test split and written as the model directory, as if the run had completed."""
     stop_after_steps: int | None = None
     """Checkpoint and stop after this many optimizer steps (simulates an interruption)."""
     keep_checkpoint: bool = False

@@ -243,12 +243,20 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
     ckpt = out / CHECKPOINT_DIR
     fingerprint = options.fingerprint()
     state = LoopState()
-    if options.resume:
+    if options.resume or options.finish:
         state = load_checkpoint(ckpt, model, optimizer, scaler, fingerprint)
         say(
             f"resumed from {ckpt}: epoch {state.epoch} step {state.step_in_epoch}, "
             f"global step {state.global_step}"
         )
+    if options.finish:
+        if not (ckpt / "best.pdparams").is_file():
+            raise TrainingError(f"--finish: {ckpt} holds no best model yet (no dev evaluation ran)")
+        say(
+            f"finishing at step {state.global_step} of {total_steps}: the best model so far (step "
+            f"{state.best_step}, dev accuracy {state.best_dev:.4f}) becomes the model directory"
+        )
+        state.epoch = options.epochs + 1  # no more training steps
     elif ckpt.exists() and rank == 0:
         shutil.rmtree(ckpt)
 

@@ -322,6 +322,24 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(tmp_path: Path) 
             np.testing.assert_allclose(a[name], b[name], rtol=0, atol=1e-6, err_msg=f"{kept}: {name}")
 
 
+def test_finish_ends_a_stopped_run_with_its_best_model_so_far(tmp_path: Path) -> None:
+    common = {**MICRO, "epochs": 3, "eval_every": 2, "device": "cpu"}
+    stopped = train(TrainOptions(output_dir=tmp_path, stop_after_steps=11, **common), lambda _: None)  # type: ignore[arg-type]
+    assert stopped.interrupted and not (tmp_path / METRICS_FILE).exists()
+    interim = _weights(tmp_path / "model_state.pdparams")  # eval_every wrote the best model so far
+    lines: list[str] = []
+    report = train(TrainOptions(output_dir=tmp_path, finish=True, **common), lines.append)  # type: ignore[arg-type]
+    assert not report.interrupted and report.steps == 11  # no step trained after the stop
+    assert any(line.startswith("finishing at step 11 of ") for line in lines), lines
+    final = _weights(tmp_path / "model_state.pdparams")
+    for name in interim:
+        np.testing.assert_array_equal(final[name], interim[name], err_msg=name)
+    metrics = json.loads((tmp_path / METRICS_FILE).read_text(encoding="utf-8"))
+    assert metrics["test_accuracy"] == report.test_accuracy and metrics["steps"] == 11
+    assert "(ended early with `--finish`)" in (tmp_path / MODEL_CARD_FILE).read_text(encoding="utf-8")
+    assert not (tmp_path / CHECKPOINT_DIR).exists()
+
+
 def test_resume_refuses_other_options_or_a_missing_checkpoint(tmp_path: Path) -> None:
     common = {**MICRO, "epochs": 1, "device": "cpu"}
     train(TrainOptions(output_dir=tmp_path, stop_after_steps=2, **common), lambda _: None)  # type: ignore[arg-type]
