@@ -22,7 +22,7 @@ from worker.model.metadata import (
     find_weights,
     weights_version,
 )
-from worker.training.vocab import VocabularyError, prune_vocabulary
+from worker.training.vocab import VocabularyError, prune_vocabulary, read_vocab
 
 HALVING_TOLERANCE = 1e-3
 """Largest change in any probability that storing the weights in float16 may cause."""
@@ -116,7 +116,7 @@ def ship(
 
 def _vocab_rows(directory: Path) -> int:
     vocab = directory / "vocab.txt"
-    return len(vocab.read_text(encoding="utf-8").splitlines()) if vocab.is_file() else 0
+    return len(read_vocab(vocab)) if vocab.is_file() else 0
 
 
 def _weights_bytes(directory: Path) -> int:

@@ -38,6 +38,12 @@ def build_char_vocab(texts: Iterable[str], min_freq: int) -> list[str]:
     return SPECIAL_TOKENS + [tok for tok in ranked if tok not in SPECIAL_TOKENS]
 
 
+def read_vocab(path: Path) -> list[str]:
+    """The tokens of a vocab.txt, id = line number; lines end at "\\n" only (a token may be U+2028)."""
+    tokens = path.read_text(encoding="utf-8").split("\n")
+    return tokens[:-1] if tokens and tokens[-1] == "" else tokens
+
+
 def write_vocab(tokens: list[str], path: Path) -> None:
     """Write one token per line (line number = id), the format ``ErnieTokenizer(vocab_file)`` reads."""
     path.write_text("".join(tok + "\n" for tok in tokens), encoding="utf-8")
@@ -97,9 +103,7 @@ def prune_vocabulary(directory: Path, parity_texts: Sequence[str]) -> PruneRepor
     config_file = next((directory / n for n in CONFIG_FILES if (directory / n).is_file()), None)
     if not vocab_file.is_file() or weights is None or weights.suffix != ".pdparams" or config_file is None:
         raise VocabularyError(f"{directory} has no vocab.txt, config.json and model_state.pdparams")
-    tokens = vocab_file.read_text(encoding="utf-8").split("\n")
-    if tokens and tokens[-1] == "":
-        tokens.pop()
+    tokens = read_vocab(vocab_file)
     before = ErnieTokenizer.from_pretrained(str(directory))
     dropped = unreachable_tokens(tokens, before.basic_tokenizer.tokenize)
     kept = [i for i in range(len(tokens)) if i not in dropped]
