@@ -16,7 +16,8 @@ import tomllib
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-DEFAULT_MODEL_DIR = "models/default"
+DEFAULT_MODEL_DIR = "models/default-int8"
+"""What `make model` derives from the shipped models/default: ONNX Runtime INT8, the fastest CPU form."""
 
 
 class WorkerSettings(BaseSettings):
@@ -128,7 +129,8 @@ class WorkerSettings(BaseSettings):
     # --- model ---
     model: str = Field(
         DEFAULT_MODEL_DIR,
-        description="Model directory (save_pretrained layout) or a PaddleNLP model name.",
+        description="Model directory (training, `export` or `quantize` output) or a PaddleNLP model name; the "
+        "default is the shipped models/default as ONNX Runtime INT8, which `make model` derives.",
     )
     device: Literal["gpu", "cpu", "auto"] = Field(
         "auto", description="gpu fails loudly without a working CUDA device; auto logs its choice."

@@ -24,7 +24,7 @@ def test_defaults_match_the_documented_names() -> None:
     s = WorkerSettings()
     assert s.bootstrap_servers == "localhost:9092"
     assert (s.input_topic, s.output_topic, s.dlq_topic) == ("reviews", "reviews-sentiment", "reviews-dlq")
-    assert s.model == "models/default" and s.device == "auto"
+    assert s.model == "models/default-int8" and s.device == "auto"
 
 
 def test_flags_beat_environment_which_beats_the_config_file(

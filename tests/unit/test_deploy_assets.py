@@ -77,10 +77,11 @@ def test_compose_wires_worker_prometheus_grafana_and_the_gpu_profile() -> None:
     # Default `docker compose up`: broker, worker, monitoring; the GPU services only with --profile gpu.
     assert {name for name, s in services.items() if "profiles" in s} == {"dcgm-exporter", "worker-gpu"}
     assert services["dcgm-exporter"]["profiles"] == ["gpu"] == services["worker-gpu"]["profiles"]
-    for name in ("worker", "worker-gpu"):
+    # CPU services serve what `make model` derives (ONNX Runtime INT8); the GPU worker the shipped model.
+    for name, mount in (("worker", "./models/default-int8"), ("worker-gpu", "./models/default")):
         worker = services[name]
         assert worker["read_only"] is True and worker["tmpfs"] == ["/tmp"]
-        assert "./models/default:/models/default:ro" in worker["volumes"]
+        assert f"{mount}:/models/default:ro" in worker["volumes"]
         for key in worker["environment"]:
             assert _setting_name(key) in WorkerSettings.model_fields, f"{name}: {key} is not a setting"
     gpu = services["worker-gpu"]["deploy"]["resources"]["reservations"]["devices"][0]
@@ -352,7 +353,7 @@ def test_serve_deployment_runs_serve_with_probes_a_service_and_a_secret_token() 
 def test_compose_serves_the_model_over_http_and_prometheus_scrapes_it() -> None:
     serve = _compose()["services"]["serve"]
     assert serve["command"] == ["serve"] and serve["read_only"] is True and serve["tmpfs"] == ["/tmp"]
-    assert "./models/default:/models/default:ro" in serve["volumes"]
+    assert "./models/default-int8:/models/default:ro" in serve["volumes"]
     for key in serve["environment"]:
         assert _setting_name(key) in WorkerSettings.model_fields
     host, container = serve["ports"][0].split(":")

@@ -52,6 +52,18 @@ HUB_DEFAULT_MAX_SEQ_LEN = 128
 TRAIN_HINT = "pass a local model directory, e.g. one made by `sentiment-worker train`"
 
 
+DERIVED_SUFFIXES = {"-int8": "make model", "-onnx": "make model", "-static": "make model-static"}
+"""Served forms `make` derives next to a shipped model directory (models/default-int8 from models/default)."""
+
+
+def _missing_hint(directory: Path) -> str:
+    for suffix, target in DERIVED_SUFFIXES.items():
+        source = directory.with_name(directory.name.removesuffix(suffix))
+        if directory.name.endswith(suffix) and source.is_dir():
+            return f"it is derived from {source}: run `{target}` (or `sentiment-worker export` / `quantize`)"
+    return TRAIN_HINT
+
+
 class ModelLoadError(RuntimeError):
     """The model could not be loaded; the message says what is wrong and what to do."""
 
@@ -274,7 +286,7 @@ def load_classifier(
     activate(device)
     directory = Path(model).expanduser()
     if _looks_like_path(model) and not directory.exists():
-        raise ModelLoadError(f"model directory {directory} does not exist: {TRAIN_HINT}")
+        raise ModelLoadError(f"model directory {directory} does not exist: {_missing_hint(directory)}")
     backend = resolve_backend(directory if directory.is_dir() else None, options.backend)
     if backend == "static":
         return _load_static(directory, device, max_seq_len, options)
@@ -297,7 +309,7 @@ def load_classifier(
     elif directory.exists():
         raise ModelLoadError(f"model path {directory} is a file, not a directory: {TRAIN_HINT}")
     elif _looks_like_path(model):
-        raise ModelLoadError(f"model directory {directory} does not exist: {TRAIN_HINT}")
+        raise ModelLoadError(f"model directory {directory} does not exist: {_missing_hint(directory)}")
     else:
         net, tokenizer = _load_hub(model)
         name, version, labels = model, model, list(DEFAULT_LABELS)

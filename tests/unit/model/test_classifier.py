@@ -98,6 +98,13 @@ def test_missing_directory(tmp_path: Path) -> None:
     assert "sentiment-worker train" in str(info.value)
 
 
+def test_missing_served_form_names_the_make_target_that_derives_it(tmp_path: Path) -> None:
+    (tmp_path / "default").mkdir()  # the shipped model is there, its INT8 form not yet made
+    with pytest.raises(ModelLoadError, match="does not exist") as info:
+        load_classifier(str(tmp_path / "default-int8"), choose_device("cpu"))
+    assert f"derived from {tmp_path / 'default'}: run `make model`" in str(info.value)
+
+
 def test_incomplete_directory_names_missing_files(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text("{}", encoding="utf-8")
     with pytest.raises(ModelLoadError) as info:
