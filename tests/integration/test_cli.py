@@ -113,6 +113,20 @@ def test_bad_settings_and_a_missing_model_are_clear_errors_without_tracebacks(tm
     assert "sentiment-worker train" in missing.stderr  # says how to get one
 
 
+@pytest.mark.parametrize("command", ["tune", "bench"])
+def test_a_config_files_inference_settings_reach_the_model_tune_and_bench_load(
+    command: str, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    # The file asks for the static backend, which a training directory cannot serve: a command that
+    # honours the file stops at loading with backend=static's own error (one that dropped it would go on
+    # and measure the dynamic backend).
+    config = tmp_path / "worker.json"
+    config.write_text(json.dumps({"backend": "static", "model": str(tiny_model_dir)}), encoding="utf-8")
+    done = cli(command, "--config", str(config), "--device", "cpu", timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "backend=static but" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_onnx_backend_and_quantize_through_the_cli(
     tiny_onnx_dir: Path, tiny_model_dir: Path, tiny_classifier: Any, tmp_path: Path
 ) -> None:

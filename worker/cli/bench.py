@@ -58,7 +58,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     configure_logging("WARNING")
-    classifier, _ = load_model(settings.model, settings.device, settings.max_seq_len)
+    classifier, _ = load_model(settings)
     make = BenchOptions.quick if args.quick else BenchOptions
     overrides = {
         "messages": args.messages, "naive_messages": args.naive_messages,

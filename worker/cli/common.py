@@ -116,24 +116,22 @@ def _quiet_paddlenlp() -> None:
     paddlenlp_logger.set_level("WARNING")
 
 
-def load_model(
-    model: str | WorkerSettings, device: str | None = None, max_seq_len: int | None = None
-) -> tuple[Any, Any]:
+def settings_for_model(model: str, device: str | None, max_seq_len: int | None) -> WorkerSettings:
+    """Settings for commands that name their model with their own flags (evaluate, promote): those three
+    from the arguments, the rest from the environment / SENTIMENT_CONFIG_FILE like any other setting."""
+    try:
+        return load_settings(env_config_file(), model=model, device=device, max_seq_len=max_seq_len)
+    except (ValidationError, ValueError) as exc:
+        raise CommandError(f"invalid settings: {exc}") from None
+
+
+def load_model(settings: WorkerSettings) -> tuple[Any, Any]:
     """The classifier and its ModelRef, built as the settings say: model, device, max_seq_len, backend
-    (dynamic/static/onnx), tokenizer, long_text, cpu_threads, FP16/TensorRT. Given WorkerSettings, all of it
-    comes from them; given a model name (callers with their own --model/--device flags), those three come
-    from the arguments and the rest from the environment / config file like any other setting."""
+    (dynamic/static/onnx), tokenizer, long_text, cpu_threads, FP16/TensorRT."""
     from schemas.sentiment_result import ModelRef
     from worker.model.device import DeviceUnavailableError, activate, choose_device
     from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier
 
-    if isinstance(model, WorkerSettings):
-        settings = model
-    else:
-        try:
-            settings = load_settings(env_config_file(), model=model, device=device, max_seq_len=max_seq_len)
-        except (ValidationError, ValueError) as exc:
-            raise CommandError(f"invalid settings: {exc}") from None
     try:
         choice = choose_device(settings.device)
     except DeviceUnavailableError as exc:

@@ -15,6 +15,7 @@ from worker.cli.common import (
     Subparsers,
     configure_logging,
     load_model,
+    settings_for_model,
     use_all_cores,
 )
 
@@ -205,7 +206,7 @@ def _evaluate_one(
 ) -> Any:  # fmt: skip
     from worker.training.evaluate import evaluate
 
-    classifier, _ = load_model(model, device, max_seq_len)
+    classifier, _ = load_model(settings_for_model(model, device, max_seq_len))
     return evaluate(
         classifier,
         examples,

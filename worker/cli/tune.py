@@ -42,7 +42,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     configure_logging(settings.log_level if settings.log_level != "INFO" else "WARNING")
-    classifier, _ = load_model(settings.model, settings.device, settings.max_seq_len)
+    classifier, _ = load_model(settings)
     try:
         options = TuneOptions.from_settings(
             settings,
