@@ -126,7 +126,7 @@ test: install browser prometheus-tools lint typecheck
 	@set +e; KAFKA_BOOTSTRAP_SERVERS=localhost:$(TEST_KAFKA_PORT) $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 		$(LAUNCHER) down --data-dir $(TEST_KAFKA_DIR); exit $$rc
 
-test-unit: install
+test-unit: install prometheus-tools
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 test-faults: install
