@@ -5,6 +5,7 @@ a synthetic bad series and stays silent on a healthy one. promtool comes from De
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.monitoring_assets import promql_metric_names
+from tests.monitoring_assets import DASHBOARD, promql_metric_names
 
 PROMETHEUS = Path(__file__).resolve().parents[2] / "deploy/prometheus"
 CONFIG, ALERTS, ALERT_TESTS = (PROMETHEUS / n for n in ("prometheus.yml", "alerts.yml", "alerts_test.yml"))
@@ -123,3 +124,40 @@ def test_coverage_check_reports_a_new_alert_without_tests() -> None:
     assert f"{lag}: no case where it stays silent on a healthy series (after it would have fired)" in (
         coverage_gaps({lag: rules[lag]}, only_pending)
     )
+
+
+# ----- the dashboard's stat panels, evaluated by promtool -----
+def _stat_expr(title: str) -> str:
+    """A stat panel's query with Grafana's variables filled in as for one scrape interval on all workers."""
+    panels = json.loads(DASHBOARD.read_text(encoding="utf-8"))["panels"]
+    (panel,) = [p for p in panels if p["title"] == title and p["type"] == "stat"]
+    (target,) = panel["targets"]
+    return str(target["expr"]).replace("$instance", ".*").replace("$__rate_interval", "2m")
+
+
+def test_throughput_and_dead_letter_share_show_a_number_before_the_first_dead_letter(tmp_path: Path) -> None:
+    # A labelled counter is exported from its first event on: a worker that never dead-lettered has no
+    # sentiment_dead_letters_total series, and `results + dead letters` must not become "No data".
+    worker = 'instance="worker-1:9108", job="sentiment-worker"'
+    group = {
+        "interval": "1m",
+        "input_series": [
+            {"series": f'sentiment_results_published_total{{{worker}, topic="out"}}', "values": "0+60x10"}
+        ],
+        "promql_expr_test": [
+            {
+                "expr": _stat_expr("Throughput"),
+                "eval_time": "10m",
+                "exp_samples": [{"labels": "{}", "value": 1}],
+            },
+            {
+                "expr": _stat_expr("Dead-letter share"),
+                "eval_time": "10m",
+                "exp_samples": [{"labels": "{}", "value": 0}],
+            },
+        ],
+    }
+    tests = tmp_path / "dashboard_test.yml"
+    tests.write_text(yaml.safe_dump({"rule_files": [], "tests": [group]}), encoding="utf-8")
+    run = _promtool("test", "rules", str(tests), cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
