@@ -37,15 +37,16 @@ STUDENT_FLAGS ?= --teacher $(MODEL_DIR) --num-layers 3 --hidden-size 128 --num-h
 PROMOTION_MARGIN ?= 0.005
 PYTEST_ARGS ?=
 
-.PHONY: help install browser kafka-up kafka-down kafka-status base-model teacher candidate default-model \
-	fast-model scratch-model model-table model model-static fast-model-static demo test test-unit test-faults \
-	lint typecheck schemas docs clean
+.PHONY: help install browser prometheus-tools kafka-up kafka-down kafka-status base-model teacher candidate \
+	default-model fast-model scratch-model model-table model model-static fast-model-static demo test test-unit \
+	test-faults lint typecheck schemas docs clean
 
 help:
 	@echo "make demo        broker up, the shipped default model made INT8, sample reviews labelled, table printed"
 	@echo "make test        install, throw-away broker up, full test suite, broker down"
 	@echo "make test-unit   the tests that need neither broker nor trained model"
 	@echo "make browser     Debian's chromium + chromium-driver (+ a CJK font) for the page test (root)"
+	@echo "make prometheus-tools  Debian's prometheus package (promtool) for the alert-rule tests (root)"
 	@echo "make kafka-up / kafka-down / kafka-status   the local Apache Kafka broker on localhost:$(KAFKA_PORT)"
 	@echo "make base-model  fetch bge-small-zh-v1.5 (Maven) and convert it for \`train --init bge-small-zh\`"
 	@echo "make model       the shipped default as ONNX Runtime INT8 in $(SERVED_MODEL_DIR) (what the demo serves)"
@@ -74,6 +75,15 @@ browser:
 		echo "installing chromium, chromium-driver and fonts-wqy-zenhei (apt-get)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 			chromium chromium-driver fonts-wqy-zenhei; \
+	fi
+
+# The alert-rule tests (tests/unit/test_prometheus_rules.py) run `promtool check config|rules` and
+# `promtool test rules`; Debian's prometheus package ships /usr/bin/promtool. Installed only when missing.
+# The tests never use the Prometheus server the package may start.
+prometheus-tools:
+	@if ! command -v promtool >/dev/null; then \
+		echo "installing prometheus (apt-get) for promtool"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
 	fi
 
 kafka-up: install
@@ -144,13 +154,13 @@ scratch-model: install
 demo: install kafka-up model
 	@bash deploy/demo.sh $(SERVED_MODEL_DIR) localhost:$(KAFKA_PORT) $(MODEL_DIR)
 
-test: install browser lint typecheck
+test: install browser prometheus-tools lint typecheck
 	@rm -rf $(TEST_KAFKA_DIR)
 	$(LAUNCHER) up --port $(TEST_KAFKA_PORT) --data-dir $(TEST_KAFKA_DIR)
 	@set +e; KAFKA_BOOTSTRAP_SERVERS=localhost:$(TEST_KAFKA_PORT) $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 		$(LAUNCHER) down --data-dir $(TEST_KAFKA_DIR); exit $$rc
 
-test-unit: install
+test-unit: install prometheus-tools
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 test-faults: install

@@ -3,8 +3,6 @@ alert rules query exists in its /metrics output; and `record` + `report` turn a 
 
 from __future__ import annotations
 
-import json
-import re
 import threading
 import time
 import urllib.request
@@ -13,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from schemas.sentiment_result import ModelRef
 from tests.integration.helpers import make_settings, sample_reviews
 from tests.integration.kafka_io import produce, read_topic, review_records
+from tests.monitoring_assets import alert_queries, dashboard_queries
 from worker.bench.report import load_recording, record, summarize
 from worker.bench.worker_process import free_port
 from worker.cli import main
@@ -26,68 +24,10 @@ from worker.metrics import DeviceMemoryCollector
 from worker.stream.app import SentimentWorker
 
 pytestmark = pytest.mark.integration
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 # Exported by the worker only on a GPU (see tests/unit/test_metrics_collectors.py).
 GPU_ONLY = set(DeviceMemoryCollector.NAMES)
 # Declared by the worker but without a sample until the event happens (labelled by the failing topic).
 EVENT_ONLY = {"sentiment_delivery_failures_total"}
-_KEYWORDS = {
-    "by",
-    "without",
-    "on",
-    "ignoring",
-    "group_left",
-    "group_right",
-    "bool",
-    "and",
-    "or",
-    "unless",
-    "offset",
-    "inf",
-    "nan",
-}
-
-
-def promql_metric_names(expr: str) -> set[str]:
-    """Metric names an expression selects (functions, keywords, labels, numbers and variables removed)."""
-    expr = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
-    expr = re.sub(r"\$\w+", "", expr)
-    expr = re.sub(r"\{[^}]*\}|\[[^\]]*\]", "", expr)
-    expr = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", expr)
-    expr = re.sub(r"(?<![\w.])\d+(\.\d+)?([eE][-+]?\d+)?", "0", expr)
-    names = set()
-    for match in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", expr):
-        if expr[match.end() :].lstrip().startswith("(") or match.group(0).lower() in _KEYWORDS:
-            continue
-        names.add(match.group(0))
-    return names
-
-
-def test_promql_metric_names_extraction() -> None:
-    expr = (
-        "histogram_quantile(0.95, sum by (le) "
-        '(rate(a_bucket{instance=~"$instance", x="y(z)"}[$__rate_interval])))'
-        " / clamp_min(sum(rate(b_total[5m])) + c, 1e-9) > 0.05 unless on (instance) d == 0"
-    )
-    assert promql_metric_names(expr) == {"a_bucket", "b_total", "c", "d"}
-
-
-def dashboard_queries() -> dict[str, set[str]]:
-    dashboard = json.loads((DEPLOY / "grafana/dashboards/sentiment-worker.json").read_text(encoding="utf-8"))
-    queries = {
-        f"{panel['title']} / {target['refId']}": promql_metric_names(target["expr"])
-        for panel in dashboard["panels"]
-        for target in panel.get("targets", [])
-    }
-    for variable in dashboard["templating"]["list"]:
-        (metric,) = re.findall(r"label_values\((\w+),", variable["definition"])
-        queries[f"variable {variable['name']}"] = {metric}
-    return queries
-
-
-def alert_queries() -> dict[str, set[str]]:
-    groups = yaml.safe_load((DEPLOY / "prometheus/alerts.yml").read_text(encoding="utf-8"))["groups"]
-    return {rule["alert"]: promql_metric_names(rule["expr"]) for g in groups for rule in g["rules"]}
 
 
 def _scrape(url: str) -> tuple[set[str], set[str]]:

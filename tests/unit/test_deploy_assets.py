@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import re
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import jsonschema
@@ -88,13 +88,31 @@ def test_compose_wires_worker_prometheus_grafana_and_the_gpu_profile() -> None:
     assert gpu["driver"] == "nvidia" and gpu["capabilities"] == ["gpu"]
     assert services["worker-gpu"]["build"]["dockerfile"] == "deploy/docker/Dockerfile.gpu"
 
-    # Prometheus gets the config and rules the files name, and scrapes the worker on its published port.
+    # Prometheus finds, inside the container, the config it is started with and the rule files that config
+    # names (relative paths resolve against the config file's directory), and they are the repository's
+    # files; it scrapes the worker on its published port.
     prometheus = services["prometheus"]
-    mounts = dict(v.rsplit(":", 1)[0].split(":", 1) for v in prometheus["volumes"])
-    for host in mounts:
+    mounts = {
+        PurePosixPath(container): host
+        for host, container in (v.rsplit(":", 1)[0].split(":", 1) for v in prometheus["volumes"])
+    }
+    for host in mounts.values():
         assert (REPO / host).exists(), host
-    config = _yaml(REPO / "deploy/prometheus/prometheus.yml")
-    assert set(config["rule_files"]) <= set(mounts.values())
+
+    def host_path(container_path: PurePosixPath) -> Path:
+        for mount, host in mounts.items():
+            if container_path == mount or mount in container_path.parents:
+                return (REPO / host / container_path.relative_to(mount)).resolve()
+        raise AssertionError(f"{container_path} is not mounted into the prometheus container")
+
+    (config_flag,) = [a for a in prometheus["command"] if a.startswith("--config.file=")]
+    config_in_container = PurePosixPath(config_flag.split("=", 1)[1])
+    assert host_path(config_in_container) == DEPLOY / "prometheus/prometheus.yml"
+    config = _yaml(DEPLOY / "prometheus/prometheus.yml")
+    rule_files = [config_in_container.parent / rule for rule in config["rule_files"]]
+    assert [host_path(rule) for rule in rule_files] == [DEPLOY / "prometheus/alerts.yml"]
+    # Relative, so that `promtool check config` on the repository's own file finds the same rules.
+    assert not any(PurePosixPath(rule).is_absolute() for rule in config["rule_files"])
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     worker_port = services["worker"]["ports"][0].split(":")[-1]
     assert jobs["sentiment-worker"]["static_configs"][0]["targets"] == [f"worker:{worker_port}"]
