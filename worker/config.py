@@ -129,8 +129,8 @@ class WorkerSettings(BaseSettings):
     # --- model ---
     model: str = Field(
         DEFAULT_MODEL_DIR,
-        description="Model directory (training, `export` or `quantize` output) or a PaddleNLP model name; the "
-        "default is the shipped models/default as ONNX Runtime INT8, which `make model` derives.",
+        description="Model directory (training, `export` or `quantize` output) or a PaddleNLP model name; "
+        "the default is the shipped models/default as ONNX Runtime INT8, which `make model` derives.",
     )
     device: Literal["gpu", "cpu", "auto"] = Field(
         "auto", description="gpu fails loudly without a working CUDA device; auto logs its choice."

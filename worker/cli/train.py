@@ -136,17 +136,11 @@ def register(subparsers: Subparsers) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     use_all_cores()  # before Paddle loads (below)
-    from worker.training.base_model import BASE_MODEL_NAME, BaseModelError, ensure_base_model
     from worker.training.options import TrainingError, TrainOptions
     from worker.training.training import train
 
     configure_logging("WARNING")
     fields = {k: v for k, v in vars(args).items() if k in TrainOptions.__dataclass_fields__ and v is not None}
-    if fields.get("init") == BASE_MODEL_NAME:  # the short name; a local directory so named: ./bge-small-zh
-        try:
-            fields["init"] = str(ensure_base_model(say=lambda line: print(line, flush=True)))
-        except BaseModelError as exc:
-            raise CommandError(str(exc)) from None
     try:
         report = train(TrainOptions(**fields), progress=lambda line: print(line, flush=True))
     except TrainingError as exc:

@@ -21,6 +21,7 @@ import numpy as np
 
 from worker.model.classifier import DEFAULT_LABELS
 from worker.model.device import DeviceUnavailableError, activate, choose_device
+from worker.training.base_model import BASE_MODEL_NAME, BaseModelError, ensure_base_model
 from worker.training.checkpoints import LoopState, load_checkpoint, save_checkpoint, unwrap
 from worker.training.corpus import (
     LabeledText,
@@ -119,9 +120,15 @@ def _soft_targets(
 def _build_pretrained(options: TrainOptions, progress: Callable[[str], None]) -> tuple[Any, Any]:
     from paddlenlp.transformers import ErnieForSequenceClassification, ErnieTokenizer
 
+    source = options.init
+    if source == BASE_MODEL_NAME:  # the short name (a local directory so named: ./bge-small-zh)
+        try:
+            source = str(ensure_base_model(say=progress))
+        except BaseModelError as exc:
+            raise TrainingError(str(exc)) from None
     try:
-        tokenizer = ErnieTokenizer.from_pretrained(options.init)
-        model = ErnieForSequenceClassification.from_pretrained(options.init, num_classes=len(DEFAULT_LABELS))
+        tokenizer = ErnieTokenizer.from_pretrained(source)
+        model = ErnieForSequenceClassification.from_pretrained(source, num_classes=len(DEFAULT_LABELS))
     except Exception as exc:  # noqa: BLE001 - PaddleNLP raises many types for missing/unreachable models
         raise TrainingError(
             f"cannot load {options.init!r} to fine-tune (not a model directory, and the model hub is "
