@@ -164,7 +164,7 @@ class ErrorResponse(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     error: str = Field(
-        description="invalid_request, unauthorized, too_many_texts, body_too_large, text_too_long, "
-        "overloaded, timeout, not_ready or stopping."
+        description="invalid_request, unauthorized, too_many_texts, body_too_large, unsupported_media_type, "
+        "text_too_long, overloaded, timeout, not_ready or stopping."
     )
     reason: str = Field(description="What to change, in words.")

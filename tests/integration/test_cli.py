@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests.integration.helpers import SAMPLES
+from worker.bench.worker_process import free_port
 from worker.tools.predict import predict_lines
 
 pytestmark = pytest.mark.integration
@@ -103,6 +104,40 @@ def test_produce_run_tail_and_doctor_through_the_cli(
     missing = cli("doctor", env={**env, "SENTIMENT_DLQ_TOPIC": names["dlq"] + "-nope"})
     assert missing.returncode == 1
     assert f"[FAIL] topic {names['dlq']}-nope: missing" in missing.stdout
+    assert "run `sentiment-worker topics create`" in missing.stdout
+    assert_quiet(missing)
+
+
+def assert_quiet(run: Any) -> None:
+    """No Python warnings, no colour codes, no PaddleNLP INFO lines and no raw librdkafka lines."""
+    out = run.stdout + run.stderr
+    assert "UserWarning" not in out, run.stderr
+    assert "\x1b[" not in out, run.stderr
+    assert "INFO" not in run.stderr and "%3|" not in run.stderr, run.stderr
+
+
+def test_doctor_is_quiet_and_each_failing_check_names_the_command_that_fixes_it(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    nobody = f"127.0.0.1:{free_port()}"  # a port nothing listens on
+    env = {
+        "SENTIMENT_BOOTSTRAP_SERVERS": nobody,
+        "SENTIMENT_DEVICE": "cpu",
+        "SENTIMENT_MODEL": str(tiny_model_dir),
+    }
+    unreachable = cli("doctor", env=env)
+    assert unreachable.returncode == 1, unreachable.stdout + unreachable.stderr
+    assert "[OK  ] model:" in unreachable.stdout  # PaddleNLP loaded the model, and said nothing
+    assert_quiet(unreachable)
+    broker = next(line for line in unreachable.stdout.splitlines() if line.startswith("[FAIL] broker:"))
+    assert "Connection refused" in broker  # why, from librdkafka's own report
+    assert "`make kafka-up`" in broker and "SENTIMENT_BOOTSTRAP_SERVERS" in broker
+
+    no_model = cli("doctor", env={**env, "SENTIMENT_MODEL": str(tmp_path / "no-such-model")})
+    assert no_model.returncode == 1
+    assert_quiet(no_model)
+    model = next(line for line in no_model.stdout.splitlines() if line.startswith("[FAIL] model:"))
+    assert "does not exist" in model and "`make model`" in model and "`sentiment-worker train" in model
 
 
 def test_bad_settings_and_a_missing_model_are_clear_errors_without_tracebacks(tmp_path: Path) -> None:

@@ -198,6 +198,8 @@ def test_doctor_connects_with_credentials_and_fails_with_a_wrong_password_withou
     )
     assert bad.returncode == 1
     assert "[FAIL] broker:" in bad.stdout, bad.stdout
+    broker = next(line for line in bad.stdout.splitlines() if line.startswith("[FAIL] broker:"))
+    assert "Authentication failed" in broker and "fix: check SENTIMENT_SASL_USERNAME" in broker, broker
     for run in (good, bad):
         for secret in (sasl_broker.password, wrong_password):
             assert secret not in run.stdout + run.stderr, "doctor showed a password"

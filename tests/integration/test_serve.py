@@ -118,6 +118,30 @@ def served_small(tiny_classifier: Any) -> Any:
         yield served.url
 
 
+@pytest.mark.parametrize(
+    "content_type",
+    ["application/x-www-form-urlencoded", "text/plain", None],  # curl -d, a text upload, no header at all
+    ids=["form", "text", "none"],
+)
+def test_a_body_not_sent_as_json_is_told_which_header_to_send(
+    served_small: str, content_type: str | None
+) -> None:
+    headers = {"Content-Type": content_type} if content_type is not None else {}
+    response = httpx.post(served_small + API, content=b'{"text": "\xe5\xa5\xbd"}', headers=headers)
+    assert response.status_code == 415, response.text
+    answer = response.json()
+    assert set(answer) == {"error", "reason"} and answer["error"] == "unsupported_media_type"
+    assert (f"sent as {content_type}:" if content_type else "sent with no Content-Type:") in answer["reason"]
+    assert "send the header `Content-Type: application/json`" in answer["reason"]
+    assert "valid dictionary" not in answer["reason"]
+
+
+def test_json_content_types_with_parameters_or_a_json_suffix_are_json(served_small: str) -> None:
+    for content_type in ("application/json; charset=utf-8", "Application/JSON", "application/vnd.api+json"):
+        response = httpx.post(served_small + API, json={"text": "好"}, headers={"Content-Type": content_type})
+        assert response.status_code == 200, (content_type, response.text)
+
+
 def test_a_streamed_body_over_the_limit_is_refused_too(served_small: str) -> None:
     def chunks() -> Any:
         yield b'{"texts": ['

@@ -31,6 +31,7 @@ __all__ = [
     "env_config_file",
     "install_stop_handlers",
     "load_model",
+    "quiet_libraries",
     "use_all_cores",
     "settings_from_args",
 ]
@@ -97,23 +98,52 @@ def env_config_file() -> Path | None:
 
 
 def configure_logging(level: str) -> None:
+    """The worker's log lines on stderr from `level` up; PaddleNLP's from WARNING up (all at DEBUG)."""
     logging.basicConfig(
         level=getattr(logging, level),
         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
         stream=sys.stderr,
         force=True,
     )
-    # Paddle's import-time notices (ccache, distutils) say nothing about this worker.
+    quiet_libraries()
+    _paddlenlp_floor().level = logging.DEBUG if level == "DEBUG" else logging.WARNING
+
+
+def quiet_libraries() -> None:
+    """What every command does first, before Paddle or PaddleNLP are imported (`main` calls it).
+
+    Paddle's import-time UserWarnings (no ccache, setuptools replacing distutils) say nothing about this
+    worker: ignored. PaddleNLP logs every file it loads at INFO through its own colourised handler: only its
+    warnings pass (configure_logging("DEBUG") lets all through), without colour codes unless stderr is a
+    terminal. Nothing here imports Paddle.
+    """
     warnings.filterwarnings("ignore", category=UserWarning, module=r"paddle\..*|_distutils_hack")
-    if level != "DEBUG":
-        _quiet_paddlenlp()
+    _paddlenlp_floor()
+    if not sys.stderr.isatty():
+        os.environ.setdefault("NO_COLOR", "1")  # honoured by colorlog, PaddleNLP's formatter
 
 
-def _quiet_paddlenlp() -> None:
-    """PaddleNLP logs every file it loads at INFO through its own logger; keep warnings only."""
-    from paddlenlp.utils.log import logger as paddlenlp_logger
+class _LevelFloor(logging.Filter):
+    """Drops records below `level`. A filter rather than the logger's level, which PaddleNLP sets to DEBUG
+    when it is imported (after us)."""
 
-    paddlenlp_logger.set_level("WARNING")
+    def __init__(self, level: int) -> None:
+        super().__init__()
+        self.level = level
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= self.level
+
+
+def _paddlenlp_floor() -> _LevelFloor:
+    """The floor on PaddleNLP's logger ("PaddleNLP", it does not propagate), added once (WARNING)."""
+    logger = logging.getLogger("PaddleNLP")
+    for existing in logger.filters:
+        if isinstance(existing, _LevelFloor):
+            return existing
+    floor = _LevelFloor(logging.WARNING)
+    logger.addFilter(floor)
+    return floor
 
 
 def settings_for_model(model: str, device: str | None, max_seq_len: int | None) -> WorkerSettings:

@@ -10,6 +10,7 @@ from worker.cli.common import (
     SETTING_FLAGS,
     Subparsers,
     add_settings_flags,
+    configure_logging,
     settings_from_args,
 )
 
@@ -26,10 +27,11 @@ def register(subparsers: Subparsers) -> None:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from worker.tools.doctor import run_checks
 
+    configure_logging("WARNING")  # the verdicts are the report; a log line only when something is off
     settings = settings_from_args(args)
     checks = run_checks(settings)
     for check in checks:
-        print(f"[{check.verdict:4}] {check.name}: {check.detail}")
+        print(check.line())
     failed = [c for c in checks if c.verdict == "FAIL"]
     print(f"{len(checks) - len(failed)}/{len(checks)} checks passed")
     return EXIT_FAILED if failed else EXIT_OK

@@ -27,7 +27,7 @@ from worker.cli import (
     train,
     tune,
 )
-from worker.cli.common import EXIT_FAILED, CommandError
+from worker.cli.common import EXIT_FAILED, CommandError, quiet_libraries
 
 log = logging.getLogger("worker")
 
@@ -68,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parses `argv`, runs the command; user-fixable errors are one line on stderr with their exit code."""
     args = build_parser().parse_args(argv)
+    quiet_libraries()  # before any command imports Paddle
     try:
         return int(args.func(args))
     except CommandError as exc:

@@ -22,7 +22,13 @@ def register(subparsers: Subparsers) -> None:
     add_settings_flags(tail, "bootstrap_servers", "output_topic", "dlq_topic")
     tail.add_argument("--topic", default=None, help="topic (default: the output topic)")
     tail.add_argument("--dlq", action="store_true", help="read the dead-letter topic")
-    tail.add_argument("--output", choices=["json", "table"], default="json")
+    tail.add_argument(
+        "--output",
+        choices=["json", "table"],
+        default="json",
+        help="json: one flat row per record (with its key); table: ID is the review's id (the input's id, "
+        "else its input's topic/partition/offset), never the message key",
+    )
     tail.add_argument("--from-end", action="store_true", help="only new records")
     tail.add_argument("--max-messages", type=int, default=None)
     tail.add_argument("--idle-exit-s", type=float, default=5.0, help="stop after S seconds without records")

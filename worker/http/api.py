@@ -2,7 +2,8 @@
 the page at `/`, and `/metrics`, `/healthz`, `/readyz` as in the worker.
 
 Refusals, each with `{"error": ..., "reason": ...}`: 401 without the bearer token (when one is set), 413 for
-a body over `http_max_body_bytes` or more than `http_max_texts` texts, 422 for malformed JSON, a missing,
+a body over `http_max_body_bytes` or more than `http_max_texts` texts, 415 for a body not sent as
+`Content-Type: application/json` (naming the header to send), 422 for malformed JSON, a missing,
 empty, blank or non-string text or a text over `max_text_chars`, 503 with `Retry-After` when the queue is
 full (or the server is starting or stopping), 504 after `http_request_timeout_s`.
 """
@@ -53,6 +54,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     for code, what in (
         (401, "missing or wrong bearer token"),
         (413, "body too large, or too many texts"),
+        (415, "the body is not sent as Content-Type: application/json"),
         (422, "malformed JSON, missing / empty / non-string text, text too long"),
         (503, "queue full, starting or stopping (see Retry-After)"),
         (504, "not answered in time"),
@@ -244,10 +246,18 @@ def validation_reason(errors: Any) -> str:
     return "; ".join(parts) or "invalid request"
 
 
+def is_json_media_type(content_type: str | None) -> bool:
+    """True for `application/json` and `application/<anything>+json`, with any parameters (charset)."""
+    media_type = (content_type or "").split(";", 1)[0].strip().lower()
+    return media_type == "application/json" or (
+        media_type.startswith("application/") and media_type.endswith("+json")
+    )
+
+
 class ApiGuard:
     """ASGI middleware in front of /v1/: bearer token (401), the early 503s (not ready, stopping, queue
-    full) and body size (413), all before the body is parsed; and the request counter and latency of every
-    answer there."""
+    full), a POST body not declared as JSON (415) and body size (413), all before the body is parsed; and
+    the request counter and latency of every answer there."""
 
     def __init__(
         self,
@@ -294,6 +304,16 @@ class ApiGuard:
         refusal = self._early_refusal() if scope.get("method") == "POST" else None
         if refusal is not None:
             await refusal(scope, receive, send)
+            return
+        content_type = headers.get("content-type")
+        if scope.get("method") == "POST" and not is_json_media_type(content_type):
+            # Without it FastAPI hands the model the raw bytes: "Input should be a valid dictionary".
+            sent = f"sent as {content_type}" if content_type else "sent with no Content-Type"
+            reason = (
+                f"the body was {sent}: send the header `Content-Type: application/json` "
+                "(curl: --json '{\"text\": \"...\"}' or -H 'Content-Type: application/json')"
+            )
+            await error_response(415, "unsupported_media_type", reason)(scope, receive, send)
             return
         declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self._max_body_bytes:

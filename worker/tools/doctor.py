@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import platform
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
-from worker.config import WorkerSettings
+from worker.config import DEFAULT_MODEL_DIR, WorkerSettings
 from worker.model.backend_choice import compression_outlook, cpu_description, cpu_features
 from worker.model.device import DeviceChoice, DeviceUnavailableError, activate, choose_device
 from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier
@@ -19,9 +22,29 @@ Verdict = Literal["OK", "WARN", "FAIL"]
 
 @dataclass(frozen=True)
 class Check:
+    """One verdict. `fix`: the command or setting that fixes a FAIL, when the detail does not already say."""
+
     name: str
     verdict: Verdict
     detail: str
+    fix: str | None = None
+
+    def line(self) -> str:
+        """`[FAIL] broker: <what was found>; fix: <what to run>` (the report's line)."""
+        fix = f"; fix: {self.fix}" if self.fix else ""
+        return f"[{self.verdict:4}] {self.name}: {self.detail}{fix}"
+
+
+MODEL_FIX = (
+    f"point SENTIMENT_MODEL at a model directory: the shipped {DEFAULT_MODEL_DIR} (relative to the "
+    "repository root), `make model` to export it for Paddle Inference, or "
+    "`sentiment-worker train --output-dir DIR`"
+)
+PADDLE_FIX = "run `make install` (paddlepaddle and paddlenlp into .venv)"
+BROKER_FIX = "start a broker (`make kafka-up`) or set SENTIMENT_BOOTSTRAP_SERVERS to one that runs"
+CREDENTIALS_FIX = "check SENTIMENT_SASL_USERNAME, SENTIMENT_SASL_PASSWORD and SENTIMENT_SASL_MECHANISM"
+TLS_FIX = "check SENTIMENT_SECURITY_PROTOCOL against the broker's listener (and the ssl.* settings)"
+TOPICS_FIX = "run `sentiment-worker topics create`"
 
 
 def run_checks(settings: WorkerSettings) -> list[Check]:
@@ -31,7 +54,7 @@ def run_checks(settings: WorkerSettings) -> list[Check]:
     checks.append(device_check)
     if device is not None:
         checks.append(_check_model(settings, device))
-    broker = _check_broker(settings)
+    broker = check_broker(settings)
     checks.append(broker)
     if broker.verdict == "OK":
         checks.extend(_check_topics(settings))
@@ -64,7 +87,8 @@ def _check_paddle() -> Check:
             "paddle", "OK", f"paddlepaddle {paddle.__version__} ({build}), paddlenlp {paddlenlp.__version__}"
         )
 
-    return _guard("paddle", body)
+    check = _guard("paddle", body)
+    return check if check.verdict == "OK" else Check("paddle", "FAIL", check.detail, PADDLE_FIX)
 
 
 def _check_device(settings: WorkerSettings) -> tuple[Check, object | None]:
@@ -73,7 +97,8 @@ def _check_device(settings: WorkerSettings) -> tuple[Check, object | None]:
     except DeviceUnavailableError as exc:
         return Check(f"device={settings.device}", "FAIL", str(exc)), None
     except Exception as exc:  # noqa: BLE001
-        return Check(f"device={settings.device}", "FAIL", f"{type(exc).__name__}: {exc}"), None
+        detail = f"{type(exc).__name__}: {exc}"
+        return Check(f"device={settings.device}", "FAIL", detail, "set SENTIMENT_DEVICE=cpu"), None
     return Check(f"device={settings.device}", "OK", f"{choice.paddle_device} ({choice.reason})"), choice
 
 
@@ -87,6 +112,10 @@ def _check_model(settings: WorkerSettings, device: object) -> Check:
             limit = settings.max_seq_len
             classifier = load_classifier(settings.model, device, max_seq_len=limit, options=options)
         except ModelLoadError as exc:
+            # The loader's message says what to do about a directory that exists (or a hub name).
+            path = Path(settings.model).expanduser()
+            if not path.exists() and ("/" in settings.model or settings.model.startswith((".", "~"))):
+                return Check("model", "FAIL", f"model directory {path} does not exist", MODEL_FIX)
             return Check("model", "FAIL", str(exc))
         probs = classifier.predict_texts(["质量很好，非常满意", "太差了，再也不买"])
         labels = [classifier.labels[int(row.argmax())] for row in probs]
@@ -100,23 +129,60 @@ def _check_model(settings: WorkerSettings, device: object) -> Check:
     return _guard("model", body)
 
 
-def _check_broker(settings: WorkerSettings) -> Check:
-    def body() -> Check:
-        from confluent_kafka.admin import AdminClient
+def check_broker(settings: WorkerSettings) -> Check:
+    """Reads cluster metadata once. librdkafka's own log lines of the attempt (one per retry, on stderr by
+    default) are kept out of the report; the last error among them says why, and picks the fix."""
+    from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient(settings.librdkafka_common())
-        metadata = admin.list_topics(timeout=5)
-        brokers = ", ".join(f"{b.host}:{b.port}" for b in metadata.brokers.values())
-        return Check("broker", "OK", f"{settings.bootstrap_servers} answered; brokers: {brokers}")
-
-    check = _guard("broker", body)
-    if check.verdict == "FAIL":
-        detail = (
-            f"{settings.bootstrap_servers} did not answer ({check.detail}): start a broker "
-            "(`make kafka-up`) or set SENTIMENT_BOOTSTRAP_SERVERS"
+    collected = _LogLines()
+    logger = logging.Logger("doctor.librdkafka")  # not registered: this probe's lines only
+    logger.addHandler(collected)
+    timeout_s = 5.0
+    try:
+        conf: dict[str, Any] = {**settings.librdkafka_common(), "logger": logger}
+        admin = AdminClient(conf)
+    except Exception as exc:  # noqa: BLE001 - a check reports, never crashes the report
+        detail = f"the client refused its settings ({type(exc).__name__}: {exc})"
+        return Check(
+            "broker", "FAIL", detail, "check SENTIMENT_KAFKA_EXTRA and the SENTIMENT_SASL_* settings"
         )
-        return Check("broker", "FAIL", detail)
-    return check
+    try:
+        metadata = admin.list_topics(timeout=timeout_s)
+    except Exception as exc:  # noqa: BLE001
+        admin.poll(0)  # hands the queued log lines to `logger`
+        cause = collected.last_error() or f"{type(exc).__name__}: {exc}"
+        detail = f"{settings.bootstrap_servers} did not answer within {timeout_s:g} s ({cause})"
+        return Check("broker", "FAIL", detail, broker_fix(collected.messages))
+    brokers = ", ".join(f"{b.host}:{b.port}" for b in metadata.brokers.values())
+    return Check("broker", "OK", f"{settings.bootstrap_servers} answered; brokers: {brokers}")
+
+
+class _LogLines(logging.Handler):
+    """librdkafka's log lines (`FAIL [rdkafka#producer-1] [thrd:...]: <what happened>`), kept, not shown."""
+
+    _PREFIX = re.compile(r"^\S+ \[[^\]]*\] \[thrd:[^\]]*\]: ")
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.messages: list[tuple[int, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append((record.levelno, self._PREFIX.sub("", record.getMessage())))
+
+    def last_error(self) -> str | None:
+        errors = [message for level, message in self.messages if level >= logging.WARNING]
+        return errors[-1] if errors else None
+
+
+def broker_fix(messages: list[tuple[int, str]]) -> str:
+    """What fixes a broker that did not answer, from librdkafka's log lines: credentials when it refused
+    the login, the security protocol when TLS failed, else a broker at the bootstrap address."""
+    text = " ".join(message for _, message in messages)
+    if "SASL" in text or "Authentication" in text:
+        return CREDENTIALS_FIX
+    if "SSL" in text:
+        return TLS_FIX
+    return BROKER_FIX
 
 
 def _check_topics(settings: WorkerSettings) -> list[Check]:
@@ -124,12 +190,13 @@ def _check_topics(settings: WorkerSettings) -> list[Check]:
     try:
         counts = describe_topics(settings.librdkafka_common(), names)
     except Exception as exc:  # noqa: BLE001
-        return [Check("topics", "FAIL", f"{type(exc).__name__}: {exc}")]
+        fix = "check the broker (`make kafka-status`) and that this principal may describe topics"
+        return [Check("topics", "FAIL", f"{type(exc).__name__}: {exc}", fix)]
     checks = []
     for name in names:
         count = counts.get(name)
         if count is None:
-            checks.append(Check(f"topic {name}", "FAIL", "missing: run `sentiment-worker topics create`"))
+            checks.append(Check(f"topic {name}", "FAIL", "missing", TOPICS_FIX))
         else:
             checks.append(Check(f"topic {name}", "OK", f"{count} partitions"))
     return checks

@@ -16,6 +16,7 @@ from typing import Any, BinaryIO, TextIO
 
 import numpy as np
 
+from schemas.dead_letter import DeadLetterKind
 from worker.inference.labelling import (
     Classifier,
     InferenceFailure,
@@ -87,20 +88,52 @@ def predict_lines(
 
 
 def _prepare(classifier: Classifier, lines: list[tuple[int, str]], max_text_chars: int) -> _Chunk:
-    decoded = [
-        decode_review(
-            line.rstrip("\r\n").encode("utf-8", "surrogateescape"),
+    decoded: list[DecodedReview | DecodeFailure] = []
+    for number, line in lines:
+        text = line.rstrip("\r\n")
+        review = decode_review(
+            text.encode("utf-8", "surrogateescape"),
             input_format="text",
             max_value_bytes=4 * max_text_chars + 4,
             max_text_chars=max_text_chars,
             max_json_depth=1,
             default_id=str(number),
         )
-        for number, line in lines
-    ]
+        if isinstance(review, DecodeFailure):
+            review = line_failure(number, text, review, max_text_chars)
+        decoded.append(review)
     texts = [d.text for d in decoded if isinstance(d, DecodedReview)]
     token_ids, counts = sequences_for(classifier, texts)
     return _Chunk(lines, decoded, token_ids, counts)
+
+
+def line_failure(number: int, text: str, failure: DecodeFailure, max_text_chars: int) -> DecodeFailure:
+    """`failure` (decode's verdict, worded for a Kafka value) said of line `number` of a text file: what is
+    wrong with that line and what to do, with no word of values or JSON. `text`: the line without its line
+    break, undecodable bytes as surrogate escapes. An empty line is `empty_text`, like a blank one."""
+    where = f"line {number}"
+    one_per_line = "write one review per line (or remove the line)"
+    kind = failure.kind
+    if kind in (DeadLetterKind.EMPTY_VALUE, DeadLetterKind.EMPTY_TEXT):
+        what = "is empty" if not text else "holds only whitespace"
+        return DecodeFailure(DeadLetterKind.EMPTY_TEXT, f"{where} {what}: {one_per_line}")
+    if kind is DeadLetterKind.INVALID_UTF8:
+        bad = next((i for i, char in enumerate(text) if "\udc80" <= char <= "\udcff"), None)
+        if bad is not None:
+            column = len(text[:bad].encode("utf-8", "surrogateescape")) + 1
+            byte = ord(text[bad]) - 0xDC00
+            return DecodeFailure(
+                kind,
+                f"{where}: byte {column} (0x{byte:02x}) is not valid UTF-8: "
+                "convert the input to UTF-8 (e.g. `iconv -t UTF-8`)",
+            )
+    if kind in (DeadLetterKind.TEXT_TOO_LONG, DeadLetterKind.VALUE_TOO_LARGE):
+        return DecodeFailure(
+            DeadLetterKind.TEXT_TOO_LONG,
+            f"{where} has {len(text):,} characters, more than the limit of {max_text_chars:,}: shorten it, "
+            "or split it into several reviews",
+        )
+    return DecodeFailure(kind, f"{where}: {failure.reason}")
 
 
 def _rows(labelled: _Labelled, labels: list[str]) -> Iterator[dict[str, Any]]:

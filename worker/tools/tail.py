@@ -180,12 +180,17 @@ def _str_or_none(value: Any) -> str | None:
 
 
 def result_row(rec: TailedRecord) -> dict[str, Any]:
-    """A flat dict for display: kind, id, label, confidence, partition, offset, text, reason.
+    """A flat dict for display: kind, id, label, confidence, partition, offset, text, reason, key, source,
+    metadata (missing fields are None).
 
-    kind is "result" (a SentimentResult), "dead_letter" (has the worker's DLQ headers; `label` is the
-    error kind, `reason` its reason, id/text read from the original value when it is JSON), "review"
-    (a JSON object that is not a result, e.g. the input topic) or "raw" (anything else; text = the value
-    decoded leniently). Missing fields are None. `text` comes from the value or from result metadata.
+    `id` is always the id the worker gives the review, as its result carries it: the input's `id` (a string,
+    or an integer as its decimal string), else the input's `topic/partition/offset`; never the message key
+    (that is `key`, decoded leniently). `source` is the input's `topic/partition/offset` when the record
+    names it (results, dead letters). kind is "result" (a SentimentResult: its `metadata`; a result carries
+    no review text, `text` is set only if its metadata holds one), "dead_letter" (has the worker's DLQ
+    headers; `label` is the error kind, `reason` its reason, id/text read from the original value when it
+    is JSON), "review" (a JSON object that is not a result, e.g. the input topic) or "raw" (anything else;
+    text = the value decoded leniently).
     """
     row: dict[str, Any] = {
         "kind": "raw",
@@ -196,16 +201,20 @@ def result_row(rec: TailedRecord) -> dict[str, Any]:
         "offset": rec.offset,
         "text": None,
         "reason": None,
+        "key": rec.key.decode("utf-8", "replace") if rec.key is not None else None,
+        "source": None,
+        "metadata": None,
     }
     if any(name == HEADER_ERROR_KIND for name, _ in rec.headers):
         row["kind"] = "dead_letter"
         try:
             info = parse_dead_letter_headers(rec.headers)
             row["label"], row["reason"] = info.kind.value, info.reason
+            row["source"] = f"{info.source_topic}/{info.source_partition}/{info.source_offset}"
         except ValidationError:
             kind = dict(rec.headers).get(HEADER_ERROR_KIND, b"")
             row["label"], row["reason"] = kind.decode("utf-8", "replace"), "(malformed dead-letter headers)"
-        _fill_from_original(row, rec)
+        _fill_from_original(row, rec, default_id=row["source"])
         return row
     if rec.value:
         try:
@@ -214,20 +223,24 @@ def result_row(rec: TailedRecord) -> dict[str, Any]:
             pass
         else:
             text = result.metadata.get("text")
+            src = result.source
             row.update(
                 kind="result",
                 id=result.id,
                 label=result.label,
                 confidence=result.confidence,
                 text=text if isinstance(text, str) else None,
+                source=f"{src.topic}/{src.partition}/{src.offset}",
+                metadata=dict(result.metadata),
             )
             return row
-    _fill_from_original(row, rec)
+    _fill_from_original(row, rec, default_id=f"{rec.topic}/{rec.partition}/{rec.offset}")
     return row
 
 
-def _fill_from_original(row: dict[str, Any], rec: TailedRecord) -> None:
-    """id/text of a review value (JSON object or raw bytes) into `row`; marks JSON reviews as "review"."""
+def _fill_from_original(row: dict[str, Any], rec: TailedRecord, default_id: str | None) -> None:
+    """id/text of a review value (JSON object or raw bytes) into `row`; marks JSON reviews as "review".
+    `default_id`: the id the worker gives a review without a usable `id` (its input position)."""
     document = _json_object(rec.value)
     if document is not None:
         if row["kind"] == "raw":
@@ -237,8 +250,8 @@ def _fill_from_original(row: dict[str, Any], rec: TailedRecord) -> None:
         row["text"] = text if isinstance(text, str) else None
     elif rec.value is not None:
         row["text"] = rec.value.decode("utf-8", "replace")
-    if row["id"] is None and rec.key is not None:
-        row["id"] = rec.key.decode("utf-8", "replace")
+    if row["id"] is None:
+        row["id"] = default_id
 
 
 # --- fixed-width table ---------------------------------------------------------------------------------
@@ -278,9 +291,23 @@ def fit(text: str, width: int) -> str:
 
 
 _SEP = "  "
-# (header, width in terminal columns); a last TEXT / REASON column takes the remaining width.
+# (header, width in terminal columns); a last detail column takes the remaining width.
 _FIXED_COLUMNS: tuple[tuple[str, int], ...] = (("P:OFFSET", 10), ("ID", 16), ("LABEL", 23), ("CONF", 5))
 _MIN_DETAIL = 10
+# The detail column's header for each kind of row (a table of several kinds names them all).
+_DETAIL_HEADERS = {
+    "result": "INPUT, METADATA (a result has no text)",
+    "dead_letter": "REASON | TEXT",
+    "review": "TEXT",
+    "raw": "TEXT",
+}
+
+
+def _metadata_text(metadata: dict[str, Any]) -> str:
+    return " ".join(
+        f"{key}={value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)}"
+        for key, value in metadata.items()
+    )
 
 
 def _cells(row: dict[str, Any]) -> list[str]:
@@ -295,22 +322,39 @@ def _cells(row: dict[str, Any]) -> list[str]:
         detail = str(row.get("reason") or "")
         if row.get("text"):
             detail = f"{detail} | {row['text']}"
+    elif kind == "result" and not row.get("text"):
+        metadata = row.get("metadata") or {}
+        detail = " ".join(part for part in (row.get("source") or "", _metadata_text(metadata)) if part)
     else:
         label = label or ("-" if kind == "review" else "")
         detail = str(row.get("text") or "")
     return [position, str(row.get("id") or ""), label, conf, detail]
 
 
+def _detail_header(rows: Sequence[dict[str, Any]]) -> str:
+    """What the detail column holds: one kind's header, or all three for a table of several kinds."""
+    holds = {
+        _DETAIL_HEADERS["result"]
+        if row.get("kind") == "result" and not row.get("text")
+        else _DETAIL_HEADERS.get(str(row.get("kind")), "TEXT")
+        for row in rows
+    }
+    return holds.pop() if len(holds) == 1 else "TEXT / REASON / INPUT"
+
+
 def format_table(rows: Sequence[dict[str, Any]], width: int = 100) -> str:
     """Rows of `result_row` as a fixed-width table `width` terminal columns wide (CJK counts double).
 
-    Columns: partition:offset, id, label (for dead letters "DLQ <kind>"), confidence, and a detail column
-    with the review text when known, or the dead letter's reason. Trailing spaces are stripped.
+    Columns: partition:offset of the record, ID (the review's id: the input's `id`, else the input's
+    topic/partition/offset, as results carry it; never the message key), label (for dead letters
+    "DLQ <kind>"), confidence, and a detail column: for a result (which carries no text) the input's
+    topic/partition/offset and the metadata passed through; for a dead letter its reason and the original
+    text; for a review its text. The header names what the detail column holds. Trailing spaces stripped.
     """
     fixed = [w for _, w in _FIXED_COLUMNS]
     detail_width = max(_MIN_DETAIL, width - sum(fixed) - len(_SEP) * len(fixed))
     widths = [*fixed, detail_width]
-    header = [name for name, _ in _FIXED_COLUMNS] + ["TEXT / REASON"]
+    header = [name for name, _ in _FIXED_COLUMNS] + [_detail_header(rows)]
     lines = [_SEP.join(fit(cell, w) for cell, w in zip(header, widths, strict=True)).rstrip()]
     lines.append(_SEP.join("-" * w for w in widths))
     for row in rows:

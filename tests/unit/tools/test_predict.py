@@ -75,3 +75,24 @@ def test_file_lines_keep_undecodable_bytes_and_count_what_was_read(tmp_path: Pat
     source = FileLines(path)
     assert list(source) == ["好吃\r\n", "\udcff bad\n", "last"]
     assert source.bytes_read == source.total_bytes == path.stat().st_size
+
+
+def test_bad_lines_are_reported_as_lines_of_a_text_file_not_as_json() -> None:
+    lines = ["好评", "", "   ", "差" * 12, "ab\udcffc", "最后一条"]  # \udcff: the undecodable byte 0xff
+    rows = list(predict_lines(ThreadNotingModel(), (line + "\n" for line in lines), max_text_chars=10))
+    assert [r["line"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert [r["text"] for r in rows if "error" not in r] == ["好评", "最后一条"]
+    errors = {r["line"]: (r["error"], r["reason"]) for r in rows if "error" in r}
+    assert errors == {
+        2: ("empty_text", "line 2 is empty: write one review per line (or remove the line)"),
+        3: ("empty_text", "line 3 holds only whitespace: write one review per line (or remove the line)"),
+        4: (
+            "text_too_long",
+            "line 4 has 12 characters, more than the limit of 10: "
+            "shorten it, or split it into several reviews",
+        ),
+        5: (
+            "invalid_utf8",
+            "line 5: byte 3 (0xff) is not valid UTF-8: convert the input to UTF-8 (e.g. `iconv -t UTF-8`)",
+        ),
+    }

@@ -34,7 +34,7 @@ def dead_letter(value: bytes | None, kind: DeadLetterKind, reason: str, offset: 
 
 
 def test_result_row_reads_a_sentiment_result() -> None:
-    row = result_row(result_record("r-1", "positive", 0.9731, 17, text="很好", stars=5))
+    row = result_row(result_record("r-1", "positive", 0.9731, 17, shop="川味小馆", stars=5))
 
     assert row == {
         "kind": "result",
@@ -43,15 +43,55 @@ def test_result_row_reads_a_sentiment_result() -> None:
         "confidence": 0.9731,
         "partition": 2,
         "offset": 17,
-        "text": "很好",
+        "text": None,  # a result carries no text
         "reason": None,
+        "key": "r-1",
+        "source": "reviews/0/17",
+        "metadata": {"shop": "川味小馆", "stars": 5},
     }
 
 
-def test_result_row_without_text_in_metadata() -> None:
-    row = result_row(result_record("r-2", "negative", 0.6, 3))
+def test_result_row_shows_a_text_the_result_carries_in_its_metadata() -> None:
+    row = result_row(result_record("r-2", "negative", 0.6, 3, text="很好"))
 
-    assert (row["kind"], row["label"], row["text"]) == ("result", "negative", None)
+    assert (row["kind"], row["label"], row["text"], row["metadata"]) == (
+        "result",
+        "negative",
+        "很好",
+        {"text": "很好"},
+    )
+
+
+def test_the_results_table_shows_the_input_and_metadata_and_says_results_have_no_text() -> None:
+    rows = [
+        result_row(result_record("demo-001", "positive", 0.983, 3, domain="food", stars=5)),
+        result_row(result_record("reviews/0/4", "negative", 0.754, 4)),
+    ]
+
+    lines = format_table(rows, width=100).splitlines()
+
+    assert lines[0].endswith("INPUT, METADATA (a result has no text)")
+    assert lines[2].endswith("0.983  reviews/0/3 domain=food stars=5")
+    assert lines[3].endswith("0.754  reviews/0/4")
+
+
+def test_the_id_of_a_dead_letter_is_the_review_id_never_the_message_key() -> None:
+    """One thing in the ID column: the id the worker gives the review (the input's `id`, else the input's
+    topic/partition/offset), as in the results table; the key of every record here is "k-dlq"."""
+    rows = [
+        result_row(dead_letter(b'{"id": "order-7", "text": ""}', DeadLetterKind.EMPTY_TEXT, "empty", 11)),
+        result_row(dead_letter(b'{"id": 42, "text": 5}', DeadLetterKind.WRONG_TYPE, "number", 12)),
+        result_row(dead_letter(b'{"text": 5}', DeadLetterKind.WRONG_TYPE, "number", 13)),
+        result_row(dead_letter(b"not json", DeadLetterKind.INVALID_JSON, "not JSON", 14)),
+        result_row(dead_letter(None, DeadLetterKind.EMPTY_VALUE, "tombstone", 15)),
+    ]
+
+    assert [row["id"] for row in rows] == ["order-7", "42", "reviews/1/13", "reviews/1/14", "reviews/1/15"]
+    assert [row["source"] for row in rows] == [f"reviews/1/{offset}" for offset in range(11, 16)]
+    assert {row["key"] for row in rows} == {"k-dlq"}
+    table = format_table(rows, width=100)
+    assert "k-dlq" not in table
+    assert table.splitlines()[0].endswith("REASON | TEXT")
 
 
 def test_result_row_reads_dead_letter_headers_and_original_value() -> None:
@@ -65,10 +105,10 @@ def test_result_row_reads_dead_letter_headers_and_original_value() -> None:
     assert (row["partition"], row["offset"]) == (0, 9)
 
 
-def test_result_row_dead_letter_with_non_json_value_falls_back_to_key_and_raw_text() -> None:
+def test_result_row_dead_letter_with_non_json_value_has_its_input_position_as_id_and_raw_text() -> None:
     row = result_row(dead_letter(b"\xffnot json", DeadLetterKind.INVALID_UTF8, "not UTF-8"))
 
-    assert (row["kind"], row["label"], row["id"]) == ("dead_letter", "invalid_utf8", "k-dlq")
+    assert (row["kind"], row["label"], row["id"]) == ("dead_letter", "invalid_utf8", "reviews/1/9")
     assert row["text"] == "\ufffdnot json"
 
 
@@ -90,8 +130,9 @@ def test_result_row_reads_input_reviews_and_raw_values() -> None:
     tombstone = result_row(TailedRecord("reviews", 0, 7, b"gone", None, []))
 
     assert (review["kind"], review["id"], review["text"], review["label"]) == ("review", "r9", "发货快", None)
-    assert (raw["kind"], raw["id"], raw["text"]) == ("raw", None, "纯文本评论")
-    assert (tombstone["kind"], tombstone["id"], tombstone["text"]) == ("raw", "gone", None)
+    assert (raw["kind"], raw["id"], raw["text"]) == ("raw", "reviews/0/6", "纯文本评论")
+    assert (tombstone["kind"], tombstone["id"], tombstone["text"]) == ("raw", "reviews/0/7", None)
+    assert (review["key"], raw["key"], tombstone["key"]) == ("r9", None, "gone")
 
 
 # --- display width ----------------------------------------------------------------------------------------
@@ -149,8 +190,8 @@ def test_table_columns_align_with_chinese_text() -> None:
     cells = [
         ("2:17", "r-1", "positive", "0.973", "这款手机"),
         ("2:18", "订单-二〇二四", "negative", "0.512", "short ascii"),
-        ("0:9", "k-dlq", "DLQ wrong_type", "", "`text` must be a string"),
-        ("0:123456", "", "-", "", "混合 mixed"),
+        ("0:9", "reviews/1/9", "DLQ wrong_type", "", "`text` must be a string"),
+        ("0:123456", "reviews/0/123456", "-", "", "混合 mixed"),
     ]
     for line, (position, ident, label, conf, detail) in zip(lines[2:], cells, strict=True):
         assert line.startswith(position)
