@@ -36,9 +36,9 @@ class Check:
 
 
 MODEL_FIX = (
-    f"point SENTIMENT_MODEL at a model directory: the shipped {DEFAULT_MODEL_DIR} (relative to the "
-    "repository root), `make model` to export it for Paddle Inference, or "
-    "`sentiment-worker train --output-dir DIR`"
+    f"run `make model` (it derives the default, {DEFAULT_MODEL_DIR}, from the shipped models/default; paths "
+    "are relative to the repository root), or point SENTIMENT_MODEL at another model directory "
+    "(`sentiment-worker train --output-dir DIR`)"
 )
 PADDLE_FIX = "run `make install` (paddlepaddle and paddlenlp into .venv)"
 BROKER_FIX = "start a broker (`make kafka-up`) or set SENTIMENT_BOOTSTRAP_SERVERS to one that runs"
