@@ -256,6 +256,8 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
             f"resumed from {ckpt}: epoch {state.epoch} step {state.step_in_epoch}, "
             f"global step {state.global_step}"
         )
+    elif ckpt.exists() and rank == 0:  # a new run: an old checkpoint is not ours
+        shutil.rmtree(ckpt)
     if options.finish:
         if not (ckpt / "best.pdparams").is_file():
             raise TrainingError(f"--finish: {ckpt} holds no best model yet (no dev evaluation ran)")
@@ -264,8 +266,6 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
             f"{state.best_step}, dev accuracy {state.best_dev:.4f}) becomes the model directory"
         )
         state.epoch = options.epochs + 1  # no more training steps
-    elif ckpt.exists() and rank == 0:
-        shutil.rmtree(ckpt)
 
     def checkpoint() -> None:
         if rank == 0:
