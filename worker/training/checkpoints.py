@@ -12,6 +12,14 @@ from typing import Any
 from worker.training.options import TrainingError
 
 
+SNAPSHOT_GLOB = "dev-step-*.pdparams"
+
+
+def snapshot_path(ckpt: Path, step: int) -> Path:
+    """Where the weights evaluated on dev at ``step`` are kept for averaging."""
+    return ckpt / f"dev-step-{step:06d}.pdparams"
+
+
 @dataclass
 class LoopState:
     """Loop state saved with each checkpoint."""
@@ -29,6 +37,8 @@ class LoopState:
     epoch_seconds: float = 0.0
     train_seconds: float = 0.0
     seen: int = 0
+    snapshots: list[list[float]] = field(default_factory=list)
+    """``[step, dev accuracy]`` of each weight snapshot kept for averaging (``--average-best``)."""
 
 
 def save_checkpoint(
@@ -47,6 +57,8 @@ def save_checkpoint(
         paddle.save(scaler.state_dict(), str(tmp / "scaler.pdstate"))
     if (ckpt / "best.pdparams").exists():
         shutil.copy2(ckpt / "best.pdparams", tmp / "best.pdparams")
+    for snapshot in ckpt.glob(SNAPSHOT_GLOB) if ckpt.exists() else ():
+        shutil.copy2(snapshot, tmp / snapshot.name)
     (tmp / "state.json").write_text(
         json.dumps({"fingerprint": fingerprint, **asdict(state)}, indent=2) + "\n", encoding="utf-8"
     )

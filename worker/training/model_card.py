@@ -121,6 +121,7 @@ def write_outputs(
         "seconds": round(report.seconds, 1),
         "hardware": hardware,
         "amp_used": report.amp_used,
+        "averaged_steps": report.averaged_steps,
         "hyper_parameters": options.hyper_parameters(),
     }
     (out / METRICS_FILE).write_text(
@@ -187,6 +188,12 @@ def model_card(
         "or model selection).",
         f"- Training: {report.steps} optimizer steps"
         + (" (ended early with `--finish`)" if options.finish else "")
+        + (
+            f", the weights of the dev evaluations at steps {', '.join(map(str, report.averaged_steps))} "
+            "averaged (chosen on dev)"
+            if report.averaged_steps
+            else ""
+        )
         + f", best dev epoch {report.best_epoch} kept, "
         f"{report.seconds / 60:.1f} min on {hardware}" + (", AMP" if report.amp_used else "") + ".",
         "",

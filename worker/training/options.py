@@ -20,7 +20,7 @@ Truncation = Literal["head", "head_tail"]
 # Options that may differ between an interrupted run and its resumption.
 _RESUME_FREE = {
     "output_dir", "resume", "finish", "stop_after_steps", "checkpoint_every", "eval_every", "keep_checkpoint",
-    "device",
+    "device", "average_best",
 }  # fmt: skip
 
 
@@ -100,6 +100,10 @@ class TrainOptions:
     stop_after_steps: int | None = None
     """Checkpoint and stop after this many optimizer steps (simulates an interruption)."""
     keep_checkpoint: bool = False
+    average_best: int = 0
+    """Keep the weights of the N dev evaluations with the best accuracy (in the checkpoint) and, at the
+    end, average them; the average replaces the best single model only if its dev accuracy is not lower
+    (chosen on dev, never on test). 0 or 1: no averaging."""
     """Keep ``output_dir/checkpoint`` after a completed run (deleted by default)."""
 
     def hyper_parameters(self) -> dict[str, Any]:
@@ -130,8 +134,8 @@ class TrainOptions:
             problems.append("label_smoothing must be in [0, 1)")
         if self.mlm_epochs and self.init != SCRATCH:
             problems.append("mlm_epochs (masked-LM pre-training) is for init=scratch only")
-        if self.eval_every < 0 or self.checkpoint_every < 0:
-            problems.append("eval_every and checkpoint_every must be >= 0")
+        if self.eval_every < 0 or self.checkpoint_every < 0 or self.average_best < 0:
+            problems.append("eval_every, checkpoint_every and average_best must be >= 0")
         if self.patience is not None and self.patience < 1:
             problems.append("patience must be >= 1")
         if self.truncation not in ("head", "head_tail"):
@@ -184,3 +188,5 @@ class TrainReport:
     steps: int = 0
     interrupted: bool = False
     amp_used: bool = False
+    averaged_steps: list[int] = field(default_factory=list)
+    """The steps whose weights were averaged into the model (``average_best``); empty: one checkpoint."""

@@ -22,6 +22,7 @@ import numpy as np
 from worker.model.classifier import DEFAULT_LABELS
 from worker.model.device import DeviceUnavailableError, activate, choose_device
 from worker.training.base_model import BASE_MODEL_NAME, BaseModelError, ensure_base_model
+from worker.training.averaging import average_best_snapshots, keep_snapshot
 from worker.training.checkpoints import LoopState, load_checkpoint, save_checkpoint, unwrap
 from worker.training.corpus import (
     LabeledText,
@@ -282,6 +283,8 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
 
     def keep_if_best(dev: ClassificationMetrics, epoch: int) -> None:
         """A better dev accuracy: remember it, save best.pdparams, and with eval_every the model dir."""
+        if rank == 0:
+            keep_snapshot(ckpt, state, unwrap(model).state_dict(), dev.accuracy, options.average_best)
         if dev.accuracy <= state.best_dev:
             return
         state.best_dev, state.best_epoch, state.best_step = dev.accuracy, epoch, state.global_step
@@ -408,6 +411,15 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
             steps=state.global_step, amp_used=amp_used,
         )  # fmt: skip
     net = unwrap(model)
+    averaged_steps = average_best_snapshots(
+        ckpt,
+        state,
+        net,
+        lambda m: (
+            classification_metrics(dev_labels, predict_probs(m, dev_ids, pad_id), DEFAULT_LABELS).accuracy
+        ),
+        say,
+    )
     net.set_state_dict(paddle.load(str(ckpt / "best.pdparams")))
     test_probs = predict_probs(net, test_ids, pad_id) if test_ids else None
     test = classification_metrics(test_labels, test_probs, DEFAULT_LABELS) if test_probs is not None else None
@@ -437,6 +449,7 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
         history=history,
         steps=state.global_step,
         amp_used=amp_used,
+        averaged_steps=averaged_steps,
     )
     if rank == 0:
         write_outputs(options, report, net, tokenizer, parts, source, test, device.kind, world, train_labels)
