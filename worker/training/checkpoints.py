@@ -11,7 +11,6 @@ from typing import Any
 
 from worker.training.options import TrainingError
 
-
 SNAPSHOT_GLOB = "dev-step-*.pdparams"
 
 

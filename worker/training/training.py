@@ -21,8 +21,8 @@ import numpy as np
 
 from worker.model.classifier import DEFAULT_LABELS
 from worker.model.device import DeviceUnavailableError, activate, choose_device
-from worker.training.base_model import BASE_MODEL_NAME, BaseModelError, ensure_base_model
 from worker.training.averaging import average_best_snapshots, keep_snapshot
+from worker.training.base_model import BASE_MODEL_NAME, BaseModelError, ensure_base_model
 from worker.training.checkpoints import LoopState, load_checkpoint, save_checkpoint, unwrap
 from worker.training.corpus import (
     LabeledText,
