@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from worker.bench.bench import BenchOptions, format_table, run_bench
+from worker.bench.model_table import EndToEnd, format_model_table, model_table
 from worker.config import WorkerSettings
 
 PHASE_KEYS = {"messages", "seconds", "messages_per_second", "results", "dead_letters"}
@@ -60,3 +61,21 @@ def test_bench_conserves_every_message_and_reports_each_phase(
     table = format_table(report)
     for row in ("model-only", "end-to-end", "naive loop", "latency", "worker RSS", "padding_efficiency"):
         assert row in table
+
+
+def test_model_table_drains_each_served_form_through_the_broker(
+    kafka_bootstrap: str, tiny_model_dir: Path, tiny_int8_dir: Path
+) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    settings = WorkerSettings(bootstrap_servers=kafka_bootstrap, device="cpu", http_port=0, max_wait_ms=20)
+    where = EndToEnd(settings, messages=80, partitions=2)
+    rows = model_table([tiny_model_dir, tiny_int8_dir], texts=64, repeats=1, end_to_end=where)
+
+    for row in rows:  # conservation is checked inside (a lost or repeated review raises)
+        assert row.end_to_end_reviews_per_s is not None and row.end_to_end_reviews_per_s > 0
+        assert row.peak_rss_mb is not None and row.peak_rss_mb > 50  # a worker with Paddle loaded
+    table = format_model_table(rows)
+    assert "| reviews/s end to end | peak RSS |" in table and " MB | " in table
+    left = AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics
+    assert not [name for name in left if name.startswith("model-table-")], "drain topics are deleted"

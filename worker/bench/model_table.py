@@ -5,7 +5,10 @@ for each served form (an `export` or `quantize` output such as `make model`'s IN
 itself. Each labels one held-out file — accuracy, macro-F1, ECE — and then runs ``repeats`` passes of
 `bench`'s model-only phase (the worker's windows, batch size and token budget, tokenization included) over
 the same shuffled corpus reviews (the demo's length mix); the median pass is reported. Shape, parameter
-count and the size and precision of the weights file come from the directory itself. Every model is
+count and the size and precision of the weights file come from the directory itself. With a broker
+(``bootstrap_servers``), each served form also drains a backlog of the same reviews through a real
+`sentiment-worker run` subprocess (`bench`'s end-to-end phase: conservation checked by id), which gives the
+end-to-end reviews/s and the worker's peak RSS. Every model is
 measured on the same held-out reviews: by default the first model's ``heldout.jsonl``; a model whose own
 held-out split differs is flagged, since it may have trained on some of those reviews.
 """
@@ -13,8 +16,10 @@ held-out split differs is flagged, since it may have trained on some of those re
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -22,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from worker.bench.bench import bench_model_only, review_texts
+from worker.bench.bench import BenchOptions, bench_end_to_end, bench_model_only, review_texts
+from worker.bench.topic_io import delete_run_topics
 from worker.config import WorkerSettings
 from worker.model.device import choose_device
 from worker.model.loading import InferenceOptions, load_classifier
@@ -55,10 +61,30 @@ class ModelRow:
     """True when the model's own heldout.jsonl is not the file the table used."""
     served_as: str = "Paddle Inference fp32"
     """The backend and precision the row was measured with."""
+    end_to_end_reviews_per_s: float | None = None
+    """Backlog drained through the broker by a worker process (None: no broker given)."""
+    peak_rss_mb: float | None = None
+    """The worker process's peak resident memory while draining (MB; None: no broker given)."""
+
+
+@dataclass(frozen=True)
+class EndToEnd:
+    """Where and how much the end-to-end column drains: the broker and client settings, a backlog size."""
+
+    settings: WorkerSettings
+    messages: int = 2000
+    partitions: int = 3
 
 
 def model_row(
-    directory: Path, heldout: Path, texts: Sequence[str], *, repeats: int, cpu_threads: int | None = None
+    directory: Path,
+    heldout: Path,
+    texts: Sequence[str],
+    *,
+    repeats: int,
+    cpu_threads: int | None = None,
+    end_to_end: EndToEnd | None = None,
+    say: Callable[[str], None] = lambda _: None,
 ) -> ModelRow:
     """Measures one training directory (see the module docstring)."""
     examples = read_heldout(heldout)
@@ -92,6 +118,13 @@ def model_row(
             ).messages_per_second
             for _ in range(max(1, repeats))
         ]
+        drained = (
+            _end_to_end(
+                served, "onnx" if onnx_only else "static", cpu_threads, texts, end_to_end, Path(tmp), say
+            )
+            if end_to_end is not None
+            else None
+        )
     config = _config(directory)
     weights = directory / ONNX_FILE if onnx_only else find_weights(directory)
     own = directory / HELDOUT_FILE
@@ -113,7 +146,36 @@ def model_row(
         passes_reviews_per_s=passes,
         own_heldout_differs=own.is_file() and _texts(own) != [e.text for e in examples],
         served_as=served_as,
+        end_to_end_reviews_per_s=drained[0] if drained else None,
+        peak_rss_mb=drained[1] if drained else None,
     )
+
+
+def _end_to_end(
+    served: Path,
+    backend: str,
+    cpu_threads: int | None,
+    texts: Sequence[str],
+    where: EndToEnd,
+    workdir: Path,
+    say: Callable[[str], None],
+) -> tuple[float, float | None]:
+    """(reviews/s, peak RSS in MB) of a worker process draining ``where.messages`` reviews; topics deleted."""
+    settings = where.settings.model_copy(
+        update={"model": str(served), "backend": backend, "device": "cpu", "cpu_threads": cpu_threads}
+    )
+    backlog = [texts[i % len(texts)] for i in range(where.messages)]
+    prefix = f"model-table-{os.getpid()}-{served.name}-{int(time.time())}"
+    options = BenchOptions(messages=where.messages, partitions=where.partitions, worker_timeout_s=1800.0)
+    try:
+        phase = bench_end_to_end(settings, backlog, options, prefix, workdir, say)
+    finally:
+        delete_run_topics(settings.librdkafka_common(), prefix)
+    check = phase.extra["conservation"]
+    if not check.get("ok", True):
+        raise RuntimeError(f"end-to-end drain of {served} lost or duplicated reviews: {check}")
+    peak = phase.extra["rss"]["peak_bytes"]
+    return phase.messages_per_second, peak / 1e6 if peak else None
 
 
 def model_table(
@@ -124,6 +186,7 @@ def model_table(
     repeats: int = 3,
     seed: int = 0,
     cpu_threads: int | None = None,
+    end_to_end: EndToEnd | None = None,
     progress: Callable[[str], None] = lambda _: None,
 ) -> list[ModelRow]:
     """One row per directory, all on the same held-out file and the same corpus reviews."""
@@ -138,16 +201,21 @@ def model_table(
     rows = []
     for directory in directories:
         progress(f"{directory}: {heldout.name}, {repeats} model-only passes of {texts} reviews")
-        rows.append(model_row(directory, heldout, reviews, repeats=repeats, cpu_threads=cpu_threads))
+        rows.append(
+            model_row(
+                directory, heldout, reviews, repeats=repeats, cpu_threads=cpu_threads, end_to_end=end_to_end,
+                say=progress,
+            )
+        )  # fmt: skip
     return rows
 
 
 def format_model_table(rows: Sequence[ModelRow]) -> str:
     """The rows as the README's Markdown table."""
     lines = [
-        "| model | served as | shape | parameters | held-out accuracy | macro-F1 | ECE | reviews/s (CPU) "
-        "| weights |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| model | served as | shape | parameters | held-out accuracy | macro-F1 | ECE "
+        "| reviews/s model-only | reviews/s end to end | peak RSS | weights |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         flag = " (own held-out split differs)" if row.own_heldout_differs else ""
@@ -155,14 +223,24 @@ def format_model_table(rows: Sequence[ModelRow]) -> str:
             f"| {row.name} ({row.version}){flag} | {row.served_as} | {row.shape} | "
             f"{row.parameters / 1e6:.1f}M | "
             f"{row.accuracy:.2%} | {row.macro_f1:.3f} | {row.ece:.3f} | {row.reviews_per_s:,.0f} | "
+            f"{_maybe(row.end_to_end_reviews_per_s, ',.0f')} | {_maybe(row.peak_rss_mb, ',.0f', ' MB')} | "
             f"{row.weights_mb:.1f} MB {row.weights_dtype} |"
         )
     if rows:
         lines.append(
             f"\n{rows[0].heldout_texts} held-out reviews; reviews/s: median of "
-            f"{len(rows[0].passes_reviews_per_s)} model-only passes at the demo's length mix."
+            f"{len(rows[0].passes_reviews_per_s)} model-only passes at the demo's length mix"
+            + (
+                "; end to end: a backlog drained through the broker by a worker process (its peak RSS)."
+                if rows[0].end_to_end_reviews_per_s is not None
+                else "; end to end and RSS: pass --bootstrap-servers."
+            )
         )
     return "\n".join(lines)
+
+
+def _maybe(value: float | None, spec: str, unit: str = "") -> str:
+    return "—" if value is None else f"{value:{spec}}{unit}"
 
 
 def rows_as_json(rows: Sequence[ModelRow]) -> list[dict[str, Any]]:

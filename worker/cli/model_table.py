@@ -8,7 +8,24 @@ import json
 import sys
 from pathlib import Path
 
-from worker.cli.common import EXIT_OK, CommandError, Subparsers, configure_logging, use_all_cores
+from worker.cli.common import (
+    EXIT_OK,
+    CommandError,
+    Subparsers,
+    configure_logging,
+    env_config_file,
+    load_settings,
+    use_all_cores,
+)
+from worker.config import WorkerSettings
+
+
+def broker_settings(bootstrap_servers: str) -> WorkerSettings:
+    """The environment's settings (security, client options) with this broker."""
+    try:
+        return load_settings(env_config_file(), bootstrap_servers=bootstrap_servers)
+    except ValueError as exc:
+        raise CommandError(f"invalid settings: {exc}") from None
 
 
 def register(subparsers: Subparsers) -> None:
@@ -26,13 +43,20 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--texts", type=int, default=2048, help="corpus reviews per timed pass")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per model (median reported)")
     parser.add_argument("--cpu-threads", type=int, default=None, help="math threads (default: all cores)")
+    parser.add_argument(
+        "--bootstrap-servers",
+        default=None,
+        help="a broker: each served form also drains a backlog through a worker process (end-to-end "
+        "reviews/s and peak RSS columns)",
+    )
+    parser.add_argument("--e2e-messages", type=int, default=2000, help="reviews per end-to-end drain")
     parser.add_argument("--json", action="store_true", help="rows as JSON instead of a table")
     parser.set_defaults(func=cmd_model_table)
 
 
 def cmd_model_table(args: argparse.Namespace) -> int:
     use_all_cores()
-    from worker.bench.model_table import format_model_table, model_table, rows_as_json
+    from worker.bench.model_table import EndToEnd, format_model_table, model_table, rows_as_json
     from worker.model.loading import ModelLoadError
     from worker.training.export import ExportError
 
@@ -44,6 +68,9 @@ def cmd_model_table(args: argparse.Namespace) -> int:
             texts=args.texts,
             repeats=args.repeats,
             cpu_threads=args.cpu_threads,
+            end_to_end=EndToEnd(args.bootstrap_servers, args.e2e_messages)
+            if args.bootstrap_servers
+            else None,
             progress=lambda line: print(line, file=sys.stderr, flush=True),
         )
     except (ExportError, ModelLoadError, FileNotFoundError, ValueError, KeyError) as exc:
