@@ -143,9 +143,10 @@ fast-model: candidate
 	rm -rf $(FAST_STATIC_MODEL_DIR)
 
 # The README's model table, one run: both shipped models, the default's served INT8 form, and the other
-# models that exist here.
-model-table: model
-	$(CLI) model-table --model $(MODEL_DIR) --model $(SERVED_MODEL_DIR) --model $(FAST_MODEL_DIR) \
+# models that exist here; each also drains a backlog through the local broker (end to end, peak RSS).
+model-table: model kafka-up
+	$(CLI) model-table --bootstrap-servers localhost:$(KAFKA_PORT) \
+		--model $(MODEL_DIR) --model $(SERVED_MODEL_DIR) --model $(FAST_MODEL_DIR) \
 		$(foreach dir,$(SCRATCH_DIR) $(TEACHER_DIR),$(if $(wildcard $(dir)/metrics.json),--model $(dir)))
 
 scratch-model: install
