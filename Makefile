@@ -25,10 +25,11 @@ FAST_STATIC_MODEL_DIR ?= $(FAST_MODEL_DIR)-static
 TEACHER_DIR ?= models/teacher
 CANDIDATE_DIR ?= models/candidate
 SCRATCH_DIR ?= models/scratch
-# The shipped default's recipe: 2 epochs, label smoothing 0.1, dev evaluated every 100 steps (best kept).
+# The shipped default's recipe: 2 epochs at lr 1e-4, dev evaluated every 100 steps, the weights of the 3 best
+# evaluations averaged when that is not worse on dev (label smoothing 0.1 was tried: not better).
 TEACHER_EPOCHS ?= 2
 TEACHER_FLAGS ?= --init bge-small-zh --epochs $(TEACHER_EPOCHS) --batch-size 32 --learning-rate 1e-4 --warmup-fraction 0.1 \
-	--max-seq-len 128 --truncation head_tail --label-smoothing 0.1 --checkpoint-every 100 --eval-every 100 \
+	--max-seq-len 128 --truncation head_tail --checkpoint-every 100 --eval-every 100 --average-best 3 \
 	--name sentiment-bge-small-zh
 STUDENT_FLAGS ?= --teacher $(MODEL_DIR) --num-layers 3 --hidden-size 128 --num-heads 4 --intermediate-size 512 \
 	--max-seq-len 128 --truncation head_tail --epochs 3 --learning-rate 1e-3 --augment-copies 2 \
