@@ -39,12 +39,13 @@ PYTEST_ARGS ?=
 
 .PHONY: help install browser prometheus-tools kafka-up kafka-down kafka-status base-model teacher candidate \
 	default-model fast-model scratch-model model-table model model-static fast-model-static demo test test-unit \
-	test-faults lint typecheck schemas docs clean
+	test-faults test-stress lint typecheck schemas docs clean
 
 help:
 	@echo "make demo        broker up, the shipped default model made INT8, sample reviews labelled, table printed"
 	@echo "make test        install, throw-away broker up, full test suite, broker down"
 	@echo "make test-unit   the tests that need neither broker nor trained model"
+	@echo "make test-stress the suite 3 times in a row beside a CPU hog (STRESS_TESTS=... picks a part)"
 	@echo "make browser     Debian's chromium + chromium-driver (+ a CJK font) for the page test (root)"
 	@echo "make prometheus-tools  Debian's prometheus package (promtool) for the alert-rule tests (root)"
 	@echo "make kafka-up / kafka-down / kafka-status   the local Apache Kafka broker on localhost:$(KAFKA_PORT)"
@@ -165,6 +166,15 @@ test-unit: install prometheus-tools
 
 test-faults: install
 	$(PY) -m pytest tests/faults $(PYTEST_ARGS)
+
+# Timing-proofing: the suite (or STRESS_TESTS, e.g. tests/faults) ROUNDS times in a row while STRESS_HOGS
+# Python busy loops take a core each; every round must pass. Uses its own throw-away broker (tests/stress.sh).
+ROUNDS ?= 3
+STRESS_HOGS ?= 1
+STRESS_TESTS ?= tests
+test-stress: install browser prometheus-tools
+	ROUNDS=$(ROUNDS) STRESS_HOGS=$(STRESS_HOGS) STRESS_TESTS="$(STRESS_TESTS)" PYTEST_ARGS="$(PYTEST_ARGS)" \
+		TEST_KAFKA_PORT=$(TEST_KAFKA_PORT) PY=$(PY) bash tests/stress.sh
 
 lint: install
 	$(VENV)/bin/ruff check worker schemas tests deploy docs

@@ -47,12 +47,14 @@ def produce_all(bootstrap: str, topic: str, records: Sequence[Record], **conf: A
         if err is not None:
             errors.append(str(err))
 
+    deadline = time.monotonic() + 120
     for key, value in records:
         while True:
             try:
                 producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
                 break
-            except BufferError:
+            except BufferError:  # the local queue is full: serve delivery reports until it has room
+                assert time.monotonic() < deadline, "test producer: queue still full after 120 s"
                 producer.poll(0.1)
         producer.poll(0)
     left = producer.flush(60)
