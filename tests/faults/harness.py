@@ -262,8 +262,9 @@ class PrivateBroker:
         assert proc.returncode == 0, f"private broker did not stop:\n{proc.stdout}\n{proc.stderr}"
 
 
-def wait_for_log(worker: WorkerProcess, needle: str, timeout_s: float = 120.0) -> None:
-    """Waits until `needle` appears in the worker's stderr (e.g. "assigned"); fails if it exits first."""
+def wait_for_log(worker: WorkerProcess, needle: str, timeout_s: float = 300.0) -> None:
+    """Waits until `needle` appears in the worker's stderr (e.g. "assigned"); fails if it exits first.
+    The deadline is generous: a loaded machine loads the model slowly (seen: over 120 s)."""
     deadline = time.monotonic() + timeout_s
     while needle not in worker.stderr():
         assert worker.alive(), f"{worker.name} exited ({worker.proc.returncode}):\n{worker.stderr_tail()}"

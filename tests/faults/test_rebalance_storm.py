@@ -96,7 +96,7 @@ def test_rebalance_storm_loses_nothing_and_keeps_partition_order(
         collector.wait_until(lambda: len(collector.distinct_keys()) >= INPUTS, 180, "every id")
         collector.settle()
         for worker in alive:
-            wait_for_log(worker, CONSUMING, 120)
+            wait_for_log(worker, CONSUMING, 300)
             worker.terminate()
         codes = {w.name: w.wait(90) for w in [*stopped, *alive]}
     finally:

@@ -65,7 +65,7 @@ def test_sigint_stops_cleanly_like_sigterm(
 ) -> None:
     worker = _start(names, tiny_model_dir, tmp_path, "sigint")
     try:
-        worker.wait_ready(180)
+        worker.wait_ready(300)
         produce_all(names["bootstrap"], names["reviews"], [review(i, "int") for i in range(12)])
         assert len(read_topic(names["bootstrap"], names["results"], expected=12, settle_s=0)) == 12
         worker.proc.send_signal(signal.SIGINT)
@@ -84,7 +84,7 @@ def test_a_second_signal_exits_at_once(names: dict[str, str], tiny_model_dir: Pa
     # A shutdown timeout longer than the stall: only the second signal can end this stop early.
     worker = _start(names, tiny_model_dir, tmp_path, "twice", SENTIMENT_SHUTDOWN_TIMEOUT_S="3600")
     try:
-        worker.wait_ready(180)
+        worker.wait_ready(300)
         produce_all(names["bootstrap"], names["reviews"], [_marked(i, "two") for i in range(2)])
         wait_for_log(worker, STALL_LINE)
         worker.proc.send_signal(signal.SIGTERM)
@@ -108,7 +108,7 @@ def test_shutdown_timeout_bounds_a_stop_whose_window_never_finishes(
 ) -> None:
     worker = _start(names, tiny_model_dir, tmp_path, "bounded", SENTIMENT_SHUTDOWN_TIMEOUT_S="3")
     try:
-        worker.wait_ready(180)
+        worker.wait_ready(300)
         produce_all(names["bootstrap"], names["reviews"], [review(i, "ok") for i in range(8)])
         assert len(read_topic(names["bootstrap"], names["results"], expected=8, settle_s=0)) == 8
         wait_until(
