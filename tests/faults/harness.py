@@ -254,7 +254,7 @@ class PrivateBroker:
 
     def up(self) -> None:
         args = ["up", "--port", str(self.port), "--controller-port", str(self.controller_port), *self._args()]
-        proc = run_launcher(*args, "--timeout-s", "120")
+        proc = run_launcher(*args, "--timeout-s", "300")  # a loaded machine starts Kafka slowly
         assert proc.returncode == 0, f"private broker did not start:\n{proc.stdout}\n{proc.stderr}"
 
     def down(self) -> None:
