@@ -40,12 +40,14 @@ PYTEST_ARGS ?=
 
 .PHONY: help install browser prometheus-tools kafka-up kafka-down kafka-status base-model teacher candidate \
 	default-model fast-model scratch-model model-table model model-static fast-model-static demo test test-unit \
-	test-faults lint typecheck schemas docs clean
+	test-faults test-stress mutation lint typecheck schemas docs clean
 
 help:
 	@echo "make demo        broker up, the shipped default model made INT8, sample reviews labelled, table printed"
 	@echo "make test        install, throw-away broker up, full test suite, broker down"
 	@echo "make test-unit   the tests that need neither broker nor trained model"
+	@echo "make test-stress the suite 3 times in a row beside a CPU hog (STRESS_TESTS=... picks a part)"
+	@echo "make mutation    cosmic-ray on the pure logic modules, score per module (MUTATION_MODULES=...; CPU heavy)"
 	@echo "make browser     Debian's chromium + chromium-driver (+ a CJK font) for the page test (root)"
 	@echo "make prometheus-tools  Debian's prometheus package (promtool) for the alert-rule tests (root)"
 	@echo "make kafka-up / kafka-down / kafka-status   the local Apache Kafka broker on localhost:$(KAFKA_PORT)"
@@ -167,6 +169,22 @@ test-unit: install prometheus-tools
 
 test-faults: install
 	$(PY) -m pytest tests/faults $(PYTEST_ARGS)
+
+# Timing-proofing: the suite (or STRESS_TESTS, e.g. tests/faults) ROUNDS times in a row while STRESS_HOGS
+# Python busy loops take a core each; every round must pass. Uses its own throw-away broker (tests/stress.sh).
+ROUNDS ?= 3
+STRESS_HOGS ?= 1
+STRESS_TESTS ?= tests
+test-stress: install browser prometheus-tools
+	ROUNDS=$(ROUNDS) STRESS_HOGS=$(STRESS_HOGS) STRESS_TESTS="$(STRESS_TESTS)" PYTEST_ARGS="$(PYTEST_ARGS)" \
+		TEST_KAFKA_PORT=$(TEST_KAFKA_PORT) PY=$(PY) bash tests/stress.sh
+
+# Mutation testing (cosmic-ray) of the pure logic that guards the invariants, each module against its unit
+# tests, in a copy of the tree (var/mutation/); one pytest run per mutant, so niced and a module at a time
+# if the machine is busy: `make mutation MUTATION_MODULES="offsets backpressure"`. Fails below 85 % killed.
+MUTATION_MODULES ?= offsets partitions backpressure records decode batch_plan consume_window
+mutation: install
+	MUTATION_MODULES="$(MUTATION_MODULES)" PY=$(CURDIR)/$(PY) nice -n 10 bash tests/mutation.sh
 
 lint: install
 	$(VENV)/bin/ruff check worker schemas tests deploy docs

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from typing import Any
 
 import httpx
@@ -210,6 +211,14 @@ def test_a_request_not_answered_in_time_gets_504(tiny_classifier: Any) -> None:
     assert response.json() == {"error": "timeout", "reason": "not labelled within 0.3 s"}
 
 
+def accepted_texts(served: Any) -> float:
+    """Texts accepted by the batcher: still waiting (the gauge) or already answered (the counter; counted
+    after the gauge is lowered, so the sum never counts a text twice)."""
+    registry = served.registry
+    waiting = registry.get_sample_value("sentiment_http_queued_texts") or 0.0
+    return waiting + (registry.get_sample_value("sentiment_http_texts_total") or 0.0)
+
+
 def test_stopping_answers_every_accepted_request(tiny_classifier: Any) -> None:
     slow = SlowClassifier(tiny_classifier, delay_s=0.3)
     bodies = [{"texts": [TEXTS[i]]} for i in range(6)]
@@ -217,7 +226,11 @@ def test_stopping_answers_every_accepted_request(tiny_classifier: Any) -> None:
     async def stop_while_busy(url: str, served: Any) -> list[httpx.Response]:
         async with httpx.AsyncClient(base_url=url, timeout=60) as client:
             tasks = [asyncio.create_task(client.post(API, json=b)) for b in bodies]
-            await asyncio.sleep(0.15)  # accepted, the first batch in the model
+            # Every request accepted (waiting or already answered) before the stop, polled with a deadline.
+            deadline = time.monotonic() + 30
+            while accepted_texts(served) < len(bodies):
+                assert time.monotonic() < deadline, f"only {accepted_texts(served)} texts accepted after 30 s"
+                await asyncio.sleep(0.01)
             served.service.request_stop()
             return list(await asyncio.gather(*tasks))
 
