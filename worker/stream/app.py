@@ -131,7 +131,7 @@ class SentimentWorker:
         self._classifier = classifier
         self._model = model
         self._registry = registry if registry is not None else CollectorRegistry()
-        self._metrics: WorkerMetrics = create_metrics(self._registry)
+        self._metrics: WorkerMetrics = create_metrics(self._registry, low_confidence=settings.low_confidence)
         self._clock = clock
         self._health = HealthState(settings.liveness_timeout_s, clock)
         self._stop = stop if stop is not None else Event()  # set before run(): it stops at once
@@ -175,6 +175,7 @@ class SentimentWorker:
         self._metrics.model.info(
             {"name": self._model.name, "version": self._model.version, "device": _device_of(self._classifier)}
         )
+        self._metrics.start_predictions(self._classifier.labels, self._model.version)
         api = self._api if s.http_port and s.http_api else None
         if api is not None:  # the API on the same port, through this worker's inference thread
             self.http_address = api.open(stack, s, self._registry, self._health)
@@ -440,6 +441,8 @@ class SentimentWorker:
             if record.kind == "result":
                 self._summary.results += 1
                 self._metrics.results_published.labels(record.topic).inc()
+                if record.label is not None and record.confidence is not None:
+                    self._metrics.observe_prediction(record.label, record.confidence, self._model.version)
             else:
                 self._summary.dead_letters += 1
                 by_kind = self._summary.dead_letters_by_kind
