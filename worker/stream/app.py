@@ -176,6 +176,9 @@ class SentimentWorker:
             {"name": self._model.name, "version": self._model.version, "device": _device_of(self._classifier)}
         )
         self._metrics.start_predictions(self._classifier.labels, self._model.version)
+        # Exported at 0 from the start, so rate() counts the first messages (a series is born at its value).
+        self._metrics.messages_consumed.labels(s.input_topic)
+        self._metrics.results_published.labels(s.output_topic)
         api = self._api if s.http_port and s.http_api else None
         if api is not None:  # the API on the same port, through this worker's inference thread
             self.http_address = api.open(stack, s, self._registry, self._health)
