@@ -209,13 +209,15 @@ def create_metrics(
         ),
         consumer_lag_messages=Gauge(
             "sentiment_consumer_lag_messages",
-            "High watermark minus the next offset this worker will consume, per assigned partition.",
+            "High watermark minus the next offset this worker consumes, per assigned partition (before it "
+            "fetched from the partition: minus the committed offset, else the log start).",
             tp,
             registry=registry,
         ),
         consumer_lag_seconds=Gauge(
             "sentiment_consumer_lag_seconds",
-            "Age of the oldest consumed message not yet acknowledged downstream (0 when caught up).",
+            "Age of the oldest message not done: consumed and unacknowledged, or, before the partition was "
+            "fetched from, the one at its committed offset (0 when nothing waits).",
             tp,
             registry=registry,
         ),
