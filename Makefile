@@ -49,7 +49,7 @@ help:
 	@echo "make test-stress the suite 3 times in a row beside a CPU hog (STRESS_TESTS=... picks a part)"
 	@echo "make mutation    cosmic-ray on the pure logic modules, score per module (MUTATION_MODULES=...; CPU heavy)"
 	@echo "make browser     Debian's chromium + chromium-driver (+ a CJK font) for the page test (root)"
-	@echo "make prometheus-tools  Debian's prometheus package (promtool) for the alert-rule tests (root)"
+	@echo "make prometheus-tools  Debian's prometheus package (promtool, server) for the monitoring tests (root)"
 	@echo "make kafka-up / kafka-down / kafka-status   the local Apache Kafka broker on localhost:$(KAFKA_PORT)"
 	@echo "make base-model  fetch bge-small-zh-v1.5 (Maven) and convert it for \`train --init bge-small-zh\`"
 	@echo "make model       the shipped default as ONNX Runtime INT8 in $(SERVED_MODEL_DIR) (what the demo serves)"
@@ -81,11 +81,12 @@ browser:
 	fi
 
 # The alert-rule tests (tests/unit/test_prometheus_rules.py) run `promtool check config|rules` and
-# `promtool test rules`; Debian's prometheus package ships /usr/bin/promtool. Installed only when missing.
-# The tests never use the Prometheus server the package may start.
+# `promtool test rules`; tests/integration/test_prometheus_server.py starts its own `prometheus` server (temporary
+# config and data, free port). Debian's prometheus package ships both binaries; installed only when one is
+# missing. The tests never use the Prometheus service the package may start.
 prometheus-tools:
-	@if ! command -v promtool >/dev/null; then \
-		echo "installing prometheus (apt-get) for promtool"; \
+	@if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then \
+		echo "installing prometheus (apt-get) for promtool and the prometheus server"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
 	fi
 

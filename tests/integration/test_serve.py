@@ -14,6 +14,7 @@ import pytest
 from schemas.http_api import SentimentResponse
 from tests.integration.helpers import SAMPLES
 from tests.integration.serve_helpers import SlowClassifier, scrape, serving
+from worker.config import DEFAULT_LOW_CONFIDENCE
 from worker.tools.predict import predict_lines
 
 API = "/v1/sentiment"
@@ -42,8 +43,10 @@ def test_concurrent_requests_share_batches_and_come_back_in_request_order(tiny_c
 
     assert [r.status_code for r in responses] == [200] * 24
     shared = 0
+    answered: list[Any] = []
     for body, response in zip(bodies, responses, strict=True):
         answer = SentimentResponse.model_validate(response.json())
+        answered += answer.results
         assert [r.id for r in answer.results] == body["ids"]  # request order, ids echoed
         for text, result in zip(body["texts"], answer.results, strict=True):
             want = expected[text]
@@ -60,6 +63,14 @@ def test_concurrent_requests_share_batches_and_come_back_in_request_order(tiny_c
     assert metrics["sentiment_batch_size_sum{}"] == sum(len(b["texts"]) for b in bodies)
     assert metrics["sentiment_http_requests_total{code=200}"] == 24
     assert metrics["sentiment_http_queued_texts{}"] == 0
+    # Model monitoring counts the HTTP answers as the Kafka worker counts its results.
+    version = tiny_classifier.version
+    for label in tiny_classifier.labels:
+        count = sum(1 for r in answered if r.label == label)
+        assert metrics[f"sentiment_predictions_total{{label={label},model_version={version}}}"] == count
+    low = sum(1 for r in answered if r.confidence is not None and r.confidence < DEFAULT_LOW_CONFIDENCE)
+    assert metrics[f"sentiment_low_confidence_predictions_total{{model_version={version}}}"] == low
+    assert metrics["sentiment_prediction_confidence_count{}"] == len(answered)
 
 
 def test_one_text_and_the_openapi_document(tiny_classifier: Any) -> None:

@@ -39,7 +39,7 @@ from worker.config import WorkerSettings
 from worker.health import HealthState
 from worker.http.request_batcher import BatcherClosed, Overloaded, RequestBatcher, RequestOutcome
 from worker.inference.labelling import InferenceFailure
-from worker.metrics import HttpMetrics
+from worker.metrics import HttpMetrics, WorkerMetrics
 
 Scope = MutableMapping[str, Any]
 AsgiMessage = MutableMapping[str, Any]
@@ -79,10 +79,15 @@ class SentimentApi:
         self._batcher: RequestBatcher | None = None
         self._model: ModelRef | None = None
         self._labels: list[str] = []
+        self._metrics: WorkerMetrics | None = None  # set by attach
 
-    def attach(self, batcher: RequestBatcher, model: ModelRef, labels: list[str]) -> None:
-        """The model is warm: requests go to `batcher` from now on."""
-        self._model, self._labels = model, list(labels)
+    def attach(
+        self, batcher: RequestBatcher, model: ModelRef, labels: list[str], metrics: WorkerMetrics
+    ) -> None:
+        """The model is warm: requests go to `batcher` from now on; their results are counted in `metrics`
+        as the Kafka worker counts its own (by label and model version, confidence)."""
+        self._model, self._labels, self._metrics = model, list(labels), metrics
+        metrics.start_predictions(self._labels, model.version)
         self._batcher = batcher
 
     def early_refusal(self) -> JSONResponse | None:
@@ -137,6 +142,10 @@ class SentimentApi:
             result_of(item_id, output, self._labels)
             for (item_id, _), output in zip(items, outcome.outputs, strict=True)
         ]
+        if self._metrics is not None:
+            for result in results:
+                if result.label is not None and result.confidence is not None:
+                    self._metrics.observe_prediction(result.label, result.confidence, model.version)
         timing = Timing(
             total_ms=round(seconds * 1000, 3),
             queue_ms=round(outcome.queue_seconds * 1000, 3),

@@ -41,6 +41,8 @@ class OutboundRecord:
     headers: list[tuple[str, bytes]] | None
     source: SourcePosition
     kind: str  # "result" or a dead-letter kind
+    label: str | None = None  # a result's label and confidence (counted when acknowledged)
+    confidence: float | None = None
 
 
 @dataclass(frozen=True)
