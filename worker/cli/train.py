@@ -51,8 +51,12 @@ _TRAIN_FLAGS: list[tuple[str, Callable[[str], Any], str]] = [
     ("checkpoint_every", int, "also checkpoint every N optimizer steps (default: each epoch)"),
     ("eval_every", int, "also evaluate on dev every N steps; each new best is written as a usable model"),
     ("stop_after_steps", int, "checkpoint and stop after N optimizer steps (to test --resume)"),
-    ("average_best", int, "average the weights of the N best dev evaluations at the end (kept if not worse "
-     "on dev); works with --finish on a run that kept them"),
+    (
+        "average_best",
+        int,
+        "average the weights of the N best dev evaluations at the end (kept if not worse "
+        "on dev); works with --finish on a run that kept them",
+    ),
 ]
 
 
