@@ -11,6 +11,7 @@ __all__ = [
     "predict",
     "produce",
     "tail",
+    "tls",
     "topics",
     "tune",
 ]
