@@ -71,7 +71,7 @@ def _openssl(*args: str, cwd: Path) -> None:
         raise TlsError(f"openssl {args[0]} failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
 
 
-def make_ca(directory: Path, cn: str = "sentiment-worker local CA", days: int = CERT_DAYS) -> TlsFiles:
+def make_ca(directory: Path, cn: str = "launcher local CA", days: int = CERT_DAYS) -> TlsFiles:
     """A self-signed CA in ``directory`` (ca.pem, ca.key) unless one is there."""
     files = TlsFiles(directory)
     directory.mkdir(parents=True, exist_ok=True)

@@ -67,6 +67,14 @@ def tls_context(settings: WorkerSettings) -> ssl.SSLContext:
 def handshake(settings: WorkerSettings, timeout_s: float = 5.0) -> Handshake:
     """Connects to the first bootstrap server and shakes hands; never raises."""
     host, port = first_server(settings.bootstrap_servers)
+    files = {
+        "SENTIMENT_SSL_CA_LOCATION": settings.ssl_ca_location,
+        "SENTIMENT_SSL_CERTIFICATE_LOCATION": settings.ssl_certificate_location,
+        "SENTIMENT_SSL_KEY_LOCATION": settings.ssl_key_location,
+    }
+    for name, path in files.items():
+        if path is not None and not path.is_file():
+            return Handshake(False, f"{name}: no file at {path}", f"point {name} at an existing PEM file")
     try:
         context = tls_context(settings)
     except (ssl.SSLError, OSError) as exc:
@@ -74,19 +82,22 @@ def handshake(settings: WorkerSettings, timeout_s: float = 5.0) -> Handshake:
             False, f"cannot load the client certificate or key ({_reason(exc)})", CLIENT_FILES_FIX
         )
     try:
-        with (
-            socket.create_connection((host, port), timeout=timeout_s) as sock,
-            context.wrap_socket(sock, server_hostname=host) as tls,
-        ):
+        sock = socket.create_connection((host, port), timeout=timeout_s)
+    except OSError as exc:
+        # No answer at all: the broker check says that (and its fix) better.
+        return Handshake(False, f"cannot connect to {host}:{port} ({exc.strerror or exc})")
+    try:
+        with sock, context.wrap_socket(sock, server_hostname=host) as tls:
             version, peer = tls.version(), tls.getpeercert() or {}
             refused = _client_refused(tls)
     except ssl.SSLCertVerificationError as exc:
         return verify_failure(exc.verify_code, exc.verify_message, host)
     except ssl.SSLError as exc:
         return ssl_failure(_reason(exc), client_cert=settings.ssl_certificate_location is not None)
-    except OSError as exc:
-        # No answer at all: the broker check says that (and its fix) better.
-        return Handshake(False, f"cannot connect to {host}:{port} ({exc.strerror or exc})")
+    except OSError as exc:  # connected, then hung up on the ClientHello: EOF / reset
+        return ssl_failure(
+            f"eof: {exc.strerror or exc}", client_cert=settings.ssl_certificate_location is not None
+        )
     if refused is not None:
         return ssl_failure(refused, client_cert=settings.ssl_certificate_location is not None)
     subject = _name(peer.get("subject", ()))
