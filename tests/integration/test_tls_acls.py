@@ -63,7 +63,7 @@ def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBr
     up = run_launcher(
         "up", "--port", str(port), "--controller-port", str(controller), "--secure",
         "--ssl-port", str(ssl_port), "--sasl-ssl-port", str(sasl_ssl_port), *users, *common,
-        "--timeout-s", "120",
+        "--timeout-s", "300",  # ~20 s on an idle machine; generous for a busy one
     )  # fmt: skip
     assert up.returncode == 0, f"secure broker did not start:\n{up.stdout}\n{up.stderr}"
     for secret in passwords.values():
