@@ -252,6 +252,12 @@ class WorkerSettings(BaseSettings):
             raise ValueError("must not be empty")
         return value.strip()
 
+    @field_validator("ssl_ca_location", "ssl_certificate_location", "ssl_key_location", mode="before")
+    @classmethod
+    def _empty_path_is_none(cls, value: Any) -> Any:
+        # An empty SENTIMENT_SSL_* (a template's ${VAR:-}) means: not set, not the current directory.
+        return None if isinstance(value, str) and not value.strip() else value
+
     @field_validator("api_token", mode="before")
     @classmethod
     def _empty_token_is_none(cls, value: Any) -> Any:

@@ -77,6 +77,8 @@ def test_tls_files_are_handed_to_librdkafka_with_host_name_checks_on_by_default(
     unchecked = WorkerSettings(security_protocol="SSL", ssl_endpoint_identification=False)
     assert unchecked.librdkafka_common()["ssl.endpoint.identification.algorithm"] == "none"
     assert not [k for k in WorkerSettings().librdkafka_common() if k.startswith("ssl.")]  # PLAINTEXT
+    empty = WorkerSettings(security_protocol="SSL", ssl_certificate_location="", ssl_key_location="")
+    assert "ssl.certificate.location" not in empty.librdkafka_common()  # empty = unset, not "."
 
 
 @pytest.mark.parametrize(

@@ -108,7 +108,10 @@ def apply_acls(
 ) -> int:
     """Creates the rules' ALLOW bindings for ``principal`` with the admin client (an existing binding is
     kept); returns how many. Raises AclError naming the first binding the broker refused."""
-    admin = AdminClient(dict(common_conf))
+    try:
+        admin = AdminClient(dict(common_conf))
+    except KafkaException as exc:
+        raise AclError(f"the Kafka client settings were rejected: {exc.args[0]}") from exc
     bindings = [rule.binding(principal) for rule in rules]
     futures = admin.create_acls(bindings, request_timeout=timeout_s)
     for rule, binding in zip(rules, bindings, strict=True):
