@@ -159,7 +159,7 @@ def test_without_write_on_the_output_the_worker_stops_and_after_the_grant_every_
     collector.start()
     try:
         refused = WorkerProcess(env, tmp_path, "refused")
-        line = refused.refusal_line()
+        line = refused.refusal_line(timeout_s=300)  # Paddle loads slowly on a busy machine
         assert f"refused User:worker WRITE on topic {names['results']!r}" in line, line
         assert "TOPIC_AUTHORIZATION_FAILED" in line and names["dlq"] not in line, line
         assert committed_offsets(secure_broker, names) == [-1001, -1001]  # nothing committed
@@ -170,7 +170,7 @@ def test_without_write_on_the_output_the_worker_stops_and_after_the_grant_every_
         http_port = free_port()
         worker = WorkerProcess({**env, "SENTIMENT_HTTP_PORT": str(http_port)}, tmp_path, "granted")
         try:
-            collector.wait_until(lambda: collector.count() >= INPUTS, timeout_s=120, what="every input")
+            collector.wait_until(lambda: collector.count() >= INPUTS, timeout_s=300, what="every input")
             scraped = [_get(f"http://127.0.0.1:{http_port}{path}") for path in ("/metrics", "/healthz")]
             worker.terminate()
             code = worker.wait(60)
@@ -207,7 +207,7 @@ def test_a_principal_without_read_on_the_input_is_refused_with_the_topic_and_rea
         admin, "User:reader", names, AclRule("topic", names["reviews"], "Read", "consume the input topic")
     )
     worker = WorkerProcess(sasl_ssl_env(secure_broker, names, tiny_model_dir, "reader"), tmp_path, "no-read")
-    line = worker.refusal_line()
+    line = worker.refusal_line(timeout_s=300)
     assert f"refused User:reader READ on topic {names['reviews']!r} (TOPIC_AUTHORIZATION_FAILED)" in line, (
         line
     )
