@@ -10,6 +10,12 @@ KAFKA_PORT ?= 9092
 # The test suite gets its own throw-away broker, so it never touches the one `make demo` uses.
 TEST_KAFKA_PORT ?= 19092
 TEST_KAFKA_DIR := var/kafka-test
+# `make kafka-up-secure`: TLS + ACLs (docs/security.md); SSL on port+3, SASL_SSL on port+4.
+SECURE_KAFKA_DIR := var/kafka-secure
+SECURE_SSL_PORT := $(shell echo $$(($(KAFKA_PORT) + 3)))
+SECURE_ADMIN_ENV := SENTIMENT_BOOTSTRAP_SERVERS=localhost:$(SECURE_SSL_PORT) SENTIMENT_SECURITY_PROTOCOL=SSL \
+	SENTIMENT_SSL_CA_LOCATION=$(SECURE_KAFKA_DIR)/tls/ca.pem SENTIMENT_SSL_CERTIFICATE_LOCATION=$(SECURE_KAFKA_DIR)/tls/admin.pem \
+	SENTIMENT_SSL_KEY_LOCATION=$(SECURE_KAFKA_DIR)/tls/admin.key
 # Two models ship in the repository, each with its card (README.md: base, data, recipe, held-out metrics):
 # models/default, the accurate one (bge-small-zh fine-tuned, 4 x 512), and models/fast, its 3 x 128 student.
 MODEL_DIR ?= models/default
@@ -38,7 +44,7 @@ STUDENT_FLAGS ?= --teacher $(MODEL_DIR) --num-layers 3 --hidden-size 128 --num-h
 PROMOTION_MARGIN ?= 0.005
 PYTEST_ARGS ?=
 
-.PHONY: help install browser prometheus-tools kafka-up kafka-down kafka-status base-model teacher candidate \
+.PHONY: help install browser prometheus-tools kafka-up kafka-down kafka-status kafka-up-secure kafka-down-secure base-model teacher candidate \
 	default-model fast-model scratch-model model-table model model-static fast-model-static demo test test-unit \
 	test-faults test-stress mutation lint typecheck schemas docs clean
 
@@ -51,6 +57,7 @@ help:
 	@echo "make browser     Debian's chromium + chromium-driver (+ a CJK font) for the page test (root)"
 	@echo "make prometheus-tools  Debian's prometheus package (promtool, server) for the monitoring tests (root)"
 	@echo "make kafka-up / kafka-down / kafka-status   the local Apache Kafka broker on localhost:$(KAFKA_PORT)"
+	@echo "make kafka-up-secure / kafka-down-secure    the same with TLS and ACLs (docs/security.md)"
 	@echo "make base-model  fetch bge-small-zh-v1.5 (Maven) and convert it for \`train --init bge-small-zh\`"
 	@echo "make model       the shipped default as ONNX Runtime INT8 in $(SERVED_MODEL_DIR) (what the demo serves)"
 	@echo "make model-static / fast-model-static   Paddle Inference exports of $(MODEL_DIR) / $(FAST_MODEL_DIR)"
@@ -98,6 +105,23 @@ kafka-down:
 
 kafka-status: install
 	$(LAUNCHER) status --port $(KAFKA_PORT)
+
+# The same broker with TLS and ACLs (not beside `kafka-up`: same ports). The worker's SASL password is made
+# once into $(SECURE_KAFKA_DIR)/worker.password (mode 0600); the topics and the worker's ACLs (exactly_once,
+# a superset of at_least_once's) are created with the admin certificate.
+kafka-up-secure: install
+	@mkdir -p $(SECURE_KAFKA_DIR) && test -s $(SECURE_KAFKA_DIR)/worker.password || \
+		(umask 077; openssl rand -hex 16 > $(SECURE_KAFKA_DIR)/worker.password)
+	$(LAUNCHER) up --port $(KAFKA_PORT) --data-dir $(SECURE_KAFKA_DIR) --secure \
+		--sasl-user worker:$$(cat $(SECURE_KAFKA_DIR)/worker.password)
+	$(SECURE_ADMIN_ENV) $(CLI) topics create
+	$(SECURE_ADMIN_ENV) $(CLI) topics acls --principal User:worker --delivery exactly_once --apply
+	@echo "worker: SENTIMENT_BOOTSTRAP_SERVERS=localhost:$$(($(KAFKA_PORT) + 4)) SENTIMENT_SECURITY_PROTOCOL=SASL_SSL" \
+		"SENTIMENT_SSL_CA_LOCATION=$(SECURE_KAFKA_DIR)/tls/ca.pem SENTIMENT_SASL_MECHANISM=SCRAM-SHA-512" \
+		"SENTIMENT_SASL_USERNAME=worker SENTIMENT_SASL_PASSWORD=\$$(cat $(SECURE_KAFKA_DIR)/worker.password)"
+
+kafka-down-secure:
+	@test -x $(PY) && $(LAUNCHER) down --data-dir $(SECURE_KAFKA_DIR) || true
 
 # ~/.cache/sentiment-worker/base-model/bge-small-zh ($$SENTIMENT_BASE_MODEL_CACHE); a no-op once there.
 base-model: install

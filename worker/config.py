@@ -55,6 +55,22 @@ class WorkerSettings(BaseSettings):
     sasl_mechanism: str | None = Field(None, description="librdkafka sasl.mechanism, e.g. SCRAM-SHA-512.")
     sasl_username: str | None = Field(None, description="SASL user name.")
     sasl_password: SecretStr | None = Field(None, description="SASL password (never logged).")
+    ssl_ca_location: Path | None = Field(
+        None,
+        description="SSL/SASL_SSL: PEM file of the CA that signed the broker's certificate (librdkafka "
+        "ssl.ca.location); default: the system's CA store.",
+    )
+    ssl_certificate_location: Path | None = Field(
+        None, description="SSL (mTLS): PEM file of this client's certificate; needs ssl_key_location."
+    )
+    ssl_key_location: Path | None = Field(
+        None, description="SSL (mTLS): PEM file of this client's private key (unencrypted; mode 0600)."
+    )
+    ssl_endpoint_identification: bool = Field(
+        True,
+        description="SSL/SASL_SSL: check that the broker's certificate names the host dialled (librdkafka "
+        "ssl.endpoint.identification.algorithm=https); turn off only for a certificate without its name.",
+    )
     kafka_extra: dict[str, str | int | float | bool] = Field(
         default_factory=dict,
         description="Extra librdkafka properties for consumer and producer, e.g. ssl.ca.location.",
@@ -250,6 +266,12 @@ class WorkerSettings(BaseSettings):
             raise ValueError("must not be empty")
         return value.strip()
 
+    @field_validator("ssl_ca_location", "ssl_certificate_location", "ssl_key_location", mode="before")
+    @classmethod
+    def _empty_path_is_none(cls, value: Any) -> Any:
+        # An empty SENTIMENT_SSL_* (a template's ${VAR:-}) means: not set, not the current directory.
+        return None if isinstance(value, str) and not value.strip() else value
+
     @field_validator("api_token", mode="before")
     @classmethod
     def _empty_token_is_none(cls, value: Any) -> Any:
@@ -283,6 +305,28 @@ class WorkerSettings(BaseSettings):
             raise ValueError(f"sasl_mechanism={self.sasl_mechanism} needs sasl_username and sasl_password")
         return self
 
+    @model_validator(mode="after")
+    def _tls_complete(self) -> WorkerSettings:
+        files = {
+            "ssl_ca_location": self.ssl_ca_location,
+            "ssl_certificate_location": self.ssl_certificate_location,
+            "ssl_key_location": self.ssl_key_location,
+        }
+        given = [name for name, path in files.items() if path is not None]
+        if given and not self.uses_tls:
+            raise ValueError(
+                f"{given[0]} is set but security_protocol={self.security_protocol} does not use TLS "
+                "(set SENTIMENT_SECURITY_PROTOCOL=SSL or SASL_SSL)"
+            )
+        if (self.ssl_certificate_location is None) != (self.ssl_key_location is None):
+            raise ValueError("ssl_certificate_location and ssl_key_location go together (mTLS needs both)")
+        return self  # the files are read by librdkafka (and `doctor`), which say when one is missing
+
+    @property
+    def uses_tls(self) -> bool:
+        """True when security_protocol is SSL or SASL_SSL."""
+        return (self.security_protocol or "").upper() in ("SSL", "SASL_SSL")
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -306,6 +350,15 @@ class WorkerSettings(BaseSettings):
             conf["sasl.username"] = self.sasl_username
         if self.sasl_password is not None:
             conf["sasl.password"] = self.sasl_password.get_secret_value()
+        if self.uses_tls:
+            # librdkafka reads the files itself: no key material passes through this process's memory.
+            if self.ssl_ca_location is not None:
+                conf["ssl.ca.location"] = str(self.ssl_ca_location)
+            if self.ssl_certificate_location is not None and self.ssl_key_location is not None:
+                conf["ssl.certificate.location"] = str(self.ssl_certificate_location)
+                conf["ssl.key.location"] = str(self.ssl_key_location)
+            verify = "https" if self.ssl_endpoint_identification else "none"
+            conf["ssl.endpoint.identification.algorithm"] = verify
         conf.update(self.kafka_extra)
         return conf
 

@@ -29,10 +29,17 @@ from worker.inference.stage import InferenceStage
 from worker.inference.startup import StartupError, calibrated_token_budget, warm_up
 from worker.metrics import WorkerMetrics, create_metrics
 from worker.stream import startup
+from worker.stream.authorization import consume_refusal, is_authorization_error, publish_refusal
 from worker.stream.backpressure import Backpressure
 from worker.stream.consumer import PartitionBacklog, ReviewConsumer, handle_consume_error
 from worker.stream.partitions import PartitionBook, PartitionKey
-from worker.stream.producer import OutboundRecord, ResultPublisher, SourcePosition, is_too_large
+from worker.stream.producer import (
+    DeliveryFailedError,
+    OutboundRecord,
+    ResultPublisher,
+    SourcePosition,
+    is_too_large,
+)
 from worker.stream.records import InputMessage, OutboundRecords
 from worker.stream.startup import kafka_error_text
 from worker.stream.timestamps import timestamps_at
@@ -205,7 +212,7 @@ class SentimentWorker:
             clock=self._clock,
         )
         if self._exactly_once:
-            startup.init_transactions(publisher)
+            startup.init_transactions(publisher, s)
         self._health.broker_reachable = True
         if s.max_batch_tokens_auto:
             self._budget = calibrated_token_budget(s, self._classifier)
@@ -257,7 +264,7 @@ class SentimentWorker:
         next_metrics_at = 0.0
         next_broker_check_at = self._clock() + _BROKER_CHECK_EVERY_S
         while True:
-            publisher.raise_for_error()
+            self._raise_for_error(publisher)
             if self._stop.is_set():
                 return "stop requested"
             self._health.loop_turned()
@@ -338,12 +345,14 @@ class SentimentWorker:
                 stage.in_flight,
                 self._settings.shutdown_timeout_s,
             )
-        publisher.raise_for_error()
+        self._raise_for_error(publisher)
 
     # ----- per message and per window -----
     def _accept(self, message: Message) -> None:
         err = message.error()
         if err is not None:
+            if is_authorization_error(err):  # a missing ACL: retrying would only log it forever
+                raise consume_refusal(self._settings, err)
             if handle_consume_error(err, self._settings.input_topic):  # True: brokers unreachable
                 self._health.broker_reachable = False
             return
@@ -398,6 +407,8 @@ class SentimentWorker:
         timeout_s = self._settings.transaction_timeout_ms / 1000.0
         aborted = publisher.publish_transaction(records, consumer.group_metadata(), timeout_s)
         if aborted is not None:
+            if is_authorization_error(aborted):  # aborted, nothing visible; rewinding would only loop
+                raise publish_refusal(self._settings, aborted, [r.topic for r in records])
             partitions = sorted({(r.source.topic, r.source.partition) for r in records})
             log.warning("transaction aborted (%s): rewinding %s", aborted.str(), _fmt(partitions))
             self._metrics.transactions.labels("aborted").inc()
@@ -405,6 +416,16 @@ class SentimentWorker:
             return
         self._metrics.transactions.labels("committed").inc()
         self._handle_deliveries()
+
+    def _raise_for_error(self, publisher: ResultPublisher) -> None:
+        """The first delivery failure, raised; a refusal by the authorizer says which ACL is missing."""
+        try:
+            publisher.raise_for_error()
+        except DeliveryFailedError as exc:
+            if is_authorization_error(exc.error):
+                assert exc.error is not None
+                raise publish_refusal(self._settings, exc.error, [exc.topic]) from exc
+            raise
 
     def _rewind(self, partitions: list[PartitionKey]) -> None:
         """Forget everything consumed from `partitions` and read them again from their committed offsets."""

@@ -8,6 +8,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from worker.config import WorkerSettings
 from worker.inference.startup import StartupError
+from worker.stream.authorization import is_authorization_error, refusal
 from worker.stream.producer import ResultPublisher
 
 
@@ -31,11 +32,15 @@ def open_publisher(settings: WorkerSettings) -> ResultPublisher:
         raise StartupError(f"the Kafka client settings were rejected: {kafka_error_text(exc)}") from exc
 
 
-def init_transactions(publisher: ResultPublisher) -> None:
+def init_transactions(publisher: ResultPublisher, settings: WorkerSettings) -> None:
     """exactly_once: registers the transactional id (fencing an older instance that used it)."""
     try:
         publisher.init_transactions(timeout_s=30)
     except KafkaException as exc:
+        error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        if error is not None and is_authorization_error(error):
+            resource = f"transactional id {publisher.transactional_id!r}"
+            raise refusal(settings, "WRITE", resource, error) from exc
         raise StartupError(f"exactly_once: cannot initialise transactions: {exc.args[0]}") from exc
 
 
@@ -50,6 +55,9 @@ def output_topic_limits(
             partition_counts[topic] = publisher.partition_count(topic)
             max_message_bytes[topic] = publisher.topic_max_message_bytes(topic)
         except KafkaException as exc:
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if error is not None and is_authorization_error(error):
+                raise refusal(settings, "WRITE", f"topic {topic!r}", error) from exc
             raise StartupError(
                 f"{exc.args[0]} (bootstrap servers: {settings.bootstrap_servers}). Nothing was consumed."
             ) from exc
