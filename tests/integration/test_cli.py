@@ -186,3 +186,12 @@ def test_onnx_backend_and_quantize_through_the_cli(
         wrong.stderr.strip().startswith("sentiment-worker quantize: error:")
         and "--format onnx" in wrong.stderr
     )
+
+
+def test_librdkafka_lines_go_through_the_worker_log_not_raw_to_stderr() -> None:
+    closed = f"127.0.0.1:{free_port()}"  # librdkafka retries and logs every refused connection
+    lag = cli("lag", "--timeout-s", "2", env={"SENTIMENT_BOOTSTRAP_SERVERS": closed}, timeout=60)
+    assert lag.returncode == 1
+    assert "cannot reach the broker" in lag.stderr
+    raw = [line for line in lag.stderr.splitlines() if line.startswith("%")]
+    assert raw == [], lag.stderr  # was: one `%3|...|FAIL|...` line per retry

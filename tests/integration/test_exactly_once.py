@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_exactly_once_publishes_each_input_once_and_commits_offsets_in_the_transaction(
-    kafka_bootstrap: str, topics: Any, tiny_classifier: Any
+    kafka_bootstrap: str, topics: Any, tiny_classifier: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     names = topics()
     reviews = sample_reviews(60)
@@ -32,8 +33,22 @@ def test_exactly_once_publishes_each_input_once_and_commits_offsets_in_the_trans
     produce(kafka_bootstrap, names["reviews"], records)
     settings = make_settings(kafka_bootstrap, names, delivery="exactly_once", max_window_messages=16)
 
-    first = run_worker(settings, tiny_classifier, max_messages=30)
+    with caplog.at_level(logging.INFO, logger="worker.stream.app"):
+        first = run_worker(settings, tiny_classifier, max_messages=30)
+    after_first = committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 3)
+    started = [r.getMessage() for r in caplog.records if r.getMessage().startswith("consuming ")]
+    revoked = [r for r in caplog.records if r.getMessage().startswith("revoked ")]
     second = run_worker(settings, tiny_classifier, idle_exit_s=3)
+
+    # The log says the delivery mode, and what leaving the group committed (as at_least_once does).
+    assert len(started) == 1 and "delivery exactly_once" in started[0]
+    assert f"sentiment-worker.{names['group']}." in started[0]  # the transactional id
+    assert revoked and "committed" in revoked[-1].getMessage()
+    logged: dict[int, int] = {}
+    for record in revoked:
+        committed = record.args[1] if isinstance(record.args, tuple) else {}
+        logged.update({partition: offset for (_, partition), offset in committed.items()})
+    assert logged == {p: o for p, o in after_first.items() if o >= 0} and sum(logged.values()) == 30
 
     assert first.results + first.dead_letters == 30
     assert second.results + second.dead_letters == 30

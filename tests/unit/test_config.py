@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
+import time
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from worker.config import WorkerSettings, load_settings
+from worker.config import LIBRDKAFKA_LOGGER, WorkerSettings, load_settings
 
 
 @pytest.fixture(autouse=True)
@@ -63,3 +65,20 @@ def test_password_is_masked_everywhere_but_in_the_librdkafka_config(monkeypatch:
     s = WorkerSettings(sasl_username="svc")
     assert "hunter2-secret" not in repr(s) and "hunter2-secret" not in json.dumps(s.public_view())
     assert s.librdkafka_common()["sasl.password"] == "hunter2-secret"
+
+
+def test_librdkafka_log_lines_reach_python_logging_at_their_level(caplog: pytest.LogCaptureFixture) -> None:
+    from confluent_kafka import Producer
+
+    from worker.bench.worker_process import free_port
+
+    closed = f"127.0.0.1:{free_port()}"  # nothing listens: librdkafka logs `%3|...|FAIL|... refused`
+    producer = Producer(WorkerSettings(bootstrap_servers=closed, worker_id="log-test").librdkafka_common())
+    deadline = time.monotonic() + 20
+    with caplog.at_level(logging.DEBUG, logger=LIBRDKAFKA_LOGGER):
+        while time.monotonic() < deadline and not any("refused" in r.getMessage() for r in caplog.records):
+            producer.poll(0.1)  # hands the queued log lines to the logger
+    refused = [r for r in caplog.records if "refused" in r.getMessage()]
+    assert refused, "no librdkafka line reached the `librdkafka` logger"
+    assert refused[0].name == LIBRDKAFKA_LOGGER and refused[0].levelno == logging.ERROR  # syslog 3
+    assert "FAIL" in refused[0].getMessage() and "log-test" in refused[0].getMessage()

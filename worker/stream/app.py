@@ -237,11 +237,12 @@ class SentimentWorker:
         self._parts = _StartedParts(consumer, publisher, records, stage)
         consumer.subscribe()
         log.info(
-            "consuming %s as group %s → results to %s, dead letters to %s",
+            "consuming %s as group %s → results to %s, dead letters to %s; %s",
             s.input_topic,
             s.group_id,
             s.output_topic,
             s.dlq_topic,
+            startup.delivery_description(s),
         )
 
     def _loop(self, max_messages: int | None, idle_exit_s: float | None) -> str:
@@ -469,8 +470,9 @@ class SentimentWorker:
         consumer, publisher, _, _ = self._started
         self._drop_window_items(partitions)
         if self._exactly_once:  # every published window already committed with its offsets
+            committed = self._book.positions(partitions)  # acknowledged only once its transaction committed
             self._forget(partitions)
-            log.info("revoked %s", _fmt(partitions))
+            log.info("revoked %s (committed %s in transactions)", _fmt(partitions), committed)
             self._set_assigned_count(partitions, added=False)
             return
         remaining = publisher.flush(self._settings.shutdown_timeout_s)
