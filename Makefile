@@ -46,7 +46,7 @@ PYTEST_ARGS ?=
 
 .PHONY: help install browser prometheus-tools kafka-up kafka-down kafka-status kafka-up-secure kafka-down-secure base-model teacher candidate \
 	default-model fast-model scratch-model model-table model model-static fast-model-static demo test test-unit \
-	test-faults test-stress mutation lint typecheck schemas docs clean
+	test-faults test-stress mutation lint typecheck schemas docs readme-examples clean
 
 help:
 	@echo "make demo        broker up, the shipped default model made INT8, sample reviews labelled, table printed"
@@ -67,6 +67,7 @@ help:
 	@echo "make model-table  the README's model table: both shipped models and their served forms, one run"
 	@echo "make lint / typecheck / schemas"
 	@echo "make docs        regenerate docs/settings.md and the README's settings table from worker/config.py"
+	@echo "make readme-examples  the README's result and HTTP examples, as the worker and serve produce them"
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -224,6 +225,10 @@ schemas: install
 # The settings reference (docs/settings.md, the README's short table); tests/unit/test_settings_doc.py fails when stale.
 docs: install
 	$(PY) docs/settings_table.py
+
+# The README's result and HTTP examples, as the worker and `serve` produce them with $(MODEL_DIR) (seconds).
+readme-examples: install
+	$(PY) docs/readme_examples.py --model $(MODEL_DIR)
 
 clean:
 	rm -rf var build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

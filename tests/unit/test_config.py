@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
+import time
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from worker.config import WorkerSettings, load_settings
+from worker.config import LIBRDKAFKA_LOGGER, WorkerSettings, load_settings
 
 
 @pytest.fixture(autouse=True)
@@ -93,3 +95,20 @@ def test_tls_files_are_handed_to_librdkafka_with_host_name_checks_on_by_default(
 def test_tls_settings_that_cannot_work_are_refused(values: dict[str, str], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         WorkerSettings(**values)  # type: ignore[arg-type]
+
+
+def test_librdkafka_log_lines_reach_python_logging_at_their_level(caplog: pytest.LogCaptureFixture) -> None:
+    from confluent_kafka import Producer
+
+    from worker.bench.worker_process import free_port
+
+    closed = f"127.0.0.1:{free_port()}"  # nothing listens: librdkafka logs `%3|...|FAIL|... refused`
+    producer = Producer(WorkerSettings(bootstrap_servers=closed, worker_id="log-test").librdkafka_common())
+    deadline = time.monotonic() + 20
+    with caplog.at_level(logging.DEBUG, logger=LIBRDKAFKA_LOGGER):
+        while time.monotonic() < deadline and not any("refused" in r.getMessage() for r in caplog.records):
+            producer.poll(0.1)  # hands the queued log lines to the logger
+    refused = [r for r in caplog.records if "refused" in r.getMessage()]
+    assert refused, "no librdkafka line reached the `librdkafka` logger"
+    assert refused[0].name == LIBRDKAFKA_LOGGER and refused[0].levelno == logging.ERROR  # syslog 3
+    assert "FAIL" in refused[0].getMessage() and "log-test" in refused[0].getMessage()

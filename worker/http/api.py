@@ -14,7 +14,6 @@ import asyncio
 import hmac
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
-from importlib import resources
 from typing import Any
 
 from fastapi import Depends, FastAPI
@@ -37,6 +36,7 @@ from schemas.http_api import (
 from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
 from worker.health import HealthState
+from worker.http.page import FAVICON_MEDIA_TYPE, favicon_ico, render_page
 from worker.http.request_batcher import BatcherClosed, Overloaded, RequestBatcher, RequestOutcome
 from worker.inference.labelling import InferenceFailure
 from worker.metrics import HttpMetrics, WorkerMetrics
@@ -48,7 +48,6 @@ Send = Callable[[AsgiMessage], Awaitable[None]]
 Asgi = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 API_PATH = "/v1/sentiment"
-_PAGE = resources.files("worker.http").joinpath("page.html")
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse, "description": what}
     for code, what in (
@@ -207,7 +206,13 @@ def build_app(api: SentimentApi) -> FastAPI:
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page() -> HTMLResponse:
-        return HTMLResponse(_PAGE.read_text(encoding="utf-8"))
+        return HTMLResponse(render_page(s))
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> Response:
+        # Browsers ask for it on every page; without it each visit logs a 404.
+        cached = {"Cache-Control": "max-age=86400"}
+        return Response(favicon_ico(), media_type=FAVICON_MEDIA_TYPE, headers=cached)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:

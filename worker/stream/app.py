@@ -251,11 +251,12 @@ class SentimentWorker:
         self._parts = _StartedParts(consumer, publisher, records, stage)
         consumer.subscribe()
         log.info(
-            "consuming %s as group %s → results to %s, dead letters to %s",
+            "consuming %s as group %s → results to %s, dead letters to %s; %s",
             s.input_topic,
             s.group_id,
             s.output_topic,
             s.dlq_topic,
+            startup.delivery_description(s),
         )
 
     def _loop(self, max_messages: int | None, idle_exit_s: float | None) -> str:
@@ -498,8 +499,9 @@ class SentimentWorker:
         consumer, publisher, _, _ = self._started
         self._drop_window_items(partitions)
         if self._exactly_once:  # every published window already committed with its offsets
+            committed = self._book.positions(partitions)  # acknowledged only once its transaction committed
             self._forget(partitions)
-            log.info("revoked %s", _fmt(partitions))
+            log.info("revoked %s (committed %s in transactions)", _fmt(partitions), _fmt_offsets(committed))
             self._set_assigned_count(partitions, added=False)
             return
         remaining = publisher.flush(self._settings.shutdown_timeout_s)
@@ -512,7 +514,10 @@ class SentimentWorker:
             log.warning("commit on revoke failed (%s); the next owner may redo some work", exc)
         self._forget(partitions)
         log.info(
-            "revoked %s (committed %s; %d outputs still unacknowledged)", _fmt(partitions), final, remaining
+            "revoked %s (committed %s; %d outputs still unacknowledged)",
+            _fmt(partitions),
+            _fmt_offsets(final),
+            remaining,
         )
         self._set_assigned_count(partitions, added=False)
 
@@ -612,3 +617,8 @@ def _device_of(classifier: Classifier) -> str:
 
 def _fmt(partitions: list[PartitionKey]) -> str:
     return ", ".join(f"{t}[{p}]" for t, p in sorted(partitions)) or "nothing"
+
+
+def _fmt_offsets(offsets: dict[PartitionKey, int]) -> str:
+    """`reviews[0]=8, reviews[1]=15`: the next offset each partition's group reads."""
+    return ", ".join(f"{t}[{p}]={o}" for (t, p), o in sorted(offsets.items())) or "nothing"

@@ -17,15 +17,28 @@ def kafka_error_text(exc: KafkaException) -> str:
     return error.str() if isinstance(error, KafkaError) else str(error)
 
 
+def transactional_id(settings: WorkerSettings) -> str:
+    """exactly_once: the producer's transactional id, one per group and worker id."""
+    return f"sentiment-worker.{settings.group_id}.{settings.worker_id}"
+
+
+def delivery_description(settings: WorkerSettings) -> str:
+    """The delivery mode as the start-up log line says it."""
+    if settings.delivery == "exactly_once":
+        return (
+            "delivery exactly_once: one transaction per window "
+            f"(transactional id {transactional_id(settings)}); readers need isolation.level=read_committed"
+        )
+    return "delivery at_least_once: idempotent producer, offsets committed after acknowledgement"
+
+
 def open_publisher(settings: WorkerSettings) -> ResultPublisher:
     """The producer; transactional (``sentiment-worker.<group>.<worker id>``) in exactly_once mode."""
     exactly_once = settings.delivery == "exactly_once"
     try:
         return ResultPublisher(
             settings.librdkafka_common(),
-            transactional_id=f"sentiment-worker.{settings.group_id}.{settings.worker_id}"
-            if exactly_once
-            else None,
+            transactional_id=transactional_id(settings) if exactly_once else None,
             transaction_timeout_ms=settings.transaction_timeout_ms,
         )
     except KafkaException as exc:

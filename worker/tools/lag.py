@@ -218,6 +218,15 @@ _COLUMNS = (
 )
 
 
+# What the broker's group states mean to someone who has not read the group protocol.
+_STATE_NOTES = {
+    "DEAD": "no members and no committed offsets: nothing has consumed it yet",
+    "EMPTY": "no active members; the committed offsets stay",
+    "PREPARING_REBALANCE": "members are joining or leaving",
+    "COMPLETING_REBALANCE": "partitions are being assigned",
+}
+
+
 def format_table(lag: GroupLag) -> str:
     """A table like `kafka-consumer-groups --describe` with a LAG-SECONDS column; '-' = unknown/none."""
 
@@ -244,7 +253,8 @@ def format_table(lag: GroupLag) -> str:
     ]
     text_rows = [list(_COLUMNS)] + [[cell(v) for v in row] for row in rows]
     widths = [max(len(r[i]) for r in text_rows) for i in range(len(_COLUMNS))]
-    lines = [f"GROUP {lag.group} ({lag.state})"]
+    note = _STATE_NOTES.get(lag.state)
+    lines = [f"GROUP {lag.group} ({lag.state}{': ' + note if note else ''})"]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in text_rows]
     max_s = lag.max_lag_seconds
     lines.append(
