@@ -68,7 +68,7 @@ def cmd_model_table(args: argparse.Namespace) -> int:
             texts=args.texts,
             repeats=args.repeats,
             cpu_threads=args.cpu_threads,
-            end_to_end=EndToEnd(args.bootstrap_servers, args.e2e_messages)
+            end_to_end=EndToEnd(broker_settings(args.bootstrap_servers), args.e2e_messages)
             if args.bootstrap_servers
             else None,
             progress=lambda line: print(line, file=sys.stderr, flush=True),
