@@ -10,6 +10,12 @@ KAFKA_PORT ?= 9092
 # The test suite gets its own throw-away broker, so it never touches the one `make demo` uses.
 TEST_KAFKA_PORT ?= 19092
 TEST_KAFKA_DIR := var/kafka-test
+# `make kafka-up-secure`: TLS + ACLs (docs/security.md); SSL on port+3, SASL_SSL on port+4.
+SECURE_KAFKA_DIR := var/kafka-secure
+SECURE_SSL_PORT := $(shell echo $$(($(KAFKA_PORT) + 3)))
+SECURE_ADMIN_ENV := SENTIMENT_BOOTSTRAP_SERVERS=localhost:$(SECURE_SSL_PORT) SENTIMENT_SECURITY_PROTOCOL=SSL \
+	SENTIMENT_SSL_CA_LOCATION=$(SECURE_KAFKA_DIR)/tls/ca.pem SENTIMENT_SSL_CERTIFICATE_LOCATION=$(SECURE_KAFKA_DIR)/tls/admin.pem \
+	SENTIMENT_SSL_KEY_LOCATION=$(SECURE_KAFKA_DIR)/tls/admin.key
 # Two models ship in the repository, each with its card (README.md: base, data, recipe, held-out metrics):
 # models/default, the accurate one (bge-small-zh fine-tuned, 4 x 512), and models/fast, its 3 x 128 student.
 MODEL_DIR ?= models/default
@@ -38,17 +44,20 @@ STUDENT_FLAGS ?= --teacher $(MODEL_DIR) --num-layers 3 --hidden-size 128 --num-h
 PROMOTION_MARGIN ?= 0.005
 PYTEST_ARGS ?=
 
-.PHONY: help install browser prometheus-tools kafka-up kafka-down kafka-status base-model teacher candidate \
+.PHONY: help install browser prometheus-tools kafka-up kafka-down kafka-status kafka-up-secure kafka-down-secure base-model teacher candidate \
 	default-model fast-model scratch-model model-table model model-static fast-model-static demo test test-unit \
-	test-faults lint typecheck schemas docs clean
+	test-faults test-stress mutation lint typecheck schemas docs readme-examples clean
 
 help:
 	@echo "make demo        broker up, the shipped default model made INT8, sample reviews labelled, table printed"
 	@echo "make test        install, throw-away broker up, full test suite, broker down"
 	@echo "make test-unit   the tests that need neither broker nor trained model"
+	@echo "make test-stress the suite 3 times in a row beside a CPU hog (STRESS_TESTS=... picks a part)"
+	@echo "make mutation    cosmic-ray on the pure logic modules, score per module (MUTATION_MODULES=...; CPU heavy)"
 	@echo "make browser     Debian's chromium + chromium-driver (+ a CJK font) for the page test (root)"
-	@echo "make prometheus-tools  Debian's prometheus package (promtool) for the alert-rule tests (root)"
+	@echo "make prometheus-tools  Debian's prometheus package (promtool, server) for the monitoring tests (root)"
 	@echo "make kafka-up / kafka-down / kafka-status   the local Apache Kafka broker on localhost:$(KAFKA_PORT)"
+	@echo "make kafka-up-secure / kafka-down-secure    the same with TLS and ACLs (docs/security.md)"
 	@echo "make base-model  fetch bge-small-zh-v1.5 (Maven) and convert it for \`train --init bge-small-zh\`"
 	@echo "make model       the shipped default as ONNX Runtime INT8 in $(SERVED_MODEL_DIR) (what the demo serves)"
 	@echo "make model-static / fast-model-static   Paddle Inference exports of $(MODEL_DIR) / $(FAST_MODEL_DIR)"
@@ -58,6 +67,7 @@ help:
 	@echo "make model-table  the README's model table: both shipped models and their served forms, one run"
 	@echo "make lint / typecheck / schemas"
 	@echo "make docs        regenerate docs/settings.md and the README's settings table from worker/config.py"
+	@echo "make readme-examples  the README's result and HTTP examples, as the worker and serve produce them"
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -79,11 +89,12 @@ browser:
 	fi
 
 # The alert-rule tests (tests/unit/test_prometheus_rules.py) run `promtool check config|rules` and
-# `promtool test rules`; Debian's prometheus package ships /usr/bin/promtool. Installed only when missing.
-# The tests never use the Prometheus server the package may start.
+# `promtool test rules`; tests/integration/test_prometheus_server.py starts its own `prometheus` server (temporary
+# config and data, free port). Debian's prometheus package ships both binaries; installed only when one is
+# missing. The tests never use the Prometheus service the package may start.
 prometheus-tools:
-	@if ! command -v promtool >/dev/null; then \
-		echo "installing prometheus (apt-get) for promtool"; \
+	@if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then \
+		echo "installing prometheus (apt-get) for promtool and the prometheus server"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
 	fi
 
@@ -95,6 +106,23 @@ kafka-down:
 
 kafka-status: install
 	$(LAUNCHER) status --port $(KAFKA_PORT)
+
+# The same broker with TLS and ACLs (not beside `kafka-up`: same ports). The worker's SASL password is made
+# once into $(SECURE_KAFKA_DIR)/worker.password (mode 0600); the topics and the worker's ACLs (exactly_once,
+# a superset of at_least_once's) are created with the admin certificate.
+kafka-up-secure: install
+	@mkdir -p $(SECURE_KAFKA_DIR) && test -s $(SECURE_KAFKA_DIR)/worker.password || \
+		(umask 077; openssl rand -hex 16 > $(SECURE_KAFKA_DIR)/worker.password)
+	$(LAUNCHER) up --port $(KAFKA_PORT) --data-dir $(SECURE_KAFKA_DIR) --secure \
+		--sasl-user worker:$$(cat $(SECURE_KAFKA_DIR)/worker.password)
+	$(SECURE_ADMIN_ENV) $(CLI) topics create
+	$(SECURE_ADMIN_ENV) $(CLI) topics acls --principal User:worker --delivery exactly_once --apply
+	@echo "worker: SENTIMENT_BOOTSTRAP_SERVERS=localhost:$$(($(KAFKA_PORT) + 4)) SENTIMENT_SECURITY_PROTOCOL=SASL_SSL" \
+		"SENTIMENT_SSL_CA_LOCATION=$(SECURE_KAFKA_DIR)/tls/ca.pem SENTIMENT_SASL_MECHANISM=SCRAM-SHA-512" \
+		"SENTIMENT_SASL_USERNAME=worker SENTIMENT_SASL_PASSWORD=\$$(cat $(SECURE_KAFKA_DIR)/worker.password)"
+
+kafka-down-secure:
+	@test -x $(PY) && $(LAUNCHER) down --data-dir $(SECURE_KAFKA_DIR) || true
 
 # ~/.cache/sentiment-worker/base-model/bge-small-zh ($$SENTIMENT_BASE_MODEL_CACHE); a no-op once there.
 base-model: install
@@ -168,6 +196,22 @@ test-unit: install prometheus-tools
 test-faults: install
 	$(PY) -m pytest tests/faults $(PYTEST_ARGS)
 
+# Timing-proofing: the suite (or STRESS_TESTS, e.g. tests/faults) ROUNDS times in a row while STRESS_HOGS
+# Python busy loops take a core each; every round must pass. Uses its own throw-away broker (tests/stress.sh).
+ROUNDS ?= 3
+STRESS_HOGS ?= 1
+STRESS_TESTS ?= tests
+test-stress: install browser prometheus-tools
+	ROUNDS=$(ROUNDS) STRESS_HOGS=$(STRESS_HOGS) STRESS_TESTS="$(STRESS_TESTS)" PYTEST_ARGS="$(PYTEST_ARGS)" \
+		TEST_KAFKA_PORT=$(TEST_KAFKA_PORT) PY=$(PY) bash tests/stress.sh
+
+# Mutation testing (cosmic-ray) of the pure logic that guards the invariants, each module against its unit
+# tests, in a copy of the tree (var/mutation/); one pytest run per mutant, so niced and a module at a time
+# if the machine is busy: `make mutation MUTATION_MODULES="offsets backpressure"`. Fails below 85 % killed.
+MUTATION_MODULES ?= offsets partitions backpressure records decode batch_plan consume_window
+mutation: install
+	MUTATION_MODULES="$(MUTATION_MODULES)" PY=$(CURDIR)/$(PY) nice -n 10 bash tests/mutation.sh
+
 lint: install
 	$(VENV)/bin/ruff check worker schemas tests deploy docs
 	$(VENV)/bin/ruff format --check worker schemas tests deploy docs
@@ -181,6 +225,10 @@ schemas: install
 # The settings reference (docs/settings.md, the README's short table); tests/unit/test_settings_doc.py fails when stale.
 docs: install
 	$(PY) docs/settings_table.py
+
+# The README's result and HTTP examples, as the worker and `serve` produce them with $(MODEL_DIR) (seconds).
+readme-examples: install
+	$(PY) docs/readme_examples.py --model $(MODEL_DIR)
 
 clean:
 	rm -rf var build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

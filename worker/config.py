@@ -8,6 +8,7 @@ Every setting is an environment variable `SENTIMENT_<NAME>` and a key of the opt
 from __future__ import annotations
 
 import json
+import logging
 import socket
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -17,7 +18,14 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 DEFAULT_MODEL_DIR = "models/default-int8"
+LIBRDKAFKA_LOGGER = "librdkafka"
+"""The logger librdkafka's own log lines go to, at their syslog level mapped to Python's (3 ERROR, 4 WARNING,
+5-6 INFO, 7 DEBUG), instead of raw `%N|...` lines on stderr."""
 """What `make model` derives from the shipped models/default: ONNX Runtime INT8, the fastest CPU form."""
+
+
+DEFAULT_LOW_CONFIDENCE = 0.7
+"""See `WorkerSettings.low_confidence` (it is here so worker/metrics.py shares the default)."""
 
 
 class WorkerSettings(BaseSettings):
@@ -51,6 +59,22 @@ class WorkerSettings(BaseSettings):
     sasl_mechanism: str | None = Field(None, description="librdkafka sasl.mechanism, e.g. SCRAM-SHA-512.")
     sasl_username: str | None = Field(None, description="SASL user name.")
     sasl_password: SecretStr | None = Field(None, description="SASL password (never logged).")
+    ssl_ca_location: Path | None = Field(
+        None,
+        description="SSL/SASL_SSL: PEM file of the CA that signed the broker's certificate (librdkafka "
+        "ssl.ca.location); default: the system's CA store.",
+    )
+    ssl_certificate_location: Path | None = Field(
+        None, description="SSL (mTLS): PEM file of this client's certificate; needs ssl_key_location."
+    )
+    ssl_key_location: Path | None = Field(
+        None, description="SSL (mTLS): PEM file of this client's private key (unencrypted; mode 0600)."
+    )
+    ssl_endpoint_identification: bool = Field(
+        True,
+        description="SSL/SASL_SSL: check that the broker's certificate names the host dialled (librdkafka "
+        "ssl.endpoint.identification.algorithm=https); turn off only for a certificate without its name.",
+    )
     kafka_extra: dict[str, str | int | float | bool] = Field(
         default_factory=dict,
         description="Extra librdkafka properties for consumer and producer, e.g. ssl.ca.location.",
@@ -182,6 +206,16 @@ class WorkerSettings(BaseSettings):
         9108, ge=0, le=65535, description="Port of /metrics, /healthz, /readyz (and the HTTP API); 0 = off."
     )
 
+    low_confidence: float = Field(
+        DEFAULT_LOW_CONFIDENCE,
+        ge=0,
+        le=1,
+        description="Confidence under which a result counts as low-confidence "
+        "(sentiment_low_confidence_predictions_total, alert SentimentLowConfidenceShareHigh). The shipped "
+        "model is calibrated on its held-out reviews (ECE 0.036, INT8 0.041): a result of confidence c is "
+        "right about c of the time, so under 0.7 about one in three or more is wrong.",
+    )
+
     # --- the HTTP API (`sentiment-worker serve`, or `run` with http_api) ---
     http_api: bool = Field(
         False,
@@ -236,6 +270,12 @@ class WorkerSettings(BaseSettings):
             raise ValueError("must not be empty")
         return value.strip()
 
+    @field_validator("ssl_ca_location", "ssl_certificate_location", "ssl_key_location", mode="before")
+    @classmethod
+    def _empty_path_is_none(cls, value: Any) -> Any:
+        # An empty SENTIMENT_SSL_* (a template's ${VAR:-}) means: not set, not the current directory.
+        return None if isinstance(value, str) and not value.strip() else value
+
     @field_validator("api_token", mode="before")
     @classmethod
     def _empty_token_is_none(cls, value: Any) -> Any:
@@ -269,6 +309,28 @@ class WorkerSettings(BaseSettings):
             raise ValueError(f"sasl_mechanism={self.sasl_mechanism} needs sasl_username and sasl_password")
         return self
 
+    @model_validator(mode="after")
+    def _tls_complete(self) -> WorkerSettings:
+        files = {
+            "ssl_ca_location": self.ssl_ca_location,
+            "ssl_certificate_location": self.ssl_certificate_location,
+            "ssl_key_location": self.ssl_key_location,
+        }
+        given = [name for name, path in files.items() if path is not None]
+        if given and not self.uses_tls:
+            raise ValueError(
+                f"{given[0]} is set but security_protocol={self.security_protocol} does not use TLS "
+                "(set SENTIMENT_SECURITY_PROTOCOL=SSL or SASL_SSL)"
+            )
+        if (self.ssl_certificate_location is None) != (self.ssl_key_location is None):
+            raise ValueError("ssl_certificate_location and ssl_key_location go together (mTLS needs both)")
+        return self  # the files are read by librdkafka (and `doctor`), which say when one is missing
+
+    @property
+    def uses_tls(self) -> bool:
+        """True when security_protocol is SSL or SASL_SSL."""
+        return (self.security_protocol or "").upper() in ("SSL", "SASL_SSL")
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -282,8 +344,15 @@ class WorkerSettings(BaseSettings):
         return (init_settings, env_settings, _ConfigFileSource(settings_cls, cls._config_file_values))
 
     def librdkafka_common(self) -> dict[str, Any]:
-        """Properties shared by consumer and producer, including credentials (handle with care)."""
-        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers, "client.id": self.worker_id}
+        """Properties shared by consumer and producer, including credentials (handle with care).
+
+        librdkafka's log lines go to the `librdkafka` Python logger; a client hands them over when it is
+        polled (consume, poll, flush), and those still queued when it is destroyed are dropped."""
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "client.id": self.worker_id,
+            "logger": logging.getLogger(LIBRDKAFKA_LOGGER),
+        }
         if self.security_protocol:
             conf["security.protocol"] = self.security_protocol
         if self.sasl_mechanism:
@@ -292,6 +361,15 @@ class WorkerSettings(BaseSettings):
             conf["sasl.username"] = self.sasl_username
         if self.sasl_password is not None:
             conf["sasl.password"] = self.sasl_password.get_secret_value()
+        if self.uses_tls:
+            # librdkafka reads the files itself: no key material passes through this process's memory.
+            if self.ssl_ca_location is not None:
+                conf["ssl.ca.location"] = str(self.ssl_ca_location)
+            if self.ssl_certificate_location is not None and self.ssl_key_location is not None:
+                conf["ssl.certificate.location"] = str(self.ssl_certificate_location)
+                conf["ssl.key.location"] = str(self.ssl_key_location)
+            verify = "https" if self.ssl_endpoint_identification else "none"
+            conf["ssl.endpoint.identification.algorithm"] = verify
         conf.update(self.kafka_extra)
         return conf
 

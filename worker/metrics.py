@@ -1,7 +1,7 @@
 """Every metric of the worker, created against a registry that is passed in.
 
 Names follow Prometheus conventions: base units (seconds, bytes), `_total` counters, labels only of low
-cardinality (topic, partition, kind). Tests build their own `CollectorRegistry`.
+cardinality (topic, partition, kind, label, model version). Tests build their own `CollectorRegistry`.
 """
 
 from __future__ import annotations
@@ -19,12 +19,16 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from worker.config import DEFAULT_LOW_CONFIDENCE
+
 if TYPE_CHECKING:
     from worker.inference.labelling import WindowStats
 
 _LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 _TOKEN_BUCKETS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+# Top-label probability: at least 1/k for k labels (0.5 for the shipped two); finer near the top.
+_CONFIDENCE_BUCKETS = (0.4, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.98, 0.99, 1.0)
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,25 @@ class WorkerMetrics:
     inference_queue_windows: Gauge
     paused: Gauge
     transactions: Counter
+    predictions: Counter
+    prediction_confidence: Histogram
+    low_confidence_predictions: Counter
+    low_confidence_threshold: Gauge
+    low_confidence: float  # results under this confidence are counted in low_confidence_predictions
+
+    def start_predictions(self, labels: list[str], model_version: str) -> None:
+        """Exports every label's prediction series at 0 from the start, so rate() sees the first result."""
+        for label in labels:
+            self.predictions.labels(label, model_version)
+        self.low_confidence_predictions.labels(model_version)
+
+    def observe_prediction(self, label: str, confidence: float, model_version: str) -> None:
+        """One result (a Kafka result acknowledged, or a text answered over HTTP): its label and its
+        confidence (the top label's probability)."""
+        self.predictions.labels(label, model_version).inc()
+        self.prediction_confidence.observe(confidence)
+        if confidence < self.low_confidence:
+            self.low_confidence_predictions.labels(model_version).inc()
 
     def observe_window(self, stats: WindowStats, token_budget: int) -> None:
         """Records one labelled window: its batches, tokenization time, padding and OOM splits."""
@@ -105,9 +128,18 @@ def create_http_metrics(registry: CollectorRegistry) -> HttpMetrics:
     )
 
 
-def create_metrics(registry: CollectorRegistry) -> WorkerMetrics:
-    """Creates every metric of the worker in `registry`."""
+def create_metrics(
+    registry: CollectorRegistry, *, low_confidence: float = DEFAULT_LOW_CONFIDENCE
+) -> WorkerMetrics:
+    """Creates every metric of the worker in `registry`; `low_confidence` is the confidence under which a
+    result counts as low-confidence (settings.low_confidence)."""
     tp = ["topic", "partition"]
+    threshold = Gauge(
+        "sentiment_low_confidence_threshold",
+        "Confidence under which a result counts in sentiment_low_confidence_predictions_total.",
+        registry=registry,
+    )
+    threshold.set(low_confidence)
     metrics = WorkerMetrics(
         registry=registry,
         messages_consumed=Counter(
@@ -177,13 +209,15 @@ def create_metrics(registry: CollectorRegistry) -> WorkerMetrics:
         ),
         consumer_lag_messages=Gauge(
             "sentiment_consumer_lag_messages",
-            "High watermark minus the next offset this worker will consume, per assigned partition.",
+            "High watermark minus the next offset this worker consumes, per assigned partition (before it "
+            "fetched from the partition: minus the committed offset, else the log start).",
             tp,
             registry=registry,
         ),
         consumer_lag_seconds=Gauge(
             "sentiment_consumer_lag_seconds",
-            "Age of the oldest consumed message not yet acknowledged downstream (0 when caught up).",
+            "Age of the oldest message not done: consumed and unacknowledged, or, before the partition was "
+            "fetched from, the one at its committed offset (0 when nothing waits).",
             tp,
             registry=registry,
         ),
@@ -227,6 +261,26 @@ def create_metrics(registry: CollectorRegistry) -> WorkerMetrics:
             ["outcome"],
             registry=registry,
         ),
+        predictions=Counter(
+            "sentiment_predictions",
+            "Results by predicted label and model version (Kafka results acknowledged, HTTP texts answered).",
+            ["label", "model_version"],
+            registry=registry,
+        ),
+        prediction_confidence=Histogram(
+            "sentiment_prediction_confidence",
+            "Confidence (top label's probability) of each result, Kafka and HTTP.",
+            buckets=_CONFIDENCE_BUCKETS,
+            registry=registry,
+        ),
+        low_confidence_predictions=Counter(
+            "sentiment_low_confidence_predictions",
+            "Results whose confidence is under sentiment_low_confidence_threshold, by model version.",
+            ["model_version"],
+            registry=registry,
+        ),
+        low_confidence_threshold=threshold,
+        low_confidence=low_confidence,
     )
     # Computed when scraped, from outside the loop: nothing to feed.
     ProcessCollector(registry=registry)  # process_resident_memory_bytes, process_cpu_seconds_total, ...

@@ -3,6 +3,7 @@
 
     python deploy/kafka/launcher.py up [--port 9092] [--controller-port N] [--data-dir DIR] ...
     python deploy/kafka/launcher.py up --sasl-port 9094 --sasl-user alice:alice-secret   # + SASL_PLAINTEXT
+    python deploy/kafka/launcher.py up --secure --sasl-user worker:secret   # + SSL, SASL_SSL and ACLs
     python deploy/kafka/launcher.py status [--port 9092]
     python deploy/kafka/launcher.py down [--port 9092]
 
@@ -29,6 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# kafka_tls.py sits beside this file, which is run as a script or loaded by path (tests), not as a package.
+if str(Path(__file__).resolve().parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kafka_tls  # noqa: E402
+
 KAFKA_VERSION = "4.1.1"
 HERE = Path(__file__).resolve().parent
 POM = HERE / "pom.xml"
@@ -48,6 +54,7 @@ EXIT_NOT_RUNNING = 3  # LSB status code for "program is not running"
 # Mechanisms of the optional SASL_PLAINTEXT listener; every --sasl-user gets both.
 SASL_MECHANISMS = ("SCRAM-SHA-512", "PLAIN")
 SASL_LISTENER = "SASL_PLAINTEXT"
+SECURE_SASL_LISTENER = "SASL_SSL"
 # Characters a SASL user name / password may not contain: they would break the storage tool's
 # `--add-scram 'SCRAM-SHA-512=[name=...,password=...]'` syntax or the JAAS `user_<name>="<password>"` entry.
 _SASL_FORBIDDEN = set(" \t\n\r\"\\,;=[]'")
@@ -100,6 +107,27 @@ class BrokerConfig:
     # Optional SASL_PLAINTEXT listener (SCRAM-SHA-512 and PLAIN) next to the PLAINTEXT one.
     sasl_port: int | None = None
     sasl_users: tuple[SaslUser, ...] = ()
+    # --secure: SSL (mTLS) and SASL_SSL listeners, TLS between controller and broker, StandardAuthorizer.
+    ssl_port: int | None = None
+    sasl_ssl_port: int | None = None
+    tls_clients: tuple[str, ...] = kafka_tls.DEFAULT_CLIENTS
+
+    @property
+    def secure(self) -> bool:
+        return self.ssl_port is not None
+
+    @property
+    def tls(self) -> kafka_tls.TlsFiles:
+        """Where the certificates of a secure broker live: ``<data-dir>/tls``."""
+        return kafka_tls.TlsFiles(self.data_dir / "tls")
+
+    @property
+    def ssl_bootstrap(self) -> str | None:
+        return None if self.ssl_port is None else f"{self.advertised_host}:{self.ssl_port}"
+
+    @property
+    def sasl_ssl_bootstrap(self) -> str | None:
+        return None if self.sasl_ssl_port is None else f"{self.advertised_host}:{self.sasl_ssl_port}"
 
     @property
     def bootstrap(self) -> str:
@@ -150,10 +178,18 @@ def make_config(
     log_file: Path | None = None,
     sasl_port: int | None = None,
     sasl_users: Sequence[SaslUser] = (),
+    *,
+    secure: bool = False,
+    ssl_port: int | None = None,
+    sasl_ssl_port: int | None = None,
+    tls_clients: Sequence[str] = kafka_tls.DEFAULT_CLIENTS,
 ) -> BrokerConfig:
-    """Fill in the defaults: controller on ``port + 1``, data in ``<repo>/var/kafka-<port>``."""
-    if sasl_users and sasl_port is None:
-        raise LauncherError("SASL users need a SASL listener", "add --sasl-port N")
+    """Fill in the defaults: controller on ``port + 1``, data in ``<repo>/var/kafka-<port>``; with
+    ``secure``, SSL on ``port + 3`` and SASL_SSL on ``port + 4``."""
+    if sasl_users and sasl_port is None and not secure:
+        raise LauncherError("SASL users need a SASL listener", "add --sasl-port N or --secure")
+    if not secure and (ssl_port is not None or sasl_ssl_port is not None):
+        raise LauncherError("TLS listeners need --secure", "add --secure")
     data = (data_dir or REPO_ROOT / "var" / f"kafka-{port}").resolve()
     return BrokerConfig(
         port=port,
@@ -163,6 +199,9 @@ def make_config(
         log_file=(log_file or data / "broker.log").resolve(),
         sasl_port=sasl_port,
         sasl_users=tuple(sasl_users),
+        ssl_port=(ssl_port if ssl_port is not None else port + 3) if secure else None,
+        sasl_ssl_port=(sasl_ssl_port if sasl_ssl_port is not None else port + 4) if secure else None,
+        tls_clients=tuple(tls_clients),
     )
 
 
@@ -256,10 +295,8 @@ def render_properties(cfg: BrokerConfig) -> str:
         # A static voter set: storage is formatted without --standalone and the quorum never changes.
         "controller.quorum.voters": f"1@{cfg.host}:{cfg.controller_port}",
         "controller.listener.names": "CONTROLLER",
-        "listeners": f"PLAINTEXT://{cfg.host}:{cfg.port},CONTROLLER://{cfg.host}:{cfg.controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{cfg.advertised_host}:{cfg.port}",
+        **listener_properties(cfg),
         "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "log.dirs": str(cfg.log_dirs),
         "num.partitions": "1",
         # Topics are created explicitly (tests, deploy scripts): a typo must fail, not create a topic.
@@ -279,37 +316,66 @@ def render_properties(cfg: BrokerConfig) -> str:
         "num.io.threads": "4",
         "log.retention.hours": "24",
     }
-    if cfg.sasl_port is not None:
+    if cfg.sasl_port is not None or cfg.sasl_ssl_port is not None:
         props.update(sasl_properties(cfg))
+    if cfg.secure:
+        assert cfg.ssl_port is not None and cfg.sasl_ssl_port is not None
+        props.update(
+            kafka_tls.secure_properties(
+                cfg.tls,
+                host=cfg.host,
+                advertised_host=cfg.advertised_host,
+                controller_port=cfg.controller_port,
+                ssl_port=cfg.ssl_port,
+                sasl_ssl_port=cfg.sasl_ssl_port,
+            )
+        )
     lines = ["# Written by deploy/kafka/launcher.py; rewritten on every `up`."]
     lines += [f"{key}={value}" for key, value in props.items()]
     return "\n".join(lines) + "\n"
 
 
-def sasl_properties(cfg: BrokerConfig) -> dict[str, str]:
-    """Properties adding a SASL_PLAINTEXT listener with SCRAM-SHA-512 and PLAIN.
-
-    Brokers and the controller keep talking over PLAINTEXT. SCRAM credentials live in the cluster
-    metadata (created at format time, or upserted later); PLAIN users are JAAS entries in this file.
-    """
-    assert cfg.sasl_port is not None
-    prefix = f"listener.name.{SASL_LISTENER.lower()}"
-    plain_users = " ".join(f'user_{u.name}="{u.password}"' for u in cfg.sasl_users)
+def listener_properties(cfg: BrokerConfig) -> dict[str, str]:
+    """listeners / advertised.listeners / the protocol map: PLAINTEXT and CONTROLLER always, SASL_PLAINTEXT
+    with ``--sasl-port``, SSL and SASL_SSL with ``--secure`` (the controller then speaks SSL too)."""
+    controller_protocol = "SSL" if cfg.secure else "PLAINTEXT"
+    client = [("PLAINTEXT", cfg.port), (SASL_LISTENER, cfg.sasl_port)]
+    client += [("SSL", cfg.ssl_port), (SECURE_SASL_LISTENER, cfg.sasl_ssl_port)]
+    present = [(name, port) for name, port in client if port is not None]
+    listeners = [f"{name}://{cfg.host}:{port}" for name, port in present]
+    listeners.insert(1, f"CONTROLLER://{cfg.host}:{cfg.controller_port}")
+    protocols = [f"{name}:{name}" for name, _ in present]
+    protocols.insert(1, f"CONTROLLER:{controller_protocol}")
     return {
-        "listeners": f"PLAINTEXT://{cfg.host}:{cfg.port},CONTROLLER://{cfg.host}:{cfg.controller_port},"
-        f"{SASL_LISTENER}://{cfg.host}:{cfg.sasl_port}",
-        "advertised.listeners": f"PLAINTEXT://{cfg.advertised_host}:{cfg.port},"
-        f"{SASL_LISTENER}://{cfg.advertised_host}:{cfg.sasl_port}",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,"
-        f"{SASL_LISTENER}:{SASL_LISTENER}",
-        "sasl.enabled.mechanisms": ",".join(SASL_MECHANISMS),
-        f"{prefix}.sasl.enabled.mechanisms": ",".join(SASL_MECHANISMS),
-        f"{prefix}.scram-sha-512.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule "
-        "required;",
-        f"{prefix}.plain.sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule required"
-        + (f" {plain_users}" if plain_users else "")
-        + ";",
+        "listeners": ",".join(listeners),
+        "advertised.listeners": ",".join(f"{n}://{cfg.advertised_host}:{p}" for n, p in present),
+        "listener.security.protocol.map": ",".join(protocols),
     }
+
+
+def sasl_properties(cfg: BrokerConfig) -> dict[str, str]:
+    """SCRAM-SHA-512 and PLAIN on the SASL_PLAINTEXT listener (``--sasl-port``) and, with ``--secure``, on
+    the SASL_SSL one.
+
+    SCRAM credentials live in the cluster metadata (created at format time, or upserted later); PLAIN users
+    are JAAS entries in this file.
+    """
+    plain_users = " ".join(f'user_{u.name}="{u.password}"' for u in cfg.sasl_users)
+    props = {"sasl.enabled.mechanisms": ",".join(SASL_MECHANISMS)}
+    for listener, port in ((SASL_LISTENER, cfg.sasl_port), (SECURE_SASL_LISTENER, cfg.sasl_ssl_port)):
+        if port is None:
+            continue
+        prefix = f"listener.name.{listener.lower()}"
+        props[f"{prefix}.sasl.enabled.mechanisms"] = ",".join(SASL_MECHANISMS)
+        props[f"{prefix}.scram-sha-512.sasl.jaas.config"] = (
+            "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+        )
+        props[f"{prefix}.plain.sasl.jaas.config"] = (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required"
+            + (f" {plain_users}" if plain_users else "")
+            + ";"
+        )
+    return props
 
 
 def render_log4j2(cfg: BrokerConfig) -> str:
@@ -461,7 +527,7 @@ def upsert_scram_users(cfg: BrokerConfig, timeout_s: float = 30.0) -> None:
         UserScramCredentialUpsertion,
     )
 
-    admin = AdminClient({"bootstrap.servers": cfg.bootstrap, "log_level": 0})
+    admin = AdminClient({**admin_conf(cfg), "log_level": 0})
     upserts: list[Any] = [
         UserScramCredentialUpsertion(
             u.name, ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 8192), u.password.encode()
@@ -478,6 +544,14 @@ def upsert_scram_users(cfg: BrokerConfig, timeout_s: float = 30.0) -> None:
             ) from None
 
 
+def admin_conf(cfg: BrokerConfig) -> dict[str, str]:
+    """librdkafka settings of an administrator: PLAINTEXT, or on a secure broker the admin certificate
+    over the SSL listener (PLAINTEXT's anonymous principal may do nothing there)."""
+    if cfg.ssl_bootstrap is not None:
+        return kafka_tls.admin_client_conf(cfg.tls, cfg.ssl_bootstrap)
+    return {"bootstrap.servers": cfg.bootstrap}
+
+
 def port_in_use(host: str, port: int) -> bool:
     """True when something accepts TCP connections on host:port."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -487,7 +561,7 @@ def port_in_use(host: str, port: int) -> bool:
 
 def ensure_ports_free(cfg: BrokerConfig) -> None:
     """Fail when something already listens on the client or controller port."""
-    for port in (cfg.port, cfg.controller_port, cfg.sasl_port):
+    for port in (cfg.port, cfg.controller_port, cfg.sasl_port, cfg.ssl_port, cfg.sasl_ssl_port):
         if port is not None and port_in_use(cfg.host, port):
             raise LauncherError(
                 f"port {cfg.host}:{port} is already in use",
@@ -676,6 +750,13 @@ def up(cfg: BrokerConfig, runtime_factory: Callable[[], Runtime], timeout_s: flo
         cfg.pid_file.unlink(missing_ok=True)
         ensure_ports_free(cfg)
         runtime = runtime_factory()
+        if cfg.secure:
+            try:
+                kafka_tls.make_certificates(cfg.tls.directory, cfg.tls_clients)
+            except kafka_tls.TlsError as exc:
+                raise LauncherError(
+                    str(exc), f"remove {cfg.tls.directory} to make new certificates"
+                ) from None
         write_properties(cfg)
         formatted_now = format_storage(cfg, runtime, say)
         pid = start(cfg, runtime)
@@ -694,6 +775,15 @@ def up(cfg: BrokerConfig, runtime_factory: Callable[[], Runtime], timeout_s: flo
     if cfg.sasl_bootstrap is not None:
         users = ", ".join(u.name for u in cfg.sasl_users) or "none"
         say(f"SASL_PLAINTEXT ({'/'.join(SASL_MECHANISMS)}) at {cfg.sasl_bootstrap}; users: {users}")
+    if cfg.secure:
+        users = ", ".join(u.name for u in cfg.sasl_users) or "none"
+        tls = cfg.tls
+        say(
+            f"SSL (client certificates) at {cfg.ssl_bootstrap}; "
+            f"SASL_SSL at {cfg.sasl_ssl_bootstrap}; users: {users}"
+        )
+        say(f"  CA: {tls.ca}; client certificates: {', '.join(str(tls.cert(n)) for n in cfg.tls_clients)}")
+        say(f"  StandardAuthorizer: super users {', '.join(kafka_tls.SUPER_USERS)}; no ACL means no access")
     return cfg.bootstrap
 
 
@@ -728,7 +818,27 @@ def build_parser() -> argparse.ArgumentParser:
                 metavar="NAME:PASSWORD",
                 action="append",
                 default=[],
-                help="a SASL user (SCRAM-SHA-512 credential + PLAIN entry); repeatable; needs --sasl-port",
+                help="a SASL user (SCRAM-SHA-512 credential + PLAIN entry); repeatable; needs --sasl-port "
+                "or --secure",
+            )
+            p.add_argument(
+                "--secure",
+                action="store_true",
+                help="TLS + ACLs: SSL (client certificates) and SASL_SSL listeners, certificates in "
+                "<data-dir>/tls, StandardAuthorizer (super users: kafka-broker, admin)",
+            )
+            p.add_argument("--ssl-port", type=int, default=None, help="--secure: SSL port, default port+3")
+            p.add_argument(
+                "--sasl-ssl-port", type=int, default=None, help="--secure: SASL_SSL port, default port+4"
+            )
+            p.add_argument(
+                "--tls-client",
+                dest="tls_clients",
+                metavar="NAME",
+                action="append",
+                default=None,
+                help="--secure: a client certificate CN=NAME (principal User:NAME); repeatable; "
+                f"default {' and '.join(kafka_tls.DEFAULT_CLIENTS)}",
             )
             p.add_argument("--log-file", type=Path, default=None, help="default <data-dir>/broker.log")
             p.add_argument("--timeout-s", type=float, default=90.0, help="seconds to wait for the broker")
@@ -762,6 +872,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             getattr(args, "log_file", None),
             getattr(args, "sasl_port", None),
             users,
+            secure=getattr(args, "secure", False),
+            ssl_port=getattr(args, "ssl_port", None),
+            sasl_ssl_port=getattr(args, "sasl_ssl_port", None),
+            tls_clients=tuple(getattr(args, "tls_clients", None) or kafka_tls.DEFAULT_CLIENTS),
         )
         if args.command == "up":
             kafka_home = os.environ.get("KAFKA_HOME")

@@ -1,13 +1,10 @@
 """kill -9 of a worker in the middle of a stream, then a restart.
 
 At-least-once: every id comes out, and duplicates only come from the uncommitted tail: outputs that were
-published after the last offset commit. The worker labels one window (at most `max_window_messages`
-messages) at a time, stores offsets as soon as their outputs are acknowledged, and librdkafka commits the
-stored offsets every `commit_interval_ms`. With the feed paced so that at most `FEED_PER_COMMIT` messages
-arrive per commit interval, the published-but-uncommitted tail at the moment of the kill is at most: the
-window being published + the windows acknowledged within the last commit interval (+ one auto-commit in
-flight) ≤ W + 2 x max(W, FEED_PER_COMMIT) — the `DUPLICATE_BOUND` below. (Windows still queued for
-inference, up to `max_queued_windows`, were never published, so they are redone, not duplicated.)
+published after the last offset commit, at most `crash_duplicate_bound(settings, rate)` (the README's
+bound, worker/stream/offsets.py): the windows in the pipeline, `(max_queued_windows + 1) x
+max_window_messages`, plus what was acknowledged in the last two commit intervals. The feed is paced at
+`FEED_PER_S` so the rate is known.
 
 Exactly-once (`SENTIMENT_DELIVERY=exactly_once`): results, dead letters and offsets commit in one
 transaction per window, so a read_committed reader sees every id exactly once.
@@ -34,16 +31,21 @@ from tests.faults.harness import (
 )
 from tests.integration.kafka_io import committed_offsets
 from worker.config import WorkerSettings
+from worker.stream.offsets import crash_duplicate_bound
 
 pytestmark = pytest.mark.integration
 
 INPUTS = 1000
 PARTITIONS = 3
 WINDOW = 32  # SENTIMENT_MAX_WINDOW_MESSAGES
+QUEUED_WINDOWS = 2  # SENTIMENT_MAX_QUEUED_WINDOWS
 COMMIT_INTERVAL_MS = 100
 CHUNK, PAUSE_S = 50, 0.1  # the feed: 50 messages every 0.1 s (plus produce time) = at most 500 msg/s
-FEED_PER_COMMIT = CHUNK * COMMIT_INTERVAL_MS // int(PAUSE_S * 1000)
-DUPLICATE_BOUND = WINDOW + 2 * max(WINDOW, FEED_PER_COMMIT)
+FEED_PER_S = CHUNK / PAUSE_S
+SETTINGS = WorkerSettings(
+    max_window_messages=WINDOW, max_queued_windows=QUEUED_WINDOWS, commit_interval_ms=COMMIT_INTERVAL_MS
+)
+DUPLICATE_BOUND = crash_duplicate_bound(SETTINGS, FEED_PER_S)  # 3 x 32 + 2 x 50 = 196
 KILL_AFTER_OUTPUTS = 300
 
 
@@ -57,6 +59,7 @@ def _kill9_then_restart(
         names,
         model_dir,
         SENTIMENT_MAX_WINDOW_MESSAGES=str(WINDOW),
+        SENTIMENT_MAX_QUEUED_WINDOWS=str(QUEUED_WINDOWS),
         SENTIMENT_COMMIT_INTERVAL_MS=str(COMMIT_INTERVAL_MS),
         # session.timeout.ms follows it (10 s): the killed member's partitions are reassigned sooner.
         SENTIMENT_MAX_POLL_INTERVAL_MS="10000",

@@ -4,8 +4,8 @@ Three worker processes share a six-partition input while the feed runs; every fe
 gets SIGTERM and a new one starts (so three or four are members at any time). Each clean stop finishes the
 fetched windows, flushes and commits; each cooperative rebalance commits revoked partitions. Nothing may be
 lost, every stopped worker must exit 0, and within each input partition the results must keep input order
-(counting each input at its first appearance). In exactly_once mode (read_committed) there may be no
-duplicates either.
+(counting each input at its first appearance). There may be no duplicates either (exactly_once: read
+committed; at_least_once: unless a member was evicted from the group, as the README says).
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def test_rebalance_storm_loses_nothing_and_keeps_partition_order(
         collector.wait_until(lambda: len(collector.distinct_keys()) >= INPUTS, 180, "every id")
         collector.settle()
         for worker in alive:
-            wait_for_log(worker, CONSUMING, 120)
+            wait_for_log(worker, CONSUMING, 300)
             worker.terminate()
         codes = {w.name: w.wait(90) for w in [*stopped, *alive]}
     finally:
@@ -126,7 +126,19 @@ def test_rebalance_storm_loses_nothing_and_keeps_partition_order(
     assert not out_of_order, f"input order broken in {sorted(out_of_order)}"
     if delivery == "exactly_once":
         assert fig.duplicates == 0  # read_committed: a window's outputs and offsets commit together
-    # at_least_once: duplicates are allowed and reported. A stopping member's final commit refused while the
-    # group rebalances (ILLEGAL_GENERATION / REBALANCE_IN_PROGRESS) is retried once the member has joined
-    # the new generation (ReviewConsumer.commit_through_rebalance), which took them from 0-197 per run to 0
-    # in the runs measured; a member evicted from the group still leaves its uncommitted tail to be redone.
+    else:
+        # The README: revoked partitions and clean stops repeat no work; a stopping member's final commit
+        # refused while the group rebalances (ILLEGAL_GENERATION / REBALANCE_IN_PROGRESS) is retried once
+        # it has joined the new generation (ReviewConsumer.commit_through_rebalance). The one excuse is a
+        # member evicted from the group (its partitions lost, or its commit refused for another reason),
+        # whose uncommitted tail the next owner redoes, as the README says.
+        evicted = [w.name for w in started if _evicted(w.stderr())]
+        assert fig.duplicates == 0 or evicted, (fig.duplicates, [w.stderr_tail(800) for w in started])
+
+
+def _evicted(log: str) -> bool:
+    """The worker logged partitions lost, or a commit that failed for a reason other than a rebalance."""
+    failed = [line for line in log.splitlines() if "commit" in line and "failed (" in line]
+    rebalancing = ("ILLEGAL_GENERATION", "REBALANCE_IN_PROGRESS")
+    lost = "dropped their in-flight work without committing" in log  # SentimentWorker._on_lost
+    return lost or any(not any(code in line for code in rebalancing) for line in failed)

@@ -6,11 +6,13 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from confluent_kafka import Consumer
 
 from tests.integration.helpers import SAMPLES
 from worker.bench.worker_process import free_port
@@ -186,3 +188,74 @@ def test_onnx_backend_and_quantize_through_the_cli(
         wrong.stderr.strip().startswith("sentiment-worker quantize: error:")
         and "--format onnx" in wrong.stderr
     )
+
+
+def test_librdkafka_lines_go_through_the_worker_log_not_raw_to_stderr() -> None:
+    closed = f"127.0.0.1:{free_port()}"  # librdkafka retries and logs every refused connection
+    lag = cli("lag", "--timeout-s", "2", env={"SENTIMENT_BOOTSTRAP_SERVERS": closed}, timeout=60)
+    assert lag.returncode == 1
+    assert "cannot reach the broker" in lag.stderr
+    raw = [line for line in lag.stderr.splitlines() if line.startswith("%")]
+    assert raw == [], lag.stderr  # was: one `%3|...|FAIL|...` line per retry
+
+
+def test_topics_list_and_delete_as_kafka_topics_users_expect(
+    kafka_bootstrap: str, unique_name: Any, create_topics: Any
+) -> None:
+    prefix = unique_name("topics-cli")
+    names = {"input": f"{prefix}-in", "output": f"{prefix}-out", "dlq": f"{prefix}-dlq"}
+    create_topics(names["input"], partitions=2)
+    create_topics([names["output"], names["dlq"]], partitions=1)
+    group = f"{prefix}-group"
+    env = {
+        "SENTIMENT_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "SENTIMENT_INPUT_TOPIC": names["input"],
+        "SENTIMENT_OUTPUT_TOPIC": names["output"],
+        "SENTIMENT_DLQ_TOPIC": names["dlq"],
+        "SENTIMENT_GROUP_ID": group,
+    }
+    ours = sorted(names.values())
+
+    listed = cli("topics", "list", env=env)
+    matched = cli("topics", "list", "--partitions", "--topic", f"{prefix}-.*", env=env)
+    assert listed.returncode == 0 and set(ours) <= set(listed.stdout.splitlines()), listed.stderr
+    expected = [f"{names['dlq']}\t1", f"{names['input']}\t2", f"{names['output']}\t1"]
+    assert matched.stdout.splitlines() == expected
+
+    dry = cli("topics", "delete", env=env)  # the settings' three topics, but not without --yes
+    assert dry.returncode == 1 and "--yes" in dry.stderr
+    assert dry.stdout.splitlines() == [
+        f"would delete {names['input']} (2 partitions)",
+        f"would delete {names['output']} (1 partitions)",
+        f"would delete {names['dlq']} (1 partitions)",
+    ]
+    missing = cli("topics", "delete", "--topic", f"{prefix}-nope", "--yes", env=env)
+    assert missing.returncode == 1 and "no topic" in missing.stderr
+
+    worker = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group})
+    try:
+        worker.subscribe([names["input"]])  # the group consumes the input topic, as a running worker does
+        deadline = time.monotonic() + 60
+        while not worker.assignment():
+            assert time.monotonic() < deadline, "the consumer was never assigned its partitions"
+            worker.poll(0.2)
+        refused = cli("topics", "delete", "--yes", env=env)
+        still = cli("topics", "list", "--topic", f"{prefix}-.*", env=env)
+        forced = cli("topics", "delete", "--topic", f"{prefix}-(in|out)", "--yes", "--force", env=env)
+    finally:
+        worker.close()
+    assert refused.returncode == 1 and "--force" in refused.stderr
+    for name in ours:  # the input it reads, and the output and dead-letter topics its worker writes
+        assert f"{name}: in use by group {group}" in refused.stderr
+    assert still.stdout.splitlines() == ours
+    assert forced.returncode == 0, forced.stderr
+    assert forced.stdout.splitlines() == [f"{names['input']}: deleted", f"{names['output']}: deleted"]
+
+    rest = cli("topics", "delete", "--topic", f"{prefix}-.*", "--yes", env=env)  # nobody reads it now
+    assert rest.returncode == 0 and rest.stdout.splitlines() == [f"{names['dlq']}: deleted"], rest.stderr
+    deadline = time.monotonic() + 60
+    while True:  # the broker drops deleted topics from its metadata shortly after answering
+        left = cli("topics", "list", "--topic", f"{prefix}-.*", env=env)
+        if left.stdout.strip() == "":
+            break
+        assert time.monotonic() < deadline, left.stdout

@@ -17,6 +17,7 @@ from schemas.sentiment_result import ModelRef
 from tests.integration.helpers import make_settings, sample_reviews
 from tests.integration.kafka_io import produce, read_topic, review_records
 from tests.monitoring_assets import alert_queries, dashboard_queries
+from tests.polling import wait_until
 from worker.bench.report import load_recording, record, summarize
 from worker.bench.worker_process import free_port
 from worker.cli import main
@@ -78,14 +79,19 @@ def test_every_metric_the_dashboard_and_alerts_query_is_exported(
 ) -> None:
     url, names = running_worker
     _feed(kafka_bootstrap, names, 30)  # results, a dead letter, batches: every histogram has observations
-    time.sleep(1.5)  # the loop refreshes its gauges every second
-    sampled, declared = _scrape(url)
-
     dashboard = dashboard_queries()
     assert all(dashboard.values()), [q for q, n in dashboard.items() if not n]
     queried = set().union(*dashboard.values())
     assert queried & GPU_ONLY == GPU_ONLY  # the GPU memory panel
-    missing = {q: sorted(n - sampled - GPU_ONLY - EVENT_ONLY) for q, n in dashboard.items()}
+
+    # The loop refreshes its gauges every second: scrape until they are all there (or the deadline).
+    deadline = time.monotonic() + 30
+    while True:
+        sampled, declared = _scrape(url)
+        missing = {q: sorted(n - sampled - GPU_ONLY - EVENT_ONLY) for q, n in dashboard.items()}
+        if not any(missing.values()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert {q: n for q, n in missing.items() if n} == {}
     assert EVENT_ONLY & queried <= declared
 
@@ -99,17 +105,37 @@ def test_record_and_report_render_a_live_run(
 ) -> None:
     url, names = running_worker
     recording_path, png = tmp_path / "run.jsonl", tmp_path / "report.png"
+    done = threading.Event()
+
+    def sleep_or_interrupt(seconds: float) -> None:
+        if done.wait(seconds):
+            raise KeyboardInterrupt  # Ctrl-C: `record` ends the recording early, keeping what it wrote
+
     recorder = threading.Thread(
-        target=record, args=(url, recording_path), kwargs={"interval_s": 0.5, "duration_s": 12}
+        target=record,
+        args=(url, recording_path),
+        kwargs={"interval_s": 0.5, "duration_s": 600, "sleep": sleep_or_interrupt},
     )
     recorder.start()
-    while not recording_path.exists() or not recording_path.read_text():
-        time.sleep(0.1)
-    _feed(kafka_bootstrap, names, 40)
-    recorder.join(timeout=60)
+    try:
+        wait_until(lambda: recording_path.exists() and recording_path.read_text(), 30, "the first scrape")
+        _feed(kafka_bootstrap, names, 40)
+
+        def caught_up() -> bool:
+            try:
+                summary = summarize(load_recording(recording_path))
+            except ValueError:  # a scrape half written as we read
+                return False
+            return summary.outputs == 41 and summary.final_total_lag_messages == 0
+
+        wait_until(caught_up, 60, "a scrape showing the 41 outputs and no lag", interval_s=0.5)
+    finally:
+        done.set()
+        recorder.join(timeout=60)
+    assert not recorder.is_alive()
 
     summary = summarize(load_recording(recording_path))
     assert summary.outputs == 41 and summary.dead_letters == 1  # everything fed after the first scrape
-    assert summary.final_total_lag_messages == 0 and summary.scrapes >= 20
+    assert summary.final_total_lag_messages == 0 and summary.scrapes >= 2
     assert main(["report", str(recording_path), "--out", str(png)]) == 0
     assert png.read_bytes()[:4] == b"\x89PNG"

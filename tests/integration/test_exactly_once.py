@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import re
 from typing import Any
 
 import pytest
@@ -23,7 +25,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_exactly_once_publishes_each_input_once_and_commits_offsets_in_the_transaction(
-    kafka_bootstrap: str, topics: Any, tiny_classifier: Any
+    kafka_bootstrap: str, topics: Any, tiny_classifier: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     names = topics()
     reviews = sample_reviews(60)
@@ -32,8 +34,22 @@ def test_exactly_once_publishes_each_input_once_and_commits_offsets_in_the_trans
     produce(kafka_bootstrap, names["reviews"], records)
     settings = make_settings(kafka_bootstrap, names, delivery="exactly_once", max_window_messages=16)
 
-    first = run_worker(settings, tiny_classifier, max_messages=30)
+    with caplog.at_level(logging.INFO, logger="worker.stream.app"):
+        first = run_worker(settings, tiny_classifier, max_messages=30)
+    after_first = committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 3)
+    started = [r.getMessage() for r in caplog.records if r.getMessage().startswith("consuming ")]
+    revoked = [r for r in caplog.records if r.getMessage().startswith("revoked ")]
     second = run_worker(settings, tiny_classifier, idle_exit_s=3)
+
+    # The log says the delivery mode, and what leaving the group committed (as at_least_once does).
+    assert len(started) == 1 and "delivery exactly_once" in started[0]
+    assert f"sentiment-worker.{names['group']}." in started[0]  # the transactional id
+    assert revoked and "committed" in revoked[-1].getMessage()
+    logged: dict[int, int] = {}
+    for record in revoked:  # "revoked t[0], t[1] (committed t[0]=8, t[1]=15 in transactions)"
+        committed = record.getMessage().split("(committed ", 1)[1]
+        logged.update({int(p): int(o) for p, o in re.findall(r"\[(\d+)\]=(\d+)", committed)})
+    assert logged == {p: o for p, o in after_first.items() if o >= 0} and sum(logged.values()) == 30
 
     assert first.results + first.dead_letters == 30
     assert second.results + second.dead_letters == 30

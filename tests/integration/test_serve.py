@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from typing import Any
 
 import httpx
@@ -13,6 +14,7 @@ import pytest
 from schemas.http_api import SentimentResponse
 from tests.integration.helpers import SAMPLES
 from tests.integration.serve_helpers import SlowClassifier, scrape, serving
+from worker.config import DEFAULT_LOW_CONFIDENCE
 from worker.tools.predict import predict_lines
 
 API = "/v1/sentiment"
@@ -41,8 +43,10 @@ def test_concurrent_requests_share_batches_and_come_back_in_request_order(tiny_c
 
     assert [r.status_code for r in responses] == [200] * 24
     shared = 0
+    answered: list[Any] = []
     for body, response in zip(bodies, responses, strict=True):
         answer = SentimentResponse.model_validate(response.json())
+        answered += answer.results
         assert [r.id for r in answer.results] == body["ids"]  # request order, ids echoed
         for text, result in zip(body["texts"], answer.results, strict=True):
             want = expected[text]
@@ -59,6 +63,14 @@ def test_concurrent_requests_share_batches_and_come_back_in_request_order(tiny_c
     assert metrics["sentiment_batch_size_sum{}"] == sum(len(b["texts"]) for b in bodies)
     assert metrics["sentiment_http_requests_total{code=200}"] == 24
     assert metrics["sentiment_http_queued_texts{}"] == 0
+    # Model monitoring counts the HTTP answers as the Kafka worker counts its results.
+    version = tiny_classifier.version
+    for label in tiny_classifier.labels:
+        count = sum(1 for r in answered if r.label == label)
+        assert metrics[f"sentiment_predictions_total{{label={label},model_version={version}}}"] == count
+    low = sum(1 for r in answered if r.confidence is not None and r.confidence < DEFAULT_LOW_CONFIDENCE)
+    assert metrics[f"sentiment_low_confidence_predictions_total{{model_version={version}}}"] == low
+    assert metrics["sentiment_prediction_confidence_count{}"] == len(answered)
 
 
 def test_one_text_and_the_openapi_document(tiny_classifier: Any) -> None:
@@ -210,6 +222,14 @@ def test_a_request_not_answered_in_time_gets_504(tiny_classifier: Any) -> None:
     assert response.json() == {"error": "timeout", "reason": "not labelled within 0.3 s"}
 
 
+def accepted_texts(served: Any) -> float:
+    """Texts accepted by the batcher: still waiting (the gauge) or already answered (the counter; counted
+    after the gauge is lowered, so the sum never counts a text twice)."""
+    registry = served.registry
+    waiting = registry.get_sample_value("sentiment_http_queued_texts") or 0.0
+    return waiting + (registry.get_sample_value("sentiment_http_texts_total") or 0.0)
+
+
 def test_stopping_answers_every_accepted_request(tiny_classifier: Any) -> None:
     slow = SlowClassifier(tiny_classifier, delay_s=0.3)
     bodies = [{"texts": [TEXTS[i]]} for i in range(6)]
@@ -217,7 +237,11 @@ def test_stopping_answers_every_accepted_request(tiny_classifier: Any) -> None:
     async def stop_while_busy(url: str, served: Any) -> list[httpx.Response]:
         async with httpx.AsyncClient(base_url=url, timeout=60) as client:
             tasks = [asyncio.create_task(client.post(API, json=b)) for b in bodies]
-            await asyncio.sleep(0.15)  # accepted, the first batch in the model
+            # Every request accepted (waiting or already answered) before the stop, polled with a deadline.
+            deadline = time.monotonic() + 30
+            while accepted_texts(served) < len(bodies):
+                assert time.monotonic() < deadline, f"only {accepted_texts(served)} texts accepted after 30 s"
+                await asyncio.sleep(0.01)
             served.service.request_stop()
             return list(await asyncio.gather(*tasks))
 

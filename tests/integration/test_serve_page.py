@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
@@ -86,5 +87,62 @@ def test_the_page_shows_a_refusal(browser: Any, tiny_classifier: Any) -> None:
             expected_conditions.text_to_be_present_in_element((By.ID, "status"), "labelled")
         )
         labels = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#results tbody td.label")]
+        # A refused submission leaves no earlier answer on screen as if it were its own.
+        browser.find_element(By.ID, "token").clear()
+        browser.find_element(By.ID, "submit").click()
+        WebDriverWait(browser, 30).until(
+            expected_conditions.text_to_be_present_in_element((By.ID, "status"), "401")
+        )
+        rows_after_refusal = browser.find_elements(By.CSS_SELECTOR, "#results tbody tr")
+        table_shown = browser.find_element(By.ID, "results").is_displayed()
+        model_after_refusal = browser.find_element(By.ID, "model").text
     assert "unauthorized" in refused
     assert labels == [next(predict_lines(tiny_classifier, TEXTS[:1]))["label"]]
+    assert rows_after_refusal == [] and not table_shown and model_after_refusal == "—"
+
+
+def test_every_valid_line_is_labelled_and_each_bad_one_gets_its_own_error(
+    browser: Any, tiny_classifier: Any
+) -> None:
+    limit = 300
+    long_review = (TEXTS[1] * 40)[:250]  # labelled, shown folded to 200 characters
+    too_long = "好" * (limit + 1)  # refused by its own row: the other lines are still labelled
+    lines = [TEXTS[0], "", long_review, too_long, TEXTS[2]]
+    expected = [row["label"] for row in predict_lines(tiny_classifier, [TEXTS[0], long_review, TEXTS[2]])]
+    with serving(tiny_classifier, max_text_chars=limit, http_max_texts=2) as served:
+        browser.get(served.url + "/")
+        # Set at once: typing 500 characters through chromedriver is slow and not what is tested.
+        browser.execute_script("document.getElementById('reviews').value = arguments[0];", "\n".join(lines))
+        browser.find_element(By.ID, "submit").click()
+        WebDriverWait(browser, 30).until(
+            expected_conditions.text_to_be_present_in_element((By.ID, "status"), "labelled")
+        )
+        status = browser.find_element(By.ID, "status").text
+        rows = browser.find_elements(By.CSS_SELECTOR, "#results tbody tr")
+        numbers = [row.find_element(By.CSS_SELECTOR, "td.index").text for row in rows]
+        labels = [row.find_element(By.CSS_SELECTOR, "td.label").text for row in rows]
+        reason = rows[2].find_element(By.CSS_SELECTOR, "td.reason").text
+        review = rows[1].find_element(By.CSS_SELECTOR, "span.review")
+        folded = review.text
+        fold_button = rows[1].find_element(By.CSS_SELECTOR, "button.fold")
+        fold_label = fold_button.text
+        fold_button.click()
+        expanded = review.text
+        # An empty submission clears the table too.
+        browser.execute_script("document.getElementById('reviews').value = '';")
+        browser.find_element(By.ID, "submit").click()
+        WebDriverWait(browser, 30).until(
+            expected_conditions.text_to_be_present_in_element((By.ID, "status"), "at least one")
+        )
+        rows_after_empty = browser.find_elements(By.CSS_SELECTOR, "#results tbody tr")
+        icon = httpx.get(served.url + "/favicon.ico")
+
+    assert numbers == ["1", "3", "4", "5"]  # textarea line numbers, from 1; the blank line 2 is skipped
+    assert labels == [expected[0], expected[1], "text_too_long", expected[2]]
+    assert reason == f"line 4 has {limit + 1} characters; at most {limit}"
+    assert "3 review(s) labelled; 1 line(s) not labelled" in status
+    assert folded == long_review[:200] + "…" and "250" in fold_label
+    assert expanded == long_review
+    assert rows_after_empty == []
+    assert icon.status_code == 200 and icon.headers["content-type"] == "image/vnd.microsoft.icon"
+    assert icon.content[:4] == b"\x00\x00\x01\x00" and b"PNG" in icon.content[:32]

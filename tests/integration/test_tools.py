@@ -107,8 +107,9 @@ def test_produce_csv_with_limit_and_rate(
     tailed = tail_all(kafka_bootstrap, topic, expected=25)
 
     assert (report.sent, report.acknowledged, report.failed) == (25, 25, 0)
-    # 25 records at 10/s: the last is due at 2.4 s after the first.
-    assert 2.3 <= report.seconds < 6.0
+    # 25 records at 10/s: the last is not due before 2.4 s after the first (the rate is a ceiling; a loaded
+    # machine may take longer, which is why there is no upper bound).
+    assert report.seconds >= 2.3
     assert progress and progress[-1].startswith("sent 25, acknowledged 25, failed 0")
     assert [r.key for r in tailed] == [f"c{i}".encode() for i in range(25)]
     assert [r.offset for r in tailed] == list(range(25))

@@ -249,13 +249,16 @@ def test_lag_seconds_is_the_age_of_the_oldest_unfinished_message(
             producer.produce(names["reviews"], key=key, value=value, timestamp=hour_ago_ms + i)
         producer.flush(10)
         assert watch_lag_until(3) >= 3500  # an hour-old backlog is an hour behind
-        time.sleep(2.5)  # idle: caught up
-        assert (
-            registry.get_sample_value(
-                "sentiment_consumer_lag_seconds", {"topic": names["reviews"], "partition": "0"}
-            )
-            == 0
-        )
+
+        def lag_seconds() -> float | None:
+            labels = {"topic": names["reviews"], "partition": "0"}
+            return registry.get_sample_value("sentiment_consumer_lag_seconds", labels)
+
+        # Idle, caught up: the gauge (refreshed every second) falls to 0; polled with a deadline.
+        deadline = time.monotonic() + 30
+        while lag_seconds() != 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert lag_seconds() == 0
         produce(kafka_bootstrap, names["reviews"], review_records(sample_reviews(1)))
         assert watch_lag_until(4) < 30  # a fresh message is seconds behind, not an hour
     finally:

@@ -132,13 +132,22 @@ def test_readyz_flips_after_warm_up_and_assignment_and_metrics_count(
         assert _get(base + "/healthz")[0] == 200
         produce(kafka_bootstrap, names["reviews"], review_records(sample_reviews(20)))
         read_topic(kafka_bootstrap, names["results"], expected=20)
-        time.sleep(1.5)  # gauges refresh every second
-        families = {f.name: f for f in text_string_to_metric_families(_get(base + "/metrics")[1])}
-        published = sum(
-            s.value for s in families["sentiment_results_published"].samples if s.name.endswith("_total")
-        )
+
+        def published_and_lag() -> tuple[float, dict[str, float]]:
+            families = {f.name: f for f in text_string_to_metric_families(_get(base + "/metrics")[1])}
+            published = sum(
+                s.value for s in families["sentiment_results_published"].samples if s.name.endswith("_total")
+            )
+            samples = families["sentiment_consumer_lag_messages"].samples
+            return published, {s.labels["partition"]: s.value for s in samples}
+
+        # The gauges refresh every second: scrape until they show the 20 results, with a deadline.
+        deadline = time.monotonic() + 30
+        published, lag = published_and_lag()
+        while (published, lag) != (20, {"0": 0, "1": 0, "2": 0}) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            published, lag = published_and_lag()
         assert published == 20
-        lag = {s.labels["partition"]: s.value for s in families["sentiment_consumer_lag_messages"].samples}
         assert set(lag) == {"0", "1", "2"} and all(v == 0 for v in lag.values())
     finally:
         worker.request_stop()

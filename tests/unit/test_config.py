@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
+import time
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from worker.config import WorkerSettings, load_settings
+from worker.config import LIBRDKAFKA_LOGGER, WorkerSettings, load_settings
 
 
 @pytest.fixture(autouse=True)
@@ -63,3 +65,50 @@ def test_password_is_masked_everywhere_but_in_the_librdkafka_config(monkeypatch:
     s = WorkerSettings(sasl_username="svc")
     assert "hunter2-secret" not in repr(s) and "hunter2-secret" not in json.dumps(s.public_view())
     assert s.librdkafka_common()["sasl.password"] == "hunter2-secret"
+
+
+def test_tls_files_are_handed_to_librdkafka_with_host_name_checks_on_by_default(tmp_path: Path) -> None:
+    ca, cert, key = (tmp_path / name for name in ("ca.pem", "c.pem", "c.key"))
+    s = WorkerSettings(
+        security_protocol="SSL", ssl_ca_location=ca, ssl_certificate_location=cert, ssl_key_location=key
+    )
+    conf = s.librdkafka_common()
+    assert conf["ssl.ca.location"] == str(ca)
+    assert (conf["ssl.certificate.location"], conf["ssl.key.location"]) == (str(cert), str(key))
+    assert conf["ssl.endpoint.identification.algorithm"] == "https"
+    unchecked = WorkerSettings(security_protocol="SSL", ssl_endpoint_identification=False)
+    assert unchecked.librdkafka_common()["ssl.endpoint.identification.algorithm"] == "none"
+    assert not [k for k in WorkerSettings().librdkafka_common() if k.startswith("ssl.")]  # PLAINTEXT
+    empty = WorkerSettings(security_protocol="SSL", ssl_certificate_location="", ssl_key_location="")
+    assert "ssl.certificate.location" not in empty.librdkafka_common()  # empty = unset, not "."
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"ssl_ca_location": "ca.pem"}, "ssl_ca_location is set but security_protocol=None does not use TLS"),
+        ({"security_protocol": "SSL", "ssl_certificate_location": "c.pem"}, "go together"),
+        ({"security_protocol": "SASL_SSL", "sasl_mechanism": "PLAIN", "sasl_username": "u",
+          "sasl_password": "p", "ssl_key_location": "c.key"}, "go together"),
+    ],
+)  # fmt: skip
+def test_tls_settings_that_cannot_work_are_refused(values: dict[str, str], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        WorkerSettings(**values)  # type: ignore[arg-type]
+
+
+def test_librdkafka_log_lines_reach_python_logging_at_their_level(caplog: pytest.LogCaptureFixture) -> None:
+    from confluent_kafka import Producer
+
+    from worker.bench.worker_process import free_port
+
+    closed = f"127.0.0.1:{free_port()}"  # nothing listens: librdkafka logs `%3|...|FAIL|... refused`
+    producer = Producer(WorkerSettings(bootstrap_servers=closed, worker_id="log-test").librdkafka_common())
+    deadline = time.monotonic() + 20
+    with caplog.at_level(logging.DEBUG, logger=LIBRDKAFKA_LOGGER):
+        while time.monotonic() < deadline and not any("refused" in r.getMessage() for r in caplog.records):
+            producer.poll(0.1)  # hands the queued log lines to the logger
+    refused = [r for r in caplog.records if "refused" in r.getMessage()]
+    assert refused, "no librdkafka line reached the `librdkafka` logger"
+    assert refused[0].name == LIBRDKAFKA_LOGGER and refused[0].levelno == logging.ERROR  # syslog 3
+    assert "FAIL" in refused[0].getMessage() and "log-test" in refused[0].getMessage()

@@ -235,3 +235,72 @@ def test_sasl_users_without_a_sasl_port_are_refused(launcher: ModuleType, capsys
     assert launcher.main(["up", "--port", "19092", "--sasl-user", "alice:pw"]) == 1
     err = capsys.readouterr().err
     assert "SASL users need a SASL listener" in err and "--sasl-port" in err
+
+
+# --------------------------------------------------------------------------- --secure: TLS + ACLs
+
+
+def test_secure_adds_ssl_and_sasl_ssl_listeners_mtls_between_brokers_and_the_standard_authorizer(
+    launcher: ModuleType, tmp_path: Path
+) -> None:
+    users = [launcher.SaslUser.parse("worker:w-s3cret")]
+    cfg = launcher.make_config(port=19092, data_dir=tmp_path / "data", sasl_users=users, secure=True)
+    props = parse_properties(launcher.render_properties(cfg))
+    assert props["listeners"] == (
+        "PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093,SSL://127.0.0.1:19095,SASL_SSL://127.0.0.1:19096"
+    )
+    assert props["advertised.listeners"] == (
+        "PLAINTEXT://localhost:19092,SSL://localhost:19095,SASL_SSL://localhost:19096"
+    )
+    assert (
+        props["listener.security.protocol.map"]
+        == "PLAINTEXT:PLAINTEXT,CONTROLLER:SSL,SSL:SSL,SASL_SSL:SASL_SSL"
+    )
+    assert props["inter.broker.listener.name"] == "SSL"
+    assert props["controller.quorum.voters"] == "1@localhost:19093"  # the certificate names localhost only
+    assert props["listener.name.controller.ssl.client.auth"] == "required"
+    assert props["listener.name.ssl.ssl.client.auth"] == "required"
+    assert props["listener.name.sasl_ssl.ssl.client.auth"] == "none"
+    assert props["authorizer.class.name"] == "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+    assert props["super.users"] == "User:kafka-broker;User:admin"
+    assert props["allow.everyone.if.no.acl.found"] == "false"
+    assert props["ssl.keystore.location"] == str(cfg.data_dir / "tls" / "kafka-broker-keystore.pem")
+    assert props["listener.name.sasl_ssl.plain.sasl.jaas.config"].endswith('user_worker="w-s3cret";')
+    assert (cfg.ssl_bootstrap, cfg.sasl_ssl_bootstrap) == ("localhost:19095", "localhost:19096")
+    admin = launcher.admin_conf(cfg)
+    assert (admin["bootstrap.servers"], admin["security.protocol"]) == ("localhost:19095", "SSL")
+    assert admin["ssl.certificate.location"].endswith("tls/admin.pem")
+
+
+def test_tls_ports_need_secure(launcher: ModuleType, tmp_path: Path) -> None:
+    with pytest.raises(launcher.LauncherError, match="--secure"):
+        launcher.make_config(port=19092, data_dir=tmp_path, ssl_port=19095)
+
+
+def test_certificates_chain_to_the_ca_the_broker_names_localhost_and_keys_are_private(
+    launcher: ModuleType, tmp_path: Path
+) -> None:
+    files = launcher.kafka_tls.make_certificates(tmp_path / "tls", ("admin", "worker"))
+    for name in ("kafka-broker", "admin", "worker"):
+        verify = subprocess.run(
+            ["openssl", "verify", "-CAfile", str(files.ca), str(files.cert(name))],
+            capture_output=True,
+            text=True,
+        )
+        assert verify.returncode == 0, verify.stderr
+        assert files.key(name).stat().st_mode & 0o077 == 0
+        assert files.keystore(name).stat().st_mode & 0o077 == 0
+    text = subprocess.run(
+        ["openssl", "x509", "-in", str(files.cert("kafka-broker")), "-noout", "-text"],
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert "DNS:localhost" in text and "IP Address" not in text
+    assert "Subject: CN = worker" in subprocess.run(
+        ["openssl", "x509", "-in", str(files.cert("worker")), "-noout", "-subject"],
+        capture_output=True,
+        text=True,
+    ).stdout.replace("subject=", "Subject: ")
+    before = files.cert("worker").read_bytes()
+    launcher.kafka_tls.make_certificates(tmp_path / "tls", ("admin", "worker"))
+    assert files.cert("worker").read_bytes() == before  # made once, reused by the next `up`

@@ -33,7 +33,8 @@ def _promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.fail("promtool is missing: `make prometheus-tools` installs it (Debian's prometheus package)")
-    return subprocess.run([promtool, *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+    # The label-mix tests evaluate every rule each minute over 26 hours: seconds of CPU, minutes under load.
+    return subprocess.run([promtool, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
 def test_promtool_accepts_the_repository_config_and_the_rule_file_it_names(tmp_path: Path) -> None:

@@ -74,7 +74,7 @@ def check_invocation(words: list[str]) -> list[str]:
     if not words or words[0] not in COMMANDS:
         return [f"unknown command {words[:1]}"]
     parser, problems = COMMANDS[words[0]], []
-    tokens = [token.strip("[]()…,;") for token in words[1:]]
+    tokens = [token.strip("[]()…,;`") for token in words[1:]]  # a backtick ends an inline command
     for i, token in enumerate(tokens):
         if token in _subcommands(parser):
             parser = _subcommands(parser)[token]

@@ -225,6 +225,31 @@ def summarize(recording: Recording) -> ReportSummary:
     )
 
 
+def label_mix(recording: Recording, window_s: float) -> dict[str, list[float]]:
+    """Each label's share of the results over the trailing window (all model versions together), as the
+    dashboard's label mix panel."""
+    name, t = "sentiment_predictions_total", recording.times
+    labels = sorted({dict(key).get("label", "") for key in recording.series(name)})
+    total = rate(t, recording.total(name), window_s)
+    mix: dict[str, list[float]] = {}
+    for label in labels:
+
+        def of_label(d: dict[str, str], label: str = label) -> bool:
+            return d.get("label") == label
+
+        part = rate(t, recording.total(name, of_label), window_s)
+        mix[label] = [p / n if n > 0 else math.nan for p, n in zip(part, total, strict=True)]
+    return mix
+
+
+def low_confidence_share(recording: Recording, window_s: float) -> list[float]:
+    """Share of the results under the confidence threshold over the trailing window."""
+    t = recording.times
+    low = rate(t, recording.total("sentiment_low_confidence_predictions_total"), window_s)
+    total = rate(t, recording.total("sentiment_predictions_total"), window_s)
+    return [lo / n if n > 0 else math.nan for lo, n in zip(low, total, strict=True)]
+
+
 def _since_start(counter: Sequence[float]) -> list[float]:
     """A counter's increase since the first scrape; a labelled counter is absent (0) until its first event."""
     return list(itertools.accumulate(increase([0.0 if math.isnan(v) else v for v in counter])))
@@ -249,7 +274,7 @@ def render(
     x = recording.elapsed
     t = recording.times
     summary = summarize(recording)
-    fig, axes = plt.subplots(3, 3, figsize=(18, 13), constrained_layout=True)
+    fig, axes = plt.subplots(4, 3, figsize=(18, 17), constrained_layout=True)
     fig.suptitle(
         f"{title} — {summary.seconds:.0f} s, {summary.outputs:.0f} outputs "
         f"({summary.outputs_per_second:.1f}/s), {summary.dead_letters:.0f} dead letters, "
@@ -354,6 +379,35 @@ def render(
                 v if not math.isinf(v) else math.nan
                 for v in recording.total("sentiment_consumer_drain_seconds")
             ]
+        },
+    )
+    panel(
+        axes[3][0],
+        f"Label mix (share of results, {window_s:g} s window)",
+        "share",
+        label_mix(recording, window_s),
+        note="no results",
+    )
+    threshold = recording.total("sentiment_low_confidence_threshold")[-1]
+    panel(
+        axes[3][1],
+        f"Low-confidence share (confidence < {threshold:g})",
+        "share",
+        {"under threshold": low_confidence_share(recording, window_s)},
+        note="no results",
+    )
+    panel(
+        axes[3][2],
+        "Confidence of results",
+        "top label's probability",
+        {
+            **{
+                f"p{round(q * 100)}": quantile_series(
+                    recording, "sentiment_prediction_confidence", q, window_s
+                )
+                for q in (0.5, 0.1)
+            },
+            "threshold": recording.total("sentiment_low_confidence_threshold"),
         },
     )
     out.parent.mkdir(parents=True, exist_ok=True)

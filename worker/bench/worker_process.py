@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +74,8 @@ def metric_sum(scrape: dict[str, float], name: str) -> float | None:
 class WorkerProcess:
     """One `python -m worker run` process with `env` as its whole environment and `args` after `run`.
 
-    Its worker id (client.id, transactional id) is `name` unless `env` sets SENTIMENT_WORKER_ID.
+    Its worker id (client.id, transactional id) is `name` unless `env` sets SENTIMENT_WORKER_ID. `program`
+    replaces `python -m worker` (the fault tests run the CLI with a wrapped model).
     """
 
     def __init__(
@@ -85,6 +86,7 @@ class WorkerProcess:
         *args: str,
         http_port: int | None = None,
         cwd: Path | None = None,
+        program: Sequence[str] = (sys.executable, "-m", "worker"),
     ) -> None:
         log_dir.mkdir(parents=True, exist_ok=True)
         self.name = name
@@ -94,7 +96,7 @@ class WorkerProcess:
         port_args = ["--http-port", str(http_port)] if http_port is not None else []
         with self.stdout_path.open("wb") as out, self.stderr_path.open("wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "worker", "run", *args, *port_args],
+                [*program, "run", *args, *port_args],
                 cwd=cwd,
                 env={"SENTIMENT_WORKER_ID": name, **env},
                 stdout=out,

@@ -1,8 +1,10 @@
-"""`sentiment-worker topics create`: the input, output and dead-letter topics."""
+"""`sentiment-worker topics create|list|delete`: the worker's topics, as kafka-topics manages them;
+`topics acls`: the ACLs a worker's principal needs (kafka-acls.sh lines, or created with --apply)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from worker.cli.common import (
     EXIT_FAILED,
@@ -12,17 +14,71 @@ from worker.cli.common import (
     add_settings_flags,
     settings_from_args,
 )
-from worker.tools.topics import OUTPUT_TOPIC_MAX_MESSAGE_BYTES, TopicAdminError, create_topics
+from worker.config import WorkerSettings
+from worker.tools.acls import AclError, apply_acls, worker_acls
+from worker.tools.topics import (
+    OUTPUT_TOPIC_MAX_MESSAGE_BYTES,
+    TopicAdminError,
+    TopicConsumer,
+    consumers_of,
+    create_topics,
+    delete_topics,
+    list_topic_names,
+    matching_topics,
+)
+
+_TOPIC_HELP = "a regular expression the whole topic name must match (repeatable), as kafka-topics --topic"
 
 
 def register(subparsers: Subparsers) -> None:
-    """Adds `topics create`."""
-    topics = subparsers.add_parser("topics", help="manage the worker's topics")
+    """Adds `topics create`, `topics list`, `topics delete` and `topics acls`."""
+    topics = subparsers.add_parser(
+        "topics", help="create, list or delete the worker's topics; the ACLs its principal needs"
+    )
     topics_sub = topics.add_subparsers(dest="topics_command", required=True)
     create = topics_sub.add_parser("create", help="create the input, output and dead-letter topics")
     add_settings_flags(create, "bootstrap_servers", "input_topic", "output_topic", "dlq_topic")
     create.add_argument("--partitions", type=int, default=3)
     create.set_defaults(func=cmd_topics_create)
+    acls = topics_sub.add_parser(
+        "acls", help="the ACLs a worker's principal needs (kafka-acls.sh lines, or --apply them)"
+    )
+    add_settings_flags(acls, "bootstrap_servers", "input_topic", "output_topic", "dlq_topic", "group_id")
+    acls.add_argument("--principal", required=True, help="the worker's principal, e.g. User:worker")
+    acls.add_argument(
+        "--delivery",
+        choices=["at_least_once", "exactly_once"],
+        default=None,
+        help="delivery mode (default: SENTIMENT_DELIVERY)",
+    )
+    acls.add_argument(
+        "--apply",
+        action="store_true",
+        help="create them with the admin client, as the principal of these settings (an administrator)",
+    )
+    acls.set_defaults(func=cmd_topics_acls)
+
+    listing = topics_sub.add_parser("list", help="the cluster's topics, one per line (kafka-topics --list)")
+    add_settings_flags(listing, "bootstrap_servers")
+    listing.add_argument("--topic", action="append", default=[], metavar="REGEX", help=_TOPIC_HELP)
+    listing.add_argument("--exclude-internal", action="store_true", help="leave out __consumer_offsets etc.")
+    listing.add_argument("--partitions", action="store_true", help="print each topic's partition count")
+    listing.set_defaults(func=cmd_topics_list)
+
+    delete = topics_sub.add_parser(
+        "delete",
+        help="delete the input, output and dead-letter topics (or --topic REGEX); asks for --yes",
+        description="Without --topic: the input, output and dead-letter topics of the settings. Without "
+        "--yes it only says what it would delete (exit 1). Topics in use are refused unless --force: those "
+        "an active consumer group member is assigned, and the output and dead-letter topics while the "
+        "settings' group consumes their input topic.",
+    )
+    add_settings_flags(delete, "bootstrap_servers", "input_topic", "output_topic", "dlq_topic")
+    delete.add_argument("--topic", action="append", default=[], metavar="REGEX", help=_TOPIC_HELP)
+    delete.add_argument("--yes", action="store_true", help="really delete them")
+    delete.add_argument("--force", action="store_true", help="delete even topics that are in use")
+    delete.add_argument("--if-exists", action="store_true", help="no error when a topic does not exist")
+    delete.set_defaults(func=cmd_topics_delete)
 
 
 def cmd_topics_create(args: argparse.Namespace) -> int:
@@ -43,3 +99,94 @@ def cmd_topics_create(args: argparse.Namespace) -> int:
     for name, what in outcome.items():
         print(f"{name}: {what}")
     return EXIT_OK
+
+
+def cmd_topics_acls(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    if not args.principal.startswith("User:") or args.principal == "User:":
+        raise CommandError(f"--principal must look like User:NAME, got {args.principal!r}")
+    rules = worker_acls(settings, args.delivery)
+    if args.apply:
+        try:
+            created = apply_acls(settings.librdkafka_common(), args.principal, rules)
+        except AclError as exc:
+            raise CommandError(str(exc), EXIT_FAILED) from None
+        print(f"{created} ACLs for {args.principal} in place ({args.delivery or settings.delivery})")
+        return EXIT_OK
+    print(f"# {args.principal}, delivery={args.delivery or settings.delivery}: least privilege, nothing else")
+    for rule in rules:
+        print(rule.kafka_acls_line(args.principal, settings.bootstrap_servers) + f"  # {rule.why}")
+    return EXIT_OK
+
+
+def cmd_topics_list(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    try:
+        counts = list_topic_names(settings.librdkafka_common())
+        names = matching_topics(list(counts), args.topic) if args.topic else list(counts)
+    except TopicAdminError as exc:
+        raise CommandError(str(exc), EXIT_FAILED) from None
+    for name in names:
+        if args.exclude_internal and name.startswith("__"):
+            continue
+        print(f"{name}\t{counts[name]}" if args.partitions else name)
+    return EXIT_OK
+
+
+def cmd_topics_delete(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    conf = settings.librdkafka_common()
+    try:
+        existing = list_topic_names(conf)
+        if args.topic:
+            targets = matching_topics(list(existing), args.topic)
+            missing = [] if targets else [" or ".join(args.topic)]
+        else:
+            wanted = _worker_topics(settings)
+            targets = [name for name in wanted if name in existing]
+            missing = [name for name in wanted if name not in existing]
+        if missing and not args.if_exists:
+            raise CommandError(
+                f"no topic {', '.join(missing)} (`sentiment-worker topics list` shows them; "
+                "--if-exists ignores this)",
+                EXIT_FAILED,
+            )
+        if not targets:
+            print("nothing to delete")
+            return EXIT_OK
+        in_use = consumers_of(conf, [*targets, settings.input_topic])
+    except TopicAdminError as exc:
+        raise CommandError(str(exc), EXIT_FAILED) from None
+    # A worker consuming the settings' input topic writes to their output and dead-letter topics.
+    workers = [c for c in in_use.get(settings.input_topic, []) if c.group == settings.group_id]
+    busy = {name: in_use[name] for name in targets if name in in_use}
+    for name in (settings.output_topic, settings.dlq_topic):
+        if workers and name in targets:
+            busy.setdefault(name, workers)
+    if busy and not args.force:
+        for name, consumers in busy.items():
+            print(f"{name}: in use by {_who(consumers)}", file=sys.stderr)
+        raise CommandError(
+            "refusing to delete topics in use (stop those consumers, or pass --force)",
+            EXIT_FAILED,
+        )
+    if not args.yes:
+        for name in targets:
+            print(f"would delete {name} ({existing[name]} partitions)")
+        print("run again with --yes to delete them", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        outcome = delete_topics(conf, targets)
+    except TopicAdminError as exc:
+        raise CommandError(str(exc), EXIT_FAILED) from None
+    for name, what in outcome.items():
+        print(f"{name}: {what}")
+    return EXIT_OK
+
+
+def _worker_topics(settings: WorkerSettings) -> list[str]:
+    return list(dict.fromkeys([settings.input_topic, settings.output_topic, settings.dlq_topic]))
+
+
+def _who(consumers: list[TopicConsumer]) -> str:
+    return "; ".join(f"group {c.group} (client {c.client_id} on {c.host})" for c in consumers)

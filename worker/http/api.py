@@ -14,7 +14,6 @@ import asyncio
 import hmac
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
-from importlib import resources
 from typing import Any
 
 from fastapi import Depends, FastAPI
@@ -37,9 +36,10 @@ from schemas.http_api import (
 from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
 from worker.health import HealthState
+from worker.http.page import FAVICON_MEDIA_TYPE, favicon_ico, render_page
 from worker.http.request_batcher import BatcherClosed, Overloaded, RequestBatcher, RequestOutcome
 from worker.inference.labelling import InferenceFailure
-from worker.metrics import HttpMetrics
+from worker.metrics import HttpMetrics, WorkerMetrics
 
 Scope = MutableMapping[str, Any]
 AsgiMessage = MutableMapping[str, Any]
@@ -48,7 +48,6 @@ Send = Callable[[AsgiMessage], Awaitable[None]]
 Asgi = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 API_PATH = "/v1/sentiment"
-_PAGE = resources.files("worker.http").joinpath("page.html")
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse, "description": what}
     for code, what in (
@@ -79,10 +78,15 @@ class SentimentApi:
         self._batcher: RequestBatcher | None = None
         self._model: ModelRef | None = None
         self._labels: list[str] = []
+        self._metrics: WorkerMetrics | None = None  # set by attach
 
-    def attach(self, batcher: RequestBatcher, model: ModelRef, labels: list[str]) -> None:
-        """The model is warm: requests go to `batcher` from now on."""
-        self._model, self._labels = model, list(labels)
+    def attach(
+        self, batcher: RequestBatcher, model: ModelRef, labels: list[str], metrics: WorkerMetrics
+    ) -> None:
+        """The model is warm: requests go to `batcher` from now on; their results are counted in `metrics`
+        as the Kafka worker counts its own (by label and model version, confidence)."""
+        self._model, self._labels, self._metrics = model, list(labels), metrics
+        metrics.start_predictions(self._labels, model.version)
         self._batcher = batcher
 
     def early_refusal(self) -> JSONResponse | None:
@@ -137,6 +141,10 @@ class SentimentApi:
             result_of(item_id, output, self._labels)
             for (item_id, _), output in zip(items, outcome.outputs, strict=True)
         ]
+        if self._metrics is not None:
+            for result in results:
+                if result.label is not None and result.confidence is not None:
+                    self._metrics.observe_prediction(result.label, result.confidence, model.version)
         timing = Timing(
             total_ms=round(seconds * 1000, 3),
             queue_ms=round(outcome.queue_seconds * 1000, 3),
@@ -198,7 +206,13 @@ def build_app(api: SentimentApi) -> FastAPI:
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page() -> HTMLResponse:
-        return HTMLResponse(_PAGE.read_text(encoding="utf-8"))
+        return HTMLResponse(render_page(s))
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> Response:
+        # Browsers ask for it on every page; without it each visit logs a 404.
+        cached = {"Cache-Control": "max-age=86400"}
+        return Response(favicon_ico(), media_type=FAVICON_MEDIA_TYPE, headers=cached)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:

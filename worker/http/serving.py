@@ -73,7 +73,7 @@ def attach_batcher(
     )
     stack.callback(batcher.close, s.shutdown_timeout_s)
     stack.callback(server.close)  # runs before batcher.close (LIFO); the earlier registration is then a no-op
-    api.attach(batcher, model, classifier.labels)
+    api.attach(batcher, model, classifier.labels, metrics)
     return batcher
 
 
@@ -140,7 +140,7 @@ class SentimentService:
         self._classifier = classifier
         self._model = model
         self._registry = registry if registry is not None else CollectorRegistry()
-        self._metrics = create_metrics(self._registry)
+        self._metrics = create_metrics(self._registry, low_confidence=settings.low_confidence)
         self._health = HealthState(settings.liveness_timeout_s, kafka=False)
         self._stop = stop if stop is not None else Event()
         self._on_listening = on_listening

@@ -29,12 +29,20 @@ from worker.inference.stage import InferenceStage
 from worker.inference.startup import StartupError, calibrated_token_budget, warm_up
 from worker.metrics import WorkerMetrics, create_metrics
 from worker.stream import startup
+from worker.stream.authorization import consume_refusal, is_authorization_error, publish_refusal
 from worker.stream.backpressure import Backpressure
-from worker.stream.consumer import ReviewConsumer, handle_consume_error
+from worker.stream.consumer import PartitionBacklog, ReviewConsumer, handle_consume_error
 from worker.stream.partitions import PartitionBook, PartitionKey
-from worker.stream.producer import OutboundRecord, ResultPublisher, SourcePosition, is_too_large
+from worker.stream.producer import (
+    DeliveryFailedError,
+    OutboundRecord,
+    ResultPublisher,
+    SourcePosition,
+    is_too_large,
+)
 from worker.stream.records import InputMessage, OutboundRecords
 from worker.stream.startup import kafka_error_text
+from worker.stream.timestamps import timestamps_at
 from worker.stream.windows import LabelledWindow, PreparedWindow, label_window, prepare_window, window_records
 
 log = logging.getLogger(__name__)
@@ -44,6 +52,7 @@ _BUSY_POLL_S = 0.01
 _METRICS_EVERY_S = 1.0
 _BROKER_CHECK_EVERY_S = 10.0
 _MAX_WINDOW_BYTES = 64 * 1024 * 1024
+_WAITING_TIMESTAMP_TIMEOUT_S = 2.0
 
 
 @dataclass
@@ -129,7 +138,7 @@ class SentimentWorker:
         self._classifier = classifier
         self._model = model
         self._registry = registry if registry is not None else CollectorRegistry()
-        self._metrics: WorkerMetrics = create_metrics(self._registry)
+        self._metrics: WorkerMetrics = create_metrics(self._registry, low_confidence=settings.low_confidence)
         self._clock = clock
         self._health = HealthState(settings.liveness_timeout_s, clock)
         self._stop = stop if stop is not None else Event()  # set before run(): it stops at once
@@ -142,6 +151,7 @@ class SentimentWorker:
         self._backpressure = Backpressure()
         self._exactly_once = settings.delivery == "exactly_once"
         self.http_address: tuple[str, int] | None = None
+        self._gauges_due = False  # refresh the gauges on the next loop turn (a new assignment)
 
     # ----- public -----
     @property
@@ -172,6 +182,10 @@ class SentimentWorker:
         self._metrics.model.info(
             {"name": self._model.name, "version": self._model.version, "device": _device_of(self._classifier)}
         )
+        self._metrics.start_predictions(self._classifier.labels, self._model.version)
+        # Exported at 0 from the start, so rate() counts the first messages (a series is born at its value).
+        self._metrics.messages_consumed.labels(s.input_topic)
+        self._metrics.results_published.labels(s.output_topic)
         api = self._api if s.http_port and s.http_api else None
         if api is not None:  # the API on the same port, through this worker's inference thread
             self.http_address = api.open(stack, s, self._registry, self._health)
@@ -198,7 +212,7 @@ class SentimentWorker:
             clock=self._clock,
         )
         if self._exactly_once:
-            startup.init_transactions(publisher)
+            startup.init_transactions(publisher, s)
         self._health.broker_reachable = True
         if s.max_batch_tokens_auto:
             self._budget = calibrated_token_budget(s, self._classifier)
@@ -237,11 +251,12 @@ class SentimentWorker:
         self._parts = _StartedParts(consumer, publisher, records, stage)
         consumer.subscribe()
         log.info(
-            "consuming %s as group %s → results to %s, dead letters to %s",
+            "consuming %s as group %s → results to %s, dead letters to %s; %s",
             s.input_topic,
             s.group_id,
             s.output_topic,
             s.dlq_topic,
+            startup.delivery_description(s),
         )
 
     def _loop(self, max_messages: int | None, idle_exit_s: float | None) -> str:
@@ -250,7 +265,7 @@ class SentimentWorker:
         next_metrics_at = 0.0
         next_broker_check_at = self._clock() + _BROKER_CHECK_EVERY_S
         while True:
-            publisher.raise_for_error()
+            self._raise_for_error(publisher)
             if self._stop.is_set():
                 return "stop requested"
             self._health.loop_turned()
@@ -282,7 +297,8 @@ class SentimentWorker:
             publisher.poll(0)
             self._handle_deliveries()
             now = self._clock()
-            if now >= next_metrics_at:
+            if now >= next_metrics_at or self._gauges_due:
+                self._gauges_due = False
                 self._update_gauges()
                 next_metrics_at = now + _METRICS_EVERY_S
             if now >= next_broker_check_at:
@@ -330,12 +346,14 @@ class SentimentWorker:
                 stage.in_flight,
                 self._settings.shutdown_timeout_s,
             )
-        publisher.raise_for_error()
+        self._raise_for_error(publisher)
 
     # ----- per message and per window -----
     def _accept(self, message: Message) -> None:
         err = message.error()
         if err is not None:
+            if is_authorization_error(err):  # a missing ACL: retrying would only log it forever
+                raise consume_refusal(self._settings, err)
             if handle_consume_error(err, self._settings.input_topic):  # True: brokers unreachable
                 self._health.broker_reachable = False
             return
@@ -390,6 +408,8 @@ class SentimentWorker:
         timeout_s = self._settings.transaction_timeout_ms / 1000.0
         aborted = publisher.publish_transaction(records, consumer.group_metadata(), timeout_s)
         if aborted is not None:
+            if is_authorization_error(aborted):  # aborted, nothing visible; rewinding would only loop
+                raise publish_refusal(self._settings, aborted, [r.topic for r in records])
             partitions = sorted({(r.source.topic, r.source.partition) for r in records})
             log.warning("transaction aborted (%s): rewinding %s", aborted.str(), _fmt(partitions))
             self._metrics.transactions.labels("aborted").inc()
@@ -397,6 +417,16 @@ class SentimentWorker:
             return
         self._metrics.transactions.labels("committed").inc()
         self._handle_deliveries()
+
+    def _raise_for_error(self, publisher: ResultPublisher) -> None:
+        """The first delivery failure, raised; a refusal by the authorizer says which ACL is missing."""
+        try:
+            publisher.raise_for_error()
+        except DeliveryFailedError as exc:
+            if is_authorization_error(exc.error):
+                assert exc.error is not None
+                raise publish_refusal(self._settings, exc.error, [exc.topic]) from exc
+            raise
 
     def _rewind(self, partitions: list[PartitionKey]) -> None:
         """Forget everything consumed from `partitions` and read them again from their committed offsets."""
@@ -436,6 +466,8 @@ class SentimentWorker:
             if record.kind == "result":
                 self._summary.results += 1
                 self._metrics.results_published.labels(record.topic).inc()
+                if record.label is not None and record.confidence is not None:
+                    self._metrics.observe_prediction(record.label, record.confidence, self._model.version)
             else:
                 self._summary.dead_letters += 1
                 by_kind = self._summary.dead_letters_by_kind
@@ -454,11 +486,9 @@ class SentimentWorker:
         self._metrics.rebalances.labels("assigned").inc()
         self._last_activity_at = self._clock()  # the idle timer (--idle-exit-s) restarts with new partitions
         self._book.assigned(partitions)
-        # Every assigned partition has both lag series from the start (0 until measured), so a partition
-        # that receives nothing still exports them and absent()-style alerts do not misfire.
-        for topic, partition in partitions:
-            self._metrics.consumer_lag_messages.labels(topic, str(partition)).set(0)
-            self._metrics.consumer_lag_seconds.labels(topic, str(partition)).set(0)
+        # Both lag series of a new partition are measured right after this callback (same loop turn), not
+        # set to 0: a partition whose backlog is not fetched yet is behind from its first second.
+        self._gauges_due = True
         log.info("assigned %s", _fmt(partitions))
         self._set_assigned_count(partitions, added=True)
 
@@ -469,8 +499,9 @@ class SentimentWorker:
         consumer, publisher, _, _ = self._started
         self._drop_window_items(partitions)
         if self._exactly_once:  # every published window already committed with its offsets
+            committed = self._book.positions(partitions)  # acknowledged only once its transaction committed
             self._forget(partitions)
-            log.info("revoked %s", _fmt(partitions))
+            log.info("revoked %s (committed %s in transactions)", _fmt(partitions), _fmt_offsets(committed))
             self._set_assigned_count(partitions, added=False)
             return
         remaining = publisher.flush(self._settings.shutdown_timeout_s)
@@ -483,7 +514,10 @@ class SentimentWorker:
             log.warning("commit on revoke failed (%s); the next owner may redo some work", exc)
         self._forget(partitions)
         log.info(
-            "revoked %s (committed %s; %d outputs still unacknowledged)", _fmt(partitions), final, remaining
+            "revoked %s (committed %s; %d outputs still unacknowledged)",
+            _fmt(partitions),
+            _fmt_offsets(final),
+            remaining,
         )
         self._set_assigned_count(partitions, added=False)
 
@@ -520,15 +554,39 @@ class SentimentWorker:
     # ----- observability -----
     def _update_gauges(self) -> None:
         consumer = self._started.consumer
-        now_ms = time.time() * 1000.0
-        self._metrics.last_poll_timestamp_seconds.set(now_ms / 1000.0)
+        started = time.time()
         self._metrics.in_flight_messages.set(self._book.offsets.outstanding())
         self._metrics.ready.set(1 if self._health.readiness()[0] else 0)
-        for (topic, partition), lag in consumer.lag_messages().items():
-            self._metrics.consumer_lag_messages.labels(topic, str(partition)).set(lag)
-            seconds = self._book.lag_seconds((topic, partition), lag, now_ms)
+        backlog = consumer.lag()
+        self._read_waiting_timestamps(backlog)
+        now_ms = time.time() * 1000.0
+        for (topic, partition), left in backlog.items():
+            self._metrics.consumer_lag_messages.labels(topic, str(partition)).set(left.lag_messages)
+            seconds = self._book.lag_seconds((topic, partition), left.lag_messages, now_ms)
             if seconds is not None:
                 self._metrics.consumer_lag_seconds.labels(topic, str(partition)).set(seconds)
+        # Last: a scrape that sees this turn's time sees lag gauges measured after it.
+        self._metrics.last_poll_timestamp_seconds.set(started)
+
+    def _read_waiting_timestamps(self, backlog: dict[PartitionKey, PartitionBacklog]) -> None:
+        """For partitions behind that nothing was fetched from yet: the timestamp of the message they wait
+        for, read from the broker once per partition and offset (their lag in seconds counts from it)."""
+        clock = self._book.lag_clock
+        wanted = {
+            key: left.next_offset
+            for key, left in backlog.items()
+            if not left.fetched and left.lag_messages > 0 and not clock.knows_waiting(key, left.next_offset)
+        }
+        if not wanted:
+            return
+        found = timestamps_at(
+            self._settings.librdkafka_common(),
+            self._settings.input_topic,
+            {partition: offset for (_, partition), offset in wanted.items()},
+            timeout_s=_WAITING_TIMESTAMP_TIMEOUT_S,
+        )
+        for key, offset in wanted.items():
+            clock.waiting(key, offset, found.get(key[1]))
 
     def _check_broker(self) -> None:
         publisher = self._started.publisher
@@ -559,3 +617,8 @@ def _device_of(classifier: Classifier) -> str:
 
 def _fmt(partitions: list[PartitionKey]) -> str:
     return ", ".join(f"{t}[{p}]" for t, p in sorted(partitions)) or "nothing"
+
+
+def _fmt_offsets(offsets: dict[PartitionKey, int]) -> str:
+    """`reviews[0]=8, reviews[1]=15`: the next offset each partition's group reads."""
+    return ", ".join(f"{t}[{p}]={o}" for (t, p), o in sorted(offsets.items())) or "nothing"

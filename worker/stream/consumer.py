@@ -5,13 +5,22 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from worker.stream.offsets import PartitionKey
 
 log = logging.getLogger(__name__)
+
+
+class PartitionBacklog(NamedTuple):
+    """What is left to consume of one partition, as this member sees it."""
+
+    lag_messages: int  # high watermark - next_offset
+    next_offset: int  # the next offset this member consumes
+    fetched: bool  # False: nothing handed over yet; next_offset is the committed (or log start) offset
+
 
 RebalanceCallback = Callable[[list[PartitionKey]], None]
 OffsetsFor = Callable[[frozenset[PartitionKey]], dict[PartitionKey, int]]
@@ -90,6 +99,8 @@ class ReviewConsumer:
         self._on_lost = on_lost
         self._consumer = Consumer(conf)
         self._assignment: set[PartitionKey] = set()
+        # Where consumption of a partition starts while its position is unknown (see `lag`).
+        self._start_offsets: dict[PartitionKey, int] = {}
         self._closed = False
 
     def subscribe(self) -> None:
@@ -101,18 +112,25 @@ class ReviewConsumer:
     def _assigned(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         keys = [(tp.topic, tp.partition) for tp in partitions]
         self._assignment.update(keys)
+        self._forget_start_offsets(keys)
         self._on_assign(keys)
 
     def _revoked(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         keys = [(tp.topic, tp.partition) for tp in partitions]
         self._on_revoke(keys)
         self._assignment.difference_update(keys)
+        self._forget_start_offsets(keys)
 
     def _lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         keys = [(tp.topic, tp.partition) for tp in partitions]
         # Lost (session timed out): another member may already own these; never commit for them.
         self._on_lost(keys)
         self._assignment.difference_update(keys)
+        self._forget_start_offsets(keys)
+
+    def _forget_start_offsets(self, keys: Iterable[PartitionKey]) -> None:
+        for key in keys:
+            self._start_offsets.pop(key, None)
 
     @property
     def assignment(self) -> frozenset[PartitionKey]:
@@ -174,6 +192,7 @@ class ReviewConsumer:
         tps = [TopicPartition(t, p) for t, p in partitions if (t, p) in self._assignment]
         if not tps:
             return
+        self._forget_start_offsets((tp.topic, tp.partition) for tp in tps)
         for tp in self._consumer.committed(tps, timeout=timeout_s):
             if tp.offset < 0:
                 tp.offset = OFFSET_BEGINNING
@@ -185,24 +204,63 @@ class ReviewConsumer:
     def resume(self, partitions: Iterable[PartitionKey]) -> None:
         self._consumer.resume([TopicPartition(t, p) for t, p in partitions])
 
-    def lag_messages(self) -> dict[PartitionKey, int]:
-        """High watermark minus the next offset to consume, per assigned partition (cached watermarks)."""
-        lags: dict[PartitionKey, int] = {}
+    def lag(self, timeout_s: float = 2.0) -> dict[PartitionKey, PartitionBacklog]:
+        """Backlog of every assigned partition: high watermark minus the next offset this member consumes.
+
+        The next offset is the consumer's position once a message of the partition was handed over (or it
+        was seeked); before that, the group's committed offset, or the log start when none is committed
+        (`auto.offset.reset=earliest`), read from the broker once per assignment. Watermarks are the cached
+        ones of the fetcher, asked from the broker while the partition has none. A partition whose offsets
+        could not be read within `timeout_s` is left out (asked again next time).
+        """
         if not self._assignment:
-            return lags
-        positions = self._consumer.position([TopicPartition(t, p) for t, p in sorted(self._assignment)])
-        for tp in positions:
+            return {}
+        tps = [TopicPartition(t, p) for t, p in sorted(self._assignment)]
+        positions = {(tp.topic, tp.partition): tp.offset for tp in self._consumer.position(tps)}
+        unknown = [key for key, offset in positions.items() if offset < 0 and key not in self._start_offsets]
+        if unknown:
+            self._read_start_offsets(unknown, timeout_s)
+        backlog: dict[PartitionKey, PartitionBacklog] = {}
+        for key, position in positions.items():
+            fetched = position >= 0
+            next_offset = position if fetched else self._start_offsets.get(key)
+            high = self._high_watermark(key, timeout_s)
+            if next_offset is None or high is None:
+                continue
+            backlog[key] = PartitionBacklog(max(0, high - next_offset), next_offset, fetched)
+        return backlog
+
+    def _read_start_offsets(self, keys: list[PartitionKey], timeout_s: float) -> None:
+        """The offset consumption of `keys` starts at: committed, else the log start (earliest reset)."""
+        try:
+            committed = self._consumer.committed([TopicPartition(t, p) for t, p in keys], timeout=timeout_s)
+        except KafkaException as exc:
+            log.debug("committed offsets unavailable for the lag gauges: %s", exc)
+            return
+        for tp in committed:
+            key = (tp.topic, tp.partition)
+            if tp.error is not None:
+                continue
+            if tp.offset >= 0:
+                self._start_offsets[key] = tp.offset
+                continue
             try:
-                _low, high = self._consumer.get_watermark_offsets(tp, cached=True)
-            except KafkaException:
+                low, _high = self._consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
+            except KafkaException as exc:
+                log.debug("log start of %s[%d] unavailable for the lag gauges: %s", *key, exc)
                 continue
-            if high < 0:
-                continue
-            position = tp.offset if tp.offset >= 0 else None
-            if position is None:
-                continue
-            lags[(tp.topic, tp.partition)] = max(0, high - position)
-        return lags
+            if low >= 0:
+                self._start_offsets[key] = low
+
+    def _high_watermark(self, key: PartitionKey, timeout_s: float) -> int | None:
+        tp = TopicPartition(*key)
+        try:
+            _low, high = self._consumer.get_watermark_offsets(tp, cached=True)
+            if high < 0:  # nothing fetched yet: ask the broker
+                _low, high = self._consumer.get_watermark_offsets(tp, timeout=timeout_s, cached=False)
+        except KafkaException:
+            return None
+        return high if high >= 0 else None
 
     def close(self) -> None:
         """Leaves the group (revoke callbacks run and commit) and closes. Idempotent."""

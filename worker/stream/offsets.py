@@ -8,8 +8,11 @@ Pure logic, O(1) amortised per message.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable
+
+from worker.config import WorkerSettings
 
 PartitionKey = tuple[str, int]
 """(topic, partition): the one name for a partition key in the worker (confluent-kafka's PartitionKey is
@@ -106,3 +109,21 @@ class OffsetTracker:
         """Drop all state of `partitions` (after the final commit on revoke, or on lost: never commit)."""
         for key in partitions:
             self._partitions.pop(key, None)
+
+
+def crash_duplicate_bound(settings: WorkerSettings, labelled_per_s: float) -> int:
+    """The most outputs a kill -9 of one at-least-once worker can repeat (the README's bound).
+
+    What a crash repeats is what was published after the last offset commit; everything else was either
+    committed (never redone) or never published (redone, not repeated). That is:
+    1. the windows published but not yet acknowledged: at most the inference pipeline's windows, the
+       `max_queued_windows` queued or labelled plus the one being gathered, of `max_window_messages` each;
+    2. the outputs acknowledged (offsets stored) since the last commit: what the worker labels in one
+       `commit_interval_ms`, plus one more interval for a commit still in flight, at least a window each.
+    `labelled_per_s` is the rate at which the worker labels: its input rate once caught up (its throughput
+    while it works through a backlog). Exactly-once has no such tail (0 duplicates for read_committed).
+    """
+    window = settings.max_window_messages
+    in_pipeline = (settings.max_queued_windows + 1) * window
+    per_commit = math.ceil(labelled_per_s * settings.commit_interval_ms / 1000.0)
+    return in_pipeline + 2 * max(window, per_commit)

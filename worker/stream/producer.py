@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 log = logging.getLogger(__name__)
 
 _KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
+_REFUSED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED})
 # A record batch of one record: batch header + record framing, generously.
 _RECORD_OVERHEAD_BYTES = 512
 
@@ -41,6 +42,8 @@ class OutboundRecord:
     headers: list[tuple[str, bytes]] | None
     source: SourcePosition
     kind: str  # "result" or a dead-letter kind
+    label: str | None = None  # a result's label and confidence (counted when acknowledged)
+    confidence: float | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,11 @@ def record_size(record: OutboundRecord) -> int:
 
 class DeliveryFailedError(RuntimeError):
     """The broker did not take a record; its input offset must not be committed."""
+
+    def __init__(self, message: str, topic: str, error: KafkaError | None) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.error = error
 
 
 class ResultPublisher:
@@ -102,6 +110,7 @@ class ResultPublisher:
         self._common_conf = dict(common_conf)
         self._producer = Producer(conf)
         self._transactional = transactional_id is not None
+        self.transactional_id = transactional_id
         self._deliveries: list[Delivery] = []
         self._first_error: Delivery | None = None
         self._partition_counts: dict[str, int] = {}
@@ -160,7 +169,9 @@ class ResultPublisher:
             raise DeliveryFailedError(
                 f"the broker refused a record for topic {failed.record.topic!r} "
                 f"(input {src.topic}/{src.partition}/{src.offset}): {failed.error}. "
-                "Its offset was not committed; check that the topic exists and this worker may write to it."
+                "Its offset was not committed; check that the topic exists and this worker may write to it.",
+                failed.record.topic,
+                failed.error,
             )
 
     def partition_count(self, topic: str, timeout_s: float = 10.0) -> int:
@@ -168,6 +179,8 @@ class ResultPublisher:
         if topic not in self._partition_counts:
             metadata = self._producer.list_topics(topic, timeout=timeout_s)
             info = metadata.topics.get(topic)
+            if info is not None and info.error is not None and info.error.code() in _REFUSED:
+                raise KafkaException(info.error)  # the caller names the missing ACL
             if info is None or info.error is not None or not info.partitions:
                 reason = info.error if info is not None else "not in metadata"
                 raise KafkaException(

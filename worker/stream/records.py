@@ -69,6 +69,8 @@ def result_record(
         headers=None,
         source=src,
         kind="result",
+        label=result.label,
+        confidence=result.confidence,
     )
 
 

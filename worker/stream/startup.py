@@ -8,6 +8,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from worker.config import WorkerSettings
 from worker.inference.startup import StartupError
+from worker.stream.authorization import is_authorization_error, refusal
 from worker.stream.producer import ResultPublisher
 
 
@@ -16,26 +17,43 @@ def kafka_error_text(exc: KafkaException) -> str:
     return error.str() if isinstance(error, KafkaError) else str(error)
 
 
+def transactional_id(settings: WorkerSettings) -> str:
+    """exactly_once: the producer's transactional id, one per group and worker id."""
+    return f"sentiment-worker.{settings.group_id}.{settings.worker_id}"
+
+
+def delivery_description(settings: WorkerSettings) -> str:
+    """The delivery mode as the start-up log line says it."""
+    if settings.delivery == "exactly_once":
+        return (
+            "delivery exactly_once: one transaction per window "
+            f"(transactional id {transactional_id(settings)}); readers need isolation.level=read_committed"
+        )
+    return "delivery at_least_once: idempotent producer, offsets committed after acknowledgement"
+
+
 def open_publisher(settings: WorkerSettings) -> ResultPublisher:
     """The producer; transactional (``sentiment-worker.<group>.<worker id>``) in exactly_once mode."""
     exactly_once = settings.delivery == "exactly_once"
     try:
         return ResultPublisher(
             settings.librdkafka_common(),
-            transactional_id=f"sentiment-worker.{settings.group_id}.{settings.worker_id}"
-            if exactly_once
-            else None,
+            transactional_id=transactional_id(settings) if exactly_once else None,
             transaction_timeout_ms=settings.transaction_timeout_ms,
         )
     except KafkaException as exc:
         raise StartupError(f"the Kafka client settings were rejected: {kafka_error_text(exc)}") from exc
 
 
-def init_transactions(publisher: ResultPublisher) -> None:
+def init_transactions(publisher: ResultPublisher, settings: WorkerSettings) -> None:
     """exactly_once: registers the transactional id (fencing an older instance that used it)."""
     try:
         publisher.init_transactions(timeout_s=30)
     except KafkaException as exc:
+        error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        if error is not None and is_authorization_error(error):
+            resource = f"transactional id {publisher.transactional_id!r}"
+            raise refusal(settings, "WRITE", resource, error) from exc
         raise StartupError(f"exactly_once: cannot initialise transactions: {exc.args[0]}") from exc
 
 
@@ -50,6 +68,9 @@ def output_topic_limits(
             partition_counts[topic] = publisher.partition_count(topic)
             max_message_bytes[topic] = publisher.topic_max_message_bytes(topic)
         except KafkaException as exc:
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if error is not None and is_authorization_error(error):
+                raise refusal(settings, "WRITE", f"topic {topic!r}", error) from exc
             raise StartupError(
                 f"{exc.args[0]} (bootstrap servers: {settings.bootstrap_servers}). Nothing was consumed."
             ) from exc

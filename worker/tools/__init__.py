@@ -1,15 +1,17 @@
-"""What the operator commands do, without argparse: `produce`, `tail`, `lag`, `topics`, `doctor`, `predict`
-and `tune` (its report). The measuring instruments are `worker.bench`.
+"""What the operator commands do, without argparse: `produce`, `tail`, `lag`, `topics` (and `topics acls`),
+`doctor`, `predict` and `tune` (its report). The measuring instruments are `worker.bench`.
 
 Each module is imported by its command in `worker.cli` and by tests; nothing in the run path imports them.
 """
 
 __all__ = [
+    "acls",
     "doctor",
     "lag",
     "predict",
     "produce",
     "tail",
+    "tls",
     "topics",
     "tune",
 ]

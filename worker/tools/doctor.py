@@ -15,6 +15,7 @@ from worker.config import DEFAULT_MODEL_DIR, WorkerSettings
 from worker.model.backend_choice import compression_outlook, cpu_description, cpu_features
 from worker.model.device import DeviceChoice, DeviceUnavailableError, activate, choose_device
 from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier
+from worker.tools.tls import handshake
 from worker.tools.topics import describe_topics
 
 Verdict = Literal["OK", "WARN", "FAIL"]
@@ -54,6 +55,11 @@ def run_checks(settings: WorkerSettings) -> list[Check]:
     checks.append(device_check)
     if device is not None:
         checks.append(_check_model(settings, device))
+    if settings.uses_tls:
+        tls = check_tls(settings)
+        checks.append(tls)
+        if tls.verdict == "FAIL":
+            return checks  # the broker check would only fail again, less clearly
     broker = check_broker(settings)
     checks.append(broker)
     if broker.verdict == "OK":
@@ -127,6 +133,12 @@ def _check_model(settings: WorkerSettings, device: object) -> Check:
         return Check("model", "OK", detail)
 
     return _guard("model", body)
+
+
+def check_tls(settings: WorkerSettings) -> Check:
+    """SSL/SASL_SSL: a TLS handshake with the first bootstrap server; what is wrong, in one line."""
+    outcome = handshake(settings)
+    return Check("tls", "OK" if outcome.ok else "FAIL", outcome.detail, outcome.fix)
 
 
 def check_broker(settings: WorkerSettings) -> Check:

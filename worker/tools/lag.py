@@ -10,20 +10,19 @@ message is fetched by a consumer that only `assign()`s.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
-from confluent_kafka.error import KafkaError
 
 try:  # the model class moved between client versions
     from confluent_kafka import ConsumerGroupTopicPartitions
 except ImportError:  # pragma: no cover
     from confluent_kafka.admin import ConsumerGroupTopicPartitions  # type: ignore[no-redef,attr-defined]
 
+from worker.stream.timestamps import timestamps_at
 
 _NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: the group has committed nothing for the partition
 
@@ -117,7 +116,7 @@ def measure_lag(
     # Next offset the group reads: the committed one, else the log start (auto.offset.reset=earliest).
     positions = {p: _or(committed[p], starts[p]) for p in partitions}
     first_unread = {p: max(positions[p], starts[p]) for p in partitions if positions[p] < ends[p]}
-    timestamps = _first_timestamps(common_conf, topic, first_unread, timeout_s)
+    timestamps = timestamps_at(common_conf, topic, first_unread, timeout_s)
     measured = now_ms()
 
     rows = []
@@ -195,54 +194,6 @@ def _owners(admin: AdminClient, group: str, timeout_s: float) -> tuple[str, dict
     return state, owners
 
 
-def _first_timestamps(
-    common_conf: dict[str, Any], topic: str, offsets: dict[int, int], timeout_s: float
-) -> dict[int, int]:
-    """Timestamp (ms) of the message at `offsets[partition]`, per partition, fetched without joining any
-    group (assign, never subscribe or commit)."""
-    if not offsets:
-        return {}
-    conf = dict(common_conf)
-    conf.update(
-        {
-            # A throw-away group id: librdkafka wants one, but assign() never joins and we never commit.
-            "group.id": f"sentiment-lag-probe-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            # The offset may have been deleted by retention since we read it: then report no timestamp.
-            "auto.offset.reset": "error",
-            "enable.partition.eof": True,
-            # The worker reads read_committed; the first message it waits for is the first committed one.
-            "isolation.level": "read_committed",
-            "fetch.max.bytes": 1_048_576,
-        }
-    )
-    consumer = Consumer(conf)
-    found: dict[int, int] = {}
-    try:
-        consumer.assign([TopicPartition(topic, p, o) for p, o in offsets.items()])
-        deadline = time.monotonic() + timeout_s
-        pending = set(offsets)
-        while pending and time.monotonic() < deadline:
-            for message in consumer.consume(len(pending), 0.5):
-                p = message.partition()
-                if p not in pending:
-                    continue
-                err = message.error()
-                if err is not None:
-                    if err.code() in (KafkaError._PARTITION_EOF, KafkaError._AUTO_OFFSET_RESET):
-                        pending.discard(p)
-                    continue
-                ts_type, ts = message.timestamp()
-                if ts_type and ts >= 0:
-                    found[p] = int(ts)
-                pending.discard(p)
-                consumer.incremental_unassign([TopicPartition(topic, p)])
-    finally:
-        consumer.close()
-    return found
-
-
 def _result(future: Any, timeout_s: float, what: str) -> Any:
     try:
         return future.result(timeout=timeout_s + 5)
@@ -265,6 +216,15 @@ _COLUMNS = (
     "HOST",
     "CLIENT-ID",
 )
+
+
+# What the broker's group states mean to someone who has not read the group protocol.
+_STATE_NOTES = {
+    "DEAD": "no members and no committed offsets: nothing has consumed it yet",
+    "EMPTY": "no active members; the committed offsets stay",
+    "PREPARING_REBALANCE": "members are joining or leaving",
+    "COMPLETING_REBALANCE": "partitions are being assigned",
+}
 
 
 def format_table(lag: GroupLag) -> str:
@@ -293,7 +253,8 @@ def format_table(lag: GroupLag) -> str:
     ]
     text_rows = [list(_COLUMNS)] + [[cell(v) for v in row] for row in rows]
     widths = [max(len(r[i]) for r in text_rows) for i in range(len(_COLUMNS))]
-    lines = [f"GROUP {lag.group} ({lag.state})"]
+    note = _STATE_NOTES.get(lag.state)
+    lines = [f"GROUP {lag.group} ({lag.state}{': ' + note if note else ''})"]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip() for r in text_rows]
     max_s = lag.max_lag_seconds
     lines.append(

@@ -1,9 +1,12 @@
-"""Creating and inspecting topics with the admin API (the `topics create` command)."""
+"""Creating, listing and deleting topics with the admin API (the `topics create|list|delete` commands), and
+who consumes a topic right now (delete refuses those)."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
@@ -31,6 +34,14 @@ _ADVICE: dict[int, str] = {
     KafkaError.REQUEST_TIMED_OUT: "the broker did not answer in time; check that it is up and reachable",
     KafkaError._TIMED_OUT: "no broker answered in time; check bootstrap.servers and that the broker is up",
     KafkaError._TRANSPORT: "cannot reach the broker; check bootstrap.servers and security settings",
+}
+
+_DELETE_ADVICE: dict[int, str] = {
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: "the client is not allowed to delete it; ask for a DELETE ACL",
+    KafkaError.TOPIC_DELETION_DISABLED: "the broker has delete.topic.enable=false",
+    KafkaError.REQUEST_TIMED_OUT: _ADVICE[KafkaError.REQUEST_TIMED_OUT],
+    KafkaError._TIMED_OUT: _ADVICE[KafkaError._TIMED_OUT],
+    KafkaError._TRANSPORT: _ADVICE[KafkaError._TRANSPORT],
 }
 
 
@@ -127,3 +138,105 @@ def create_topics(
             if count is not None and count != partitions:
                 statuses[name] = f"exists ({count} partitions)"
     return statuses
+
+
+def list_topic_names(common_conf: dict[str, Any], *, timeout_s: float = 10.0) -> dict[str, int]:
+    """Every topic of the cluster, sorted by name, with its partition count (internal ones included, as
+    `kafka-topics --list` shows them). Raises TopicAdminError when no broker answers in `timeout_s`."""
+    try:
+        metadata = _admin(common_conf).list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise TopicAdminError(
+            f"cannot read cluster metadata within {timeout_s:g} s ({exc.args[0]}); "
+            "check bootstrap.servers and that the broker is up"
+        ) from exc
+    return {
+        name: len(topic.partitions) for name, topic in sorted(metadata.topics.items()) if topic.error is None
+    }
+
+
+def matching_topics(names: Sequence[str], patterns: Sequence[str]) -> list[str]:
+    """The names that fully match one of the regular expressions in `patterns` (kafka-topics' --topic)."""
+    compiled = []
+    for pattern in patterns:
+        try:
+            compiled.append(re.compile(pattern))
+        except re.error as exc:
+            raise TopicAdminError(f"--topic {pattern!r} is not a regular expression: {exc}") from None
+    return [name for name in names if any(regex.fullmatch(name) for regex in compiled)]
+
+
+@dataclass(frozen=True)
+class TopicConsumer:
+    """An active member of a consumer group that is assigned partitions of a topic."""
+
+    group: str
+    client_id: str
+    host: str
+
+
+def consumers_of(
+    common_conf: dict[str, Any], topics: Sequence[str], *, timeout_s: float = 10.0
+) -> dict[str, list[TopicConsumer]]:
+    """The members of every consumer group that are assigned partitions of `topics` right now (what
+    `kafka-consumer-groups --describe --all-groups` shows), by topic; a topic nobody reads is absent."""
+    wanted = set(topics)
+    admin = _admin(common_conf)
+    listing = _wait(admin.list_consumer_groups(request_timeout=timeout_s), timeout_s, "listing groups")
+    groups = [g.group_id for g in listing.valid]
+    if not groups or not wanted:
+        return {}
+    found: dict[str, list[TopicConsumer]] = {}
+    for group, future in admin.describe_consumer_groups(groups, request_timeout=timeout_s).items():
+        description = _wait(future, timeout_s, f"describing consumer group {group!r}")
+        for member in description.members or []:
+            assignment = getattr(member, "assignment", None)
+            assigned = {tp.topic for tp in getattr(assignment, "topic_partitions", None) or []}
+            for topic in sorted(assigned & wanted):
+                consumer = TopicConsumer(group, member.client_id, member.host)
+                if consumer not in found.setdefault(topic, []):
+                    found[topic].append(consumer)
+    return found
+
+
+def delete_topics(
+    common_conf: dict[str, Any], names: Sequence[str], *, timeout_s: float = 30.0
+) -> dict[str, str]:
+    """Deletes each topic in `names`; returns name → "deleted". The broker removes the data afterwards
+    (asynchronously). Raises TopicAdminError naming the topic and what to do."""
+    unique = list(dict.fromkeys(names))
+    if not unique:
+        return {}
+    admin = _admin(common_conf)
+    futures = admin.delete_topics(unique, operation_timeout=timeout_s, request_timeout=timeout_s)
+    statuses: dict[str, str] = {}
+    for name in unique:
+        try:
+            _wait(futures[name], timeout_s + 5, f"deleting topic {name!r}", _DELETE_ADVICE)
+        except TopicAdminError as exc:
+            cause = exc.__cause__
+            error = cause.args[0] if isinstance(cause, KafkaException) and cause.args else None
+            if isinstance(error, KafkaError) and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                statuses[name] = "does not exist"
+                continue
+            raise
+        statuses[name] = "deleted"
+    return statuses
+
+
+def _wait(
+    future: concurrent.futures.Future[Any], timeout_s: float, what: str, advice: dict[int, str] | None = None
+) -> Any:
+    """The future's result; a timeout or a Kafka error as a TopicAdminError saying `what` failed and why."""
+    try:
+        return future.result(timeout=timeout_s)
+    except concurrent.futures.TimeoutError as exc:
+        raise TopicAdminError(
+            f"{what}: no answer within {timeout_s:g} s; check bootstrap.servers and that the broker is up"
+        ) from exc
+    except KafkaException as exc:
+        err = exc.args[0]
+        if not isinstance(err, KafkaError):
+            raise TopicAdminError(f"{what} failed: {err}") from exc
+        hint = (advice if advice is not None else _ADVICE).get(err.code(), "see the broker log for details")
+        raise TopicAdminError(f"{what} failed: {err.str()} — {hint}") from exc

@@ -10,10 +10,13 @@ from pathlib import Path
 import pytest
 
 from worker.bench.report import (
+    Recording,
     ReportError,
     histogram_quantile,
     increase,
+    label_mix,
     load_recording,
+    low_confidence_share,
     parse_scrape,
     quantile_series,
     rate,
@@ -117,3 +120,33 @@ def test_a_recording_of_one_scrape_or_garbage_is_refused(tmp_path: Path) -> None
     path.write_text("not json\n", encoding="utf-8")
     with pytest.raises(ReportError, match=":1 is not a recording line"):
         load_recording(path)
+
+
+def test_label_mix_and_low_confidence_share_are_shares_of_the_window_over_versions() -> None:
+    pos, neg = (
+        (("label", "positive"), ("model_version", "1")),
+        (("label", "negative"), ("model_version", "1")),
+    )
+    pos2 = (("label", "positive"), ("model_version", "2"))  # a promoted model, born mid-recording
+    low, low2 = (("model_version", "1"),), (("model_version", "2"),)
+    name, low_name = "sentiment_predictions_total", "sentiment_low_confidence_predictions_total"
+    steps = [(0, 0, 0, 0), (50, 50, 10, 0), (100, 100, 20, 0), (100, 120, 50, 40)]  # pos, neg, low, pos2
+    recording = Recording(
+        times=[0.0, 1.0, 2.0, 3.0],
+        samples=[
+            {
+                (name, pos): p,
+                (name, neg): n,
+                (low_name, low): lo,
+                **({(name, pos2): p2, (low_name, low2): 10} if p2 else {}),
+            }
+            for p, n, lo, p2 in steps
+        ],
+    )
+    mix = label_mix(recording, window_s=1.0)
+    assert set(mix) == {"positive", "negative"}
+    assert math.isnan(mix["positive"][0])
+    assert mix["positive"][1:] == [0.5, 0.5, pytest.approx(40 / 60)]
+    assert mix["negative"][1:] == [0.5, 0.5, pytest.approx(20 / 60)]
+    share = low_confidence_share(recording, window_s=1.0)
+    assert share[1:] == [0.1, 0.1, pytest.approx(40 / 60)]  # 30 of version 1, 10 of version 2

@@ -159,7 +159,9 @@ def test_close_answers_the_accepted_and_refuses_the_new(make: object, model: Len
     closer = threading.Thread(target=batcher.close, args=(10,))
     closer.start()
     late = []
+    deadline = time.monotonic() + 10
     while True:  # accepted until close() begins, refused from then on
+        assert time.monotonic() < deadline, "close() never began refusing new texts"
         try:
             late.append(batcher.submit(["late"]))
         except Overloaded:

@@ -39,3 +39,17 @@ def test_no_room_with_an_idle_model_pauses_and_polls_at_once() -> None:
     bp = Backpressure(max_unpolled_s=2.0)
     assert bp.decide(room=0, model_busy=False, now=0.0) == PAUSE_AND_POLL
     assert bp.decide(room=-3, model_busy=False, now=0.1) == PAUSE_AND_POLL
+
+
+def test_by_default_the_partitions_are_paused_after_two_seconds_as_the_readme_says() -> None:
+    bp = Backpressure()
+    assert bp.decide(room=0, model_busy=True, now=0.0) == WAIT
+    assert bp.decide(room=0, model_busy=True, now=1.99) == WAIT
+    assert bp.decide(room=0, model_busy=True, now=2.0) == PAUSE_AND_POLL
+
+
+def test_negative_room_is_no_room() -> None:
+    """The loop's room is max_window_messages minus the window's size: it may go below zero."""
+    bp = Backpressure(max_unpolled_s=2.0)
+    assert bp.decide(room=-3, model_busy=True, now=0.0) == WAIT
+    assert bp.decide(room=-3, model_busy=True, now=2.0) == PAUSE_AND_POLL

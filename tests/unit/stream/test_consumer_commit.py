@@ -1,7 +1,8 @@
 """ReviewConsumer.commit_through_rebalance: retry logic only, against a scripted stand-in for librdkafka.
 
-The real-broker evidence is the rebalance-storm fault scenario (tests/faults/test_rebalance_storm.py):
-stopping members' final commits refused with ILLEGAL_GENERATION go through after one poll.
+The real-broker evidence is tests/integration/test_consumer_rebalance.py (a commit refused with
+ILLEGAL_GENERATION in the second cooperative round goes through after the retry) and the rebalance-storm
+fault scenario (tests/faults/test_rebalance_storm.py: no duplicates in the default mode).
 """
 
 from __future__ import annotations

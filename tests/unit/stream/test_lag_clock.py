@@ -37,3 +37,27 @@ def test_unfetched_backlog_is_bounded_by_the_last_done_message_and_unknown_befor
     assert clock.lag_seconds(KEY, lag_messages=50, done_below=1, now_ms=now) == 60.0
     clock.forget(KEY)
     assert clock.lag_seconds(KEY, lag_messages=50, done_below=1, now_ms=now) is None
+
+
+def test_a_partition_not_fetched_yet_is_as_old_as_the_message_it_waits_for() -> None:
+    clock = LagClock()
+    now = 10 * HOUR_MS
+    clock.waiting(KEY, 40, now - 600_000)
+    assert clock.knows_waiting(KEY, 40) and not clock.knows_waiting(KEY, 41)
+    assert clock.lag_seconds(KEY, lag_messages=50, done_below=None, now_ms=now) == 600.0
+    assert clock.lag_seconds(KEY, lag_messages=0, done_below=None, now_ms=now) == 0.0  # caught up
+    # Once consumed, the unfinished messages speak; once done past it, the waiting one no longer counts.
+    clock.consumed(KEY, 40, now - 600_000)
+    clock.consumed(KEY, 41, now - 300_000)
+    assert clock.lag_seconds(KEY, lag_messages=48, done_below=41, now_ms=now) == 300.0
+    clock.done(KEY, now - 300_000)
+    assert clock.lag_seconds(KEY, lag_messages=48, done_below=42, now_ms=now) == 300.0  # last done bound
+    clock.forget(KEY)
+    assert not clock.knows_waiting(KEY, 40)
+
+
+def test_an_unreadable_waiting_message_leaves_the_lag_unknown() -> None:
+    clock = LagClock()
+    clock.waiting(KEY, 0, None)
+    assert clock.knows_waiting(KEY, 0)
+    assert clock.lag_seconds(KEY, lag_messages=5, done_below=None, now_ms=HOUR_MS) is None

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
-from worker.stream.offsets import OffsetTracker
+from worker.config import WorkerSettings
+from worker.stream.offsets import OffsetTracker, crash_duplicate_bound
 
 T = "reviews"
 
@@ -186,3 +188,18 @@ def test_randomized_against_reference_model(seed: int) -> None:
             }
             assert {p: tracker.outstanding(T, p) for p in unreleased} == unreleased
     assert tracker.ignored_acks == 0
+
+
+def test_crash_duplicate_bound_is_the_pipeline_plus_two_commit_intervals_of_labelling() -> None:
+    settings = WorkerSettings(max_window_messages=32, max_queued_windows=2, commit_interval_ms=100)
+    assert crash_duplicate_bound(settings, 500.0) == 3 * 32 + 2 * 50
+    assert crash_duplicate_bound(settings, 10.0) == 3 * 32 + 2 * 32  # at least a window per interval
+    assert crash_duplicate_bound(settings.model_copy(update={"max_queued_windows": 4}), 500.0) == 5 * 32 + 100
+    slow_commits = settings.model_copy(update={"commit_interval_ms": 1000})
+    assert crash_duplicate_bound(slow_commits, 500.0) == 3 * 32 + 2 * 500
+
+
+def test_the_readme_states_the_crash_bound_this_module_computes() -> None:
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
+    assert "crash_duplicate_bound" in readme
+    assert "(MAX_QUEUED_WINDOWS + 1) × MAX_WINDOW_MESSAGES + 2 × max(MAX_WINDOW_MESSAGES, R ×" in readme

@@ -1,0 +1,37 @@
+"""`python -m tests.faults.wrapped_worker run ...`: the real `sentiment-worker run`, its model wrapped by
+`tests.model_wrappers` as the environment asks, for fault tests that need a real process (signals).
+
+TEST_MODEL_STALL_S=S: every batch holding a review with `SLOW_MARKER` takes S seconds; the worker logs
+"test model: stalling" to stderr when such a batch starts.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import worker.cli.run as run_command
+from tests.model_wrappers import StallOn
+from worker.cli import main
+
+STALL_LINE = "test model: stalling"
+
+
+def _announce() -> None:
+    print(f"{STALL_LINE} for {os.environ['TEST_MODEL_STALL_S']} s", file=sys.stderr, flush=True)
+
+
+def _wrapped_load_model(settings: Any) -> Any:
+    classifier, ref = _real_load_model(settings)
+    stall_s = os.environ.get("TEST_MODEL_STALL_S")
+    if stall_s:
+        classifier = StallOn(classifier, float(stall_s), on_stall=_announce)
+    return classifier, ref
+
+
+_real_load_model = run_command.load_model
+run_command.load_model = _wrapped_load_model  # cmd_run looks it up in its module at call time
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

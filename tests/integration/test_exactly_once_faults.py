@@ -1,0 +1,83 @@
+"""Exactly-once under faults, on the real broker, as the README says: "being fenced (another instance with
+the same transactional id) stops the worker", and the instance that fenced it carries on; a read_committed
+reader sees every input exactly once.
+
+(A transaction that outlives transaction.timeout.ms is not an abortable error on this broker: the
+coordinator aborts it and bumps the epoch, and librdkafka reports the producer fenced, a fatal error.)"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaException
+
+from schemas.sentiment_result import ModelRef
+from tests.integration.helpers import make_settings, sample_reviews
+from tests.integration.kafka_io import committed_offsets, produce, read_topic, results_of, review_records
+from tests.polling import wait_until
+from worker.stream.app import SentimentWorker
+
+pytestmark = pytest.mark.integration
+
+
+class _Running:
+    """A SentimentWorker in a thread; keeps what `run` returned or raised."""
+
+    def __init__(self, worker: SentimentWorker) -> None:
+        self.worker = worker
+        self.outcome: list[Any] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.outcome.append(self.worker.run())
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            self.outcome.append(exc)
+
+    def stop(self) -> None:
+        self.worker.request_stop()
+        self.thread.join(60)
+
+
+def test_a_second_instance_with_the_same_transactional_id_fences_and_stops_the_first(
+    kafka_bootstrap: str, topics: Any, tiny_classifier: Any
+) -> None:
+    names = topics(input_partitions=1, output_partitions=1)
+    reviews = sample_reviews(20)
+    # Same group and worker id: the same transactional id, sentiment-worker.<group>.<worker id>.
+    settings = make_settings(kafka_bootstrap, names, delivery="exactly_once", worker_id="replica-0")
+    model = ModelRef(name="tiny", version="1")
+    first = _Running(SentimentWorker(settings, tiny_classifier, model))
+    second: _Running | None = None
+    try:
+        produce(kafka_bootstrap, names["reviews"], review_records(reviews[:10]), partition=0)
+        assert len(read_topic(kafka_bootstrap, names["results"], expected=10, settle_s=0)) == 10
+        second = _Running(SentimentWorker(settings, tiny_classifier, model))
+        # init_transactions has run once the second instance warms its model: the first is fenced now.
+        wait_until(
+            lambda: second.worker.health.model_warm or not second.thread.is_alive(), 60, "the second up"
+        )
+        # The first still owns the partition: its next window's transaction is refused and it stops.
+        produce(kafka_bootstrap, names["reviews"], review_records(reviews[10:]), partition=0)
+        first.thread.join(120)
+        assert not first.thread.is_alive(), "the fenced worker kept running"
+        # It left the group on the way out: the second takes the partition and labels the rest.
+        out = read_topic(kafka_bootstrap, names["results"], expected=20)
+        wait_until(
+            lambda: committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 1) == {0: 20},
+            60,
+            "the second instance's transactions to commit every offset",
+        )
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+    [raised] = first.outcome
+    assert isinstance(raised, KafkaException), raised
+    assert raised.args[0].fatal() and "fenced" in raised.args[0].str().lower(), raised.args[0]
+    assert second is not None and second.outcome and not isinstance(second.outcome[0], BaseException)
+    ids = [r["id"] for r in results_of(out)]  # read_committed: the fenced transaction shows nothing
+    assert sorted(ids) == sorted(r["id"] for r in reviews)  # every id, exactly once

@@ -1,0 +1,125 @@
+"""The ACLs a worker's principal needs, least privilege, per delivery mode (the `topics acls` command).
+
+- input topic: READ (consume; implies DESCRIBE: metadata, offsets, lag);
+- consumer group: READ (join the group, commit offsets, also inside transactions);
+- output and dead-letter topics: WRITE (publish; implies DESCRIBE, and since KIP-679 it also lets the
+  idempotent producer get its id: no IDEMPOTENT_WRITE on the cluster) and DESCRIBE_CONFIGS (read
+  max.message.bytes at start-up);
+- exactly_once only: WRITE and DESCRIBE on the transactional ids `sentiment-worker.<group>.` (prefixed; the
+  worker id follows).
+
+Nothing else: no CREATE (an administrator creates the topics), no cluster operation, no wildcard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from worker.config import WorkerSettings
+
+Resource = Literal["topic", "group", "transactional-id"]
+Operation = Literal["Read", "Write", "Describe", "DescribeConfigs"]
+
+_RESOURCE_TYPES: dict[Resource, ResourceType] = {
+    "topic": ResourceType.TOPIC,
+    "group": ResourceType.GROUP,
+    "transactional-id": ResourceType.TRANSACTIONAL_ID,
+}
+_OPERATIONS: dict[Operation, AclOperation] = {
+    "Read": AclOperation.READ,
+    "Write": AclOperation.WRITE,
+    "Describe": AclOperation.DESCRIBE,
+    "DescribeConfigs": AclOperation.DESCRIBE_CONFIGS,
+}
+
+
+class AclError(RuntimeError):
+    """ACLs could not be created; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class AclRule:
+    """One ALLOW rule for the worker's principal, from any host."""
+
+    resource: Resource
+    name: str
+    operation: Operation
+    why: str
+    prefixed: bool = False
+
+    def binding(self, principal: str) -> AclBinding:
+        pattern = ResourcePatternType.PREFIXED if self.prefixed else ResourcePatternType.LITERAL
+        return AclBinding(
+            _RESOURCE_TYPES[self.resource],
+            self.name,
+            pattern,
+            principal,
+            "*",
+            _OPERATIONS[self.operation],
+            AclPermissionType.ALLOW,
+        )
+
+    def kafka_acls_line(self, principal: str, bootstrap: str) -> str:
+        """The rule as a `kafka-acls.sh --add` command (run with an administrator's --command-config)."""
+        pattern = " --resource-pattern-type prefixed" if self.prefixed else ""
+        return (
+            f"kafka-acls.sh --bootstrap-server {bootstrap} --command-config admin.properties --add "
+            f"--allow-principal {principal} --operation {self.operation} "
+            f"--{self.resource} {self.name}{pattern}"
+        )
+
+
+def transactional_id_prefix(settings: WorkerSettings) -> str:
+    """What every replica's transactional id starts with (the worker id follows)."""
+    return f"sentiment-worker.{settings.group_id}."
+
+
+def worker_acls(settings: WorkerSettings, delivery: str | None = None) -> list[AclRule]:
+    """The ACLs a worker with these settings needs in ``delivery`` mode (default: the settings' mode)."""
+    mode = delivery or settings.delivery
+    rules = [
+        AclRule("topic", settings.input_topic, "Read", "consume the input topic"),
+        AclRule("group", settings.group_id, "Read", "join the consumer group and commit its offsets"),
+    ]
+    for topic in (settings.output_topic, settings.dlq_topic):
+        rules.append(AclRule("topic", topic, "Write", "publish results / dead letters"))
+        rules.append(AclRule("topic", topic, "DescribeConfigs", "read max.message.bytes at start-up"))
+    if mode == "exactly_once":
+        prefix = transactional_id_prefix(settings)
+        for operation in ("Write", "Describe"):
+            rules.append(AclRule("transactional-id", prefix, operation, "transactions", prefixed=True))  # type: ignore[arg-type]
+    return rules
+
+
+def apply_acls(
+    common_conf: dict[str, Any], principal: str, rules: Sequence[AclRule], *, timeout_s: float = 30.0
+) -> int:
+    """Creates the rules' ALLOW bindings for ``principal`` with the admin client (an existing binding is
+    kept); returns how many. Raises AclError naming the first binding the broker refused."""
+    try:
+        admin = AdminClient(dict(common_conf))
+    except KafkaException as exc:
+        raise AclError(f"the Kafka client settings were rejected: {exc.args[0]}") from exc
+    bindings = [rule.binding(principal) for rule in rules]
+    futures = admin.create_acls(bindings, request_timeout=timeout_s)
+    for rule, binding in zip(rules, bindings, strict=True):
+        try:
+            futures[binding].result(timeout=timeout_s + 5)
+        except KafkaException as exc:
+            raise AclError(
+                f"creating ACL {rule.operation} on {rule.resource} {rule.name!r} for {principal} failed: "
+                f"{exc.args[0]} (this needs an administrator's credentials: ALTER on the cluster)"
+            ) from exc
+    return len(bindings)
