@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from schemas.sentiment_result import ModelRef
 from tests.integration.helpers import make_settings, sample_reviews
 from tests.integration.kafka_io import committed_offsets, end_offsets, produce, read_topic, review_records
+from tests.polling import wait_until
 from worker.bench.worker_process import free_port
 from worker.stream.app import SentimentWorker
 from worker.tools.lag import GroupLag, format_table, measure_lag
@@ -155,13 +156,7 @@ def _metrics(url: str) -> dict[str, Any]:
 
 
 def _wait_for(condition: Any, what: str, timeout_s: float = 90.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what} within {timeout_s:g} s"
-        time.sleep(0.5)
+    return wait_until(condition, timeout_s, what, interval_s=0.5)
 
 
 def test_running_worker_owns_every_partition_and_its_metrics_match_lag_when_caught_up(

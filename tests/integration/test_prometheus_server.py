@@ -11,7 +11,6 @@ import json
 import shutil
 import subprocess
 import threading
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -27,6 +26,7 @@ from confluent_kafka import Producer
 from schemas.sentiment_result import ModelRef
 from tests.integration.helpers import make_settings, sample_reviews
 from tests.integration.kafka_io import read_topic, results_of
+from tests.polling import wait_until
 from worker.bench.worker_process import free_port
 from worker.stream.app import SentimentWorker
 
@@ -111,13 +111,7 @@ def _value(base: str, promql: str) -> float | None:
 
 
 def _wait_for(condition: Callable[[], Any], what: str, timeout_s: float = DEADLINE_S) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = condition()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"{what} within {timeout_s:g} s"
-        time.sleep(0.2)
+    return wait_until(condition, timeout_s, what, interval_s=0.2)
 
 
 def test_prometheus_scrapes_the_worker_and_answers_lag_throughput_and_model_series(
