@@ -4,6 +4,7 @@ aside and swapped in; refused on resume when the options differ."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -55,15 +56,24 @@ def save_checkpoint(
     if scaler is not None:
         paddle.save(scaler.state_dict(), str(tmp / "scaler.pdstate"))
     if (ckpt / "best.pdparams").exists():
-        shutil.copy2(ckpt / "best.pdparams", tmp / "best.pdparams")
+        _carry_over(ckpt / "best.pdparams", tmp / "best.pdparams")
     for snapshot in ckpt.glob(SNAPSHOT_GLOB) if ckpt.exists() else ():
-        shutil.copy2(snapshot, tmp / snapshot.name)
+        _carry_over(snapshot, tmp / snapshot.name)
     (tmp / "state.json").write_text(
         json.dumps({"fingerprint": fingerprint, **asdict(state)}, indent=2) + "\n", encoding="utf-8"
     )
     if ckpt.exists():
         shutil.rmtree(ckpt)
     tmp.rename(ckpt)
+
+
+def _carry_over(source: Path, target: Path) -> None:
+    """Puts an unchanged file of the old checkpoint into the new one: a hard link (no 96 MB copy per snapshot
+    per checkpoint; the old directory is removed right after), a copy where the filesystem has no links."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
 
 
 def load_checkpoint(ckpt: Path, model: Any, optimizer: Any, scaler: Any, fingerprint: str) -> LoopState:

@@ -11,7 +11,7 @@ import numpy as np
 import paddle
 
 from worker.training.averaging import average_weights, keep_snapshot
-from worker.training.checkpoints import LoopState, snapshot_path
+from worker.training.checkpoints import LoopState, save_checkpoint, snapshot_path
 from worker.training.options import METRICS_FILE, TrainOptions
 from worker.training.training import train
 
@@ -36,6 +36,22 @@ def test_only_the_best_n_snapshots_stay_on_disk(tmp_path: Path) -> None:
     assert [int(s[0]) for s in state.snapshots] == [20, 30, 40]  # sorted by step; 10 and 50 lost on dev
     on_disk = sorted(p.name for p in tmp_path.iterdir())
     assert on_disk == [snapshot_path(tmp_path, s).name for s in (20, 30, 40)]
+
+
+def test_a_new_checkpoint_links_the_kept_snapshots_instead_of_copying_them(tmp_path: Path) -> None:
+    ckpt = tmp_path / "checkpoint"
+    model = paddle.nn.Linear(2, 2)
+    optimizer = paddle.optimizer.SGD(parameters=model.parameters())
+    state = LoopState(global_step=100)
+    save_checkpoint(ckpt, model, optimizer, None, state, "fp")
+    keep_snapshot(ckpt, state, _weights(1.0), 0.9, keep=3)
+    before = snapshot_path(ckpt, 100).stat()
+    state.global_step = 200
+    save_checkpoint(ckpt, model, optimizer, None, state, "fp")
+    after = snapshot_path(ckpt, 100).stat()
+    assert (after.st_ino, after.st_nlink) == (before.st_ino, 1)  # the same file, the old directory gone
+    assert float(paddle.load(str(snapshot_path(ckpt, 100)))["w"][0, 0]) == 1.0
+    assert not ckpt.with_name("checkpoint.tmp").exists()
 
 
 def test_keep_below_two_keeps_nothing(tmp_path: Path) -> None:
