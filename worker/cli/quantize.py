@@ -23,6 +23,13 @@ def register(subparsers: Subparsers) -> None:
         help="ort-dynamic: activations ranged per batch; ort-static: ranges calibrated on corpus reviews",
     )
     parser.add_argument(
+        "--weight-bits",
+        type=int,
+        choices=(7, 8),
+        default=7,
+        help="7 (default): no saturation on CPUs without VNNI (AVX2); 8: full range, if every CPU has VNNI",
+    )
+    parser.add_argument(
         "--heldout", type=Path, default=None, help="held-out JSONL (default: the source training directory's)"
     )
     parser.add_argument("--calibration-texts", type=int, default=300, help="corpus reviews to calibrate on")
@@ -40,6 +47,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
             args.model,
             args.output_dir,
             method=args.method,
+            weight_bits=args.weight_bits,
             heldout=args.heldout,
             calibration_size=args.calibration_texts,
             seed=args.seed,
@@ -49,7 +57,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from None
     acc = report.accuracy
     print(
-        f"quantized {args.model} → {report.output_dir} ({report.method}, "
+        f"quantized {args.model} → {report.output_dir} ({report.method}, {report.weight_bits}-bit weights, "
         f"{report.calibration_texts} calibration reviews) in {report.seconds:.1f} s; "
         f"model.onnx {report.source_size_bytes / 1e6:.1f} → {report.size_bytes / 1e6:.1f} MB; "
         f"held-out accuracy {acc.float32:.2%} → {acc.int8:.2%} "

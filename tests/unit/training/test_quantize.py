@@ -76,6 +76,28 @@ def test_calibration_texts_are_recorded_and_not_held_out(tiny_int8_dir: Path, ti
     assert record["calibration"]["used"] is False  # dynamic quantization ranges activations per batch
 
 
+def _int8_weight_extreme(directory: Path) -> int:
+    graph = onnx.load(str(directory / ONNX_FILE)).graph
+    weights = [
+        onnx.numpy_helper.to_array(t) for t in graph.initializer if t.data_type == onnx.TensorProto.INT8
+    ]
+    assert weights, "no int8 weight tensors in the quantized graph"
+    return max(int(np.abs(w.astype(np.int32)).max()) for w in weights)
+
+
+def test_weights_keep_seven_bits_unless_eight_are_asked_for(
+    tiny_int8_dir: Path, tiny_onnx_dir: Path, tmp_path: Path
+) -> None:
+    # 7 bits by default: AVX2's u8s8 kernels add product pairs in 16 bits, which 8-bit weights can saturate.
+    assert _int8_weight_extreme(tiny_int8_dir) <= 64
+    record = json.loads((tiny_int8_dir / METADATA_FILE).read_text(encoding="utf-8"))["quantization"]
+    assert record["weight_bits"] == 7 and "--weight-bits 7" in (tiny_int8_dir / CARD_FILE).read_text("utf-8")
+    report = quantize_model(tiny_onnx_dir, tmp_path / "full", weight_bits=8, heldout_limit=50)
+    assert report.weight_bits == 8 and _int8_weight_extreme(tmp_path / "full") == 127
+    with pytest.raises(QuantizeError, match="weight bits must be 7 or 8"):
+        quantize_model(tiny_onnx_dir, tmp_path / "six", weight_bits=6)  # type: ignore[arg-type]
+
+
 def test_static_quantization_uses_the_calibration(tiny_onnx_dir: Path, tmp_path: Path) -> None:
     report = quantize_model(
         tiny_onnx_dir, tmp_path / "static", method="ort-static", heldout_limit=100, calibration_size=64
