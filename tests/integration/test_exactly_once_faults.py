@@ -1,6 +1,7 @@
 """Exactly-once under faults, on the real broker, as the README says: "being fenced (another instance with
-the same transactional id) stops the worker", and the instance that fenced it carries on; a read_committed
-reader sees every input exactly once.
+the same transactional id) stops the worker", and the instance that fenced it carries on; "an abortable
+transaction error aborts, rewinds and carries on" (the broker refuses the results: the output topic's
+max.message.bytes lowered under the worker's feet); a read_committed reader sees every input exactly once.
 
 (A transaction that outlives transaction.timeout.ms is not an abortable error on this broker: the
 coordinator aborts it and bumps the epoch, and librdkafka reports the producer fenced, a fatal error.)"""
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from schemas.sentiment_result import ModelRef
 from tests.integration.helpers import make_settings, sample_reviews
@@ -81,3 +83,49 @@ def test_a_second_instance_with_the_same_transactional_id_fences_and_stops_the_f
     assert second is not None and second.outcome and not isinstance(second.outcome[0], BaseException)
     ids = [r["id"] for r in results_of(out)]  # read_committed: the fenced transaction shows nothing
     assert sorted(ids) == sorted(r["id"] for r in reviews)  # every id, exactly once
+
+
+def _set_max_message_bytes(bootstrap: str, topic: str, value: str | None) -> None:
+    """Sets the topic's max.message.bytes (None: back to the broker's default)."""
+    op = AlterConfigOpType.DELETE if value is None else AlterConfigOpType.SET
+    entry = ConfigEntry("max.message.bytes", value or "", incremental_operation=op)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # kept alive until the result is in
+    admin.incremental_alter_configs([resource])[resource].result(30)
+
+
+def _aborted(worker: SentimentWorker) -> float:
+    return worker.registry.get_sample_value("sentiment_transactions_total", {"outcome": "aborted"}) or 0.0
+
+
+def test_an_abortable_error_aborts_rewinds_and_the_same_worker_carries_on(
+    kafka_bootstrap: str, topics: Any, tiny_classifier: Any
+) -> None:
+    names = topics(input_partitions=1, output_partitions=1)
+    reviews = sample_reviews(20)
+    settings = make_settings(kafka_bootstrap, names, delivery="exactly_once")
+    running = _Running(SentimentWorker(settings, tiny_classifier, ModelRef(name="tiny", version="1")))
+    try:
+        produce(kafka_bootstrap, names["reviews"], review_records(reviews[:10]), partition=0)
+        assert len(read_topic(kafka_bootstrap, names["results"], expected=10, settle_s=0)) == 10
+        # The broker now refuses every result batch (MSG_SIZE_TOO_LARGE): a delivery failure inside a
+        # transaction is an abortable error, and the worker's start-up limit check cannot know of it.
+        _set_max_message_bytes(kafka_bootstrap, names["results"], "100")
+        produce(kafka_bootstrap, names["reviews"], review_records(reviews[10:]), partition=0)
+        wait_until(lambda: _aborted(running.worker) >= 1, 60, "a transaction to be aborted")
+        assert running.thread.is_alive(), running.outcome
+        _set_max_message_bytes(kafka_bootstrap, names["results"], None)
+        out = read_topic(kafka_bootstrap, names["results"], expected=20)
+        wait_until(
+            lambda: committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 1) == {0: 20},
+            60,
+            "the rewound window's transaction to commit every offset",
+        )
+        assert running.thread.is_alive(), running.outcome  # the same worker throughout
+    finally:
+        _set_max_message_bytes(kafka_bootstrap, names["results"], None)
+        running.stop()
+    assert running.outcome and not isinstance(running.outcome[0], BaseException), running.outcome
+    ids = [r["id"] for r in results_of(out)]  # read_committed: the aborted transactions show nothing
+    assert sorted(ids) == sorted(r["id"] for r in reviews)  # every id, exactly once
+    assert _aborted(running.worker) >= 1
