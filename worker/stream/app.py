@@ -13,7 +13,6 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack, suppress
-from dataclasses import dataclass, field
 from threading import Event
 from typing import Any, NamedTuple, Protocol
 
@@ -41,6 +40,7 @@ from worker.stream.producer import (
     is_too_large,
 )
 from worker.stream.records import InputMessage, OutboundRecords
+from worker.stream.run_tracker import RunSummary, RunTracker
 from worker.stream.startup import kafka_error_text
 from worker.stream.timestamps import timestamps_at
 from worker.stream.windows import LabelledWindow, PreparedWindow, label_window, prepare_window, window_records
@@ -53,35 +53,6 @@ _METRICS_EVERY_S = 1.0
 _BROKER_CHECK_EVERY_S = 10.0
 _MAX_WINDOW_BYTES = 64 * 1024 * 1024
 _WAITING_TIMESTAMP_TIMEOUT_S = 2.0
-
-
-@dataclass
-class RunSummary:
-    """What one run did; `results + dead_letters == consumed` after a clean stop."""
-
-    consumed: int = 0
-    results: int = 0
-    dead_letters: int = 0
-    dead_letters_by_kind: dict[str, int] = field(default_factory=dict)
-    seconds: float = 0.0
-    stop_reason: str = ""
-    unacknowledged_at_stop: int = 0
-    first_consumed_at: float | None = None  # clock seconds
-    last_acknowledged_at: float | None = None
-
-    @property
-    def labelling_seconds(self) -> float:
-        """From the first message consumed to the last output acknowledged: the labelling time, without
-        start-up (model load, warm-up, joining the group) or the idle wait before a stop."""
-        if self.first_consumed_at is None or self.last_acknowledged_at is None:
-            return 0.0
-        return max(0.0, self.last_acknowledged_at - self.first_consumed_at)
-
-    @property
-    def messages_per_second(self) -> float:
-        """Outputs (results + dead letters) per second of labelling time."""
-        done = self.results + self.dead_letters
-        return done / self.labelling_seconds if self.labelling_seconds > 0 else 0.0
 
 
 class ApiFront(Protocol):
@@ -141,12 +112,10 @@ class SentimentWorker:
         self._metrics: WorkerMetrics = create_metrics(self._registry, low_confidence=settings.low_confidence)
         self._clock = clock
         self._health = HealthState(settings.liveness_timeout_s, clock)
-        self._stop = stop if stop is not None else Event()  # set before run(): it stops at once
+        self._run = RunTracker(clock, stop)  # stop conditions and the run's summary
         self._book = PartitionBook()  # epochs, paused set, offset tracker, lag clock
         self._window: ConsumeWindow[InputMessage] = self._new_window()
-        self._summary = RunSummary()
         self._parts: _StartedParts | None = None  # built once by _start()
-        self._last_activity_at = clock()
         self._budget = TokenBudget(settings.max_batch_tokens)
         self._backpressure = Backpressure()
         self._exactly_once = settings.delivery == "exactly_once"
@@ -164,17 +133,19 @@ class SentimentWorker:
 
     def request_stop(self) -> None:
         """Asks the loop to stop; safe from a signal handler (it only sets an event)."""
-        self._stop.set()
+        self._run.request_stop()
 
     def run(self, *, max_messages: int | None = None, idle_exit_s: float | None = None) -> RunSummary:
         """Runs until stopped, `max_messages` inputs are done, or `idle_exit_s` passes with no input."""
         started = self._clock()
+        summary = self._run.summary
         with ExitStack() as stack:
             self._start(stack)
-            self._summary.stop_reason = self._loop(max_messages, idle_exit_s)
+            self._run.start(max_messages=max_messages, idle_exit_s=idle_exit_s)
+            summary.stop_reason = self._loop()
             self._drain()
-        self._summary.seconds = self._clock() - started
-        return self._summary
+        summary.seconds = self._clock() - started
+        return summary
 
     # ----- lifecycle -----
     def _start(self, stack: ExitStack) -> None:
@@ -259,24 +230,26 @@ class SentimentWorker:
             startup.delivery_description(s),
         )
 
-    def _loop(self, max_messages: int | None, idle_exit_s: float | None) -> str:
+    def _loop(self) -> str:
         consumer, publisher, _, stage = self._started
-        self._last_activity_at = self._clock()
+        run = self._run
         next_metrics_at = 0.0
         next_broker_check_at = self._clock() + _BROKER_CHECK_EVERY_S
         while True:
             self._raise_for_error(publisher)
-            if self._stop.is_set():
+            if run.stop_requested:
                 return "stop requested"
             self._health.loop_turned()
             for labelled in stage.collect():
                 self._publish_window(labelled)
-            limit_reached = max_messages is not None and self._summary.consumed >= max_messages
+            in_progress = self._book.offsets.unacknowledged()
+            limit_reached = run.limit_reached(in_progress)
             if len(self._window) and (self._window.is_due() or limit_reached) and stage.has_room():
                 stage.submit(prepare_window(self._window.take(), self._classifier, self._settings))
             budget = self._settings.max_window_messages - len(self._window)
-            if max_messages is not None:
-                budget = min(budget, max_messages - self._summary.consumed)
+            room = run.room(in_progress)
+            if room is not None:
+                budget = min(budget, room)
             busy = stage.in_flight > 0
             decision = self._backpressure.decide(room=budget, model_busy=busy, now=self._clock())
             self._set_paused(decision.pause)
@@ -293,7 +266,7 @@ class SentimentWorker:
             for message in messages:
                 self._accept(message)
             if messages:
-                self._last_activity_at = self._clock()
+                run.activity()
             publisher.poll(0)
             self._handle_deliveries()
             now = self._clock()
@@ -304,12 +277,10 @@ class SentimentWorker:
             if now >= next_broker_check_at:
                 self._check_broker()
                 next_broker_check_at = now + _BROKER_CHECK_EVERY_S
-            done = self._summary.results + self._summary.dead_letters
-            if max_messages is not None and done >= max_messages:
-                return f"processed {done} messages (--max-messages)"
             idle = not messages and not len(self._window) and not stage.in_flight and publisher.pending() == 0
-            if idle_exit_s is not None and idle and now - self._last_activity_at >= idle_exit_s:
-                return f"no input for {idle_exit_s:g} s (--idle-exit-s)"
+            reason = run.stop_reason(idle=idle)
+            if reason is not None:
+                return reason
 
     def _drain(self) -> None:
         """Stop order: fetch no more, label and publish what was fetched, flush, commit (then close)."""
@@ -337,7 +308,7 @@ class SentimentWorker:
             except KafkaException as exc:
                 # E.g. evicted from the group: the next owner redoes the uncommitted tail (no loss).
                 log.warning("final commit failed (%s); uncommitted inputs will be processed again", exc)
-        self._summary.unacknowledged_at_stop = remaining + stage.in_flight
+        self._run.summary.unacknowledged_at_stop = remaining + stage.in_flight
         if remaining or stage.in_flight:
             log.warning(
                 "stopping with %d outputs unacknowledged and %d windows unlabelled after %.0f s: their "
@@ -366,9 +337,7 @@ class SentimentWorker:
         self._window.add(
             InputMessage(position, message.key(), value, self._clock(), epoch), len(value or b"")
         )
-        self._summary.consumed += 1
-        if self._summary.first_consumed_at is None:
-            self._summary.first_consumed_at = self._clock()
+        self._run.consumed()
         self._metrics.messages_consumed.labels(topic).inc()
         self._health.broker_reachable = True
 
@@ -462,16 +431,12 @@ class SentimentWorker:
                 self._metrics.delivery_failures.labels(record.topic).inc()
                 continue  # never acked: its offset and everything after it in the partition stay uncommitted
             self._book.acknowledged((src.topic, src.partition), src.offset, src.timestamp_ms)
-            self._summary.last_acknowledged_at = self._clock()
+            self._run.finished(record.kind)
             if record.kind == "result":
-                self._summary.results += 1
                 self._metrics.results_published.labels(record.topic).inc()
                 if record.label is not None and record.confidence is not None:
                     self._metrics.observe_prediction(record.label, record.confidence, self._model.version)
             else:
-                self._summary.dead_letters += 1
-                by_kind = self._summary.dead_letters_by_kind
-                by_kind[record.kind] = by_kind.get(record.kind, 0) + 1
                 self._metrics.dead_letters.labels(record.kind).inc()
             if src.timestamp_ms is not None:
                 self._metrics.end_to_end_latency_seconds.observe(
@@ -484,7 +449,7 @@ class SentimentWorker:
     # ----- rebalance callbacks (run inside consume(), on the loop's thread) -----
     def _on_assign(self, partitions: list[PartitionKey]) -> None:
         self._metrics.rebalances.labels("assigned").inc()
-        self._last_activity_at = self._clock()  # the idle timer (--idle-exit-s) restarts with new partitions
+        self._run.activity()  # the idle timer (--idle-exit-s) restarts with new partitions
         self._book.assigned(partitions)
         # Both lag series of a new partition are measured right after this callback (same loop turn), not
         # set to 0: a partition whose backlog is not fetched yet is behind from its first second.

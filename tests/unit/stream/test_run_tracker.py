@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.stream.app import RunSummary
+from worker.stream.run_tracker import RunSummary
 
 
 def test_rate_is_over_labelling_time_not_the_whole_run() -> None:
