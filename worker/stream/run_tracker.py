@@ -103,7 +103,9 @@ class RunTracker:
         still owned and not done. Never below 0."""
         if self._max_messages is None:
             return None
-        return max(0, self._max_messages - self.summary.consumed)
+        # Not `max_messages - consumed`: an input dropped unfinished was consumed yet is neither done nor
+        # in progress; counting it would leave the run waiting forever for inputs it may not take.
+        return max(0, self._max_messages - self.summary.done - in_progress)
 
     def limit_reached(self, in_progress: int) -> bool:
         """The run has taken all the inputs its bound allows: gather no more, finish what is taken."""
