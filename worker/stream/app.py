@@ -30,11 +30,11 @@ from worker.metrics import WorkerMetrics, create_metrics
 from worker.stream import startup
 from worker.stream.authorization import consume_refusal, is_authorization_error, publish_refusal
 from worker.stream.backpressure import Backpressure
+from worker.stream.committers import Committer, committer_for
 from worker.stream.consumer import PartitionBacklog, ReviewConsumer, handle_consume_error
-from worker.stream.partitions import PartitionBook, PartitionKey
+from worker.stream.partitions import PartitionBook, PartitionKey, format_partitions
 from worker.stream.producer import (
     DeliveryFailedError,
-    OutboundRecord,
     ResultPublisher,
     SourcePosition,
     is_too_large,
@@ -86,6 +86,7 @@ class _StartedParts(NamedTuple):
     publisher: ResultPublisher
     records: OutboundRecords
     stage: InferenceStage[PreparedWindow, LabelledWindow]
+    committer: Committer
 
 
 class SentimentWorker:
@@ -118,7 +119,6 @@ class SentimentWorker:
         self._parts: _StartedParts | None = None  # built once by _start()
         self._budget = TokenBudget(settings.max_batch_tokens)
         self._backpressure = Backpressure()
-        self._exactly_once = settings.delivery == "exactly_once"
         self.http_address: tuple[str, int] | None = None
         self._gauges_due = False  # refresh the gauges on the next loop turn (a new assignment)
 
@@ -182,8 +182,8 @@ class SentimentWorker:
             max_message_bytes=max_message_bytes,
             clock=self._clock,
         )
-        if self._exactly_once:
-            startup.init_transactions(publisher, s)
+        committer_type = committer_for(s)
+        committer_type.prepare(publisher, s)  # exactly_once: registers the transactional id
         self._health.broker_reachable = True
         if s.max_batch_tokens_auto:
             self._budget = calibrated_token_budget(s, self._classifier)
@@ -213,13 +213,14 @@ class SentimentWorker:
                 on_assign=self._on_assign,
                 on_revoke=self._on_revoke,
                 on_lost=self._on_lost,
-                transactional=self._exactly_once,
+                transactional=committer_type.transactional,
             )
         except KafkaException as exc:
             raise StartupError(f"the Kafka client settings were rejected: {kafka_error_text(exc)}") from exc
         # Closing leaves the group; its revoke callback flushes and commits what is acknowledged.
         stack.callback(consumer.close)
-        self._parts = _StartedParts(consumer, publisher, records, stage)
+        committer = committer_type(s, consumer, publisher, self._book, self._metrics, self._take_deliveries)
+        self._parts = _StartedParts(consumer, publisher, records, stage, committer)
         consumer.subscribe()
         log.info(
             "consuming %s as group %s → results to %s, dead letters to %s; %s",
@@ -231,7 +232,7 @@ class SentimentWorker:
         )
 
     def _loop(self) -> str:
-        consumer, publisher, _, stage = self._started
+        consumer, publisher, _, stage, committer = self._started
         run = self._run
         next_metrics_at = 0.0
         next_broker_check_at = self._clock() + _BROKER_CHECK_EVERY_S
@@ -268,7 +269,7 @@ class SentimentWorker:
             if messages:
                 run.activity()
             publisher.poll(0)
-            self._handle_deliveries()
+            committer.settle()
             now = self._clock()
             if now >= next_metrics_at or self._gauges_due:
                 self._gauges_due = False
@@ -284,7 +285,7 @@ class SentimentWorker:
 
     def _drain(self) -> None:
         """Stop order: fetch no more, label and publish what was fetched, flush, commit (then close)."""
-        consumer, publisher, _, stage = self._started
+        _, publisher, _, stage, committer = self._started
         self._health.stopping = True
         self._metrics.ready.set(0)
         deadline = self._clock() + self._settings.shutdown_timeout_s
@@ -294,20 +295,8 @@ class SentimentWorker:
             for labelled in stage.collect(timeout_s=0.1):
                 self._publish_window(labelled)
         remaining = publisher.flush(max(0.0, deadline - self._clock()))
-        self._handle_deliveries()
-        if not self._exactly_once:
-            # A member stopping during a rebalance is refused (ILLEGAL_GENERATION / REBALANCE_IN_PROGRESS)
-            # until it has joined the new generation: it waits for that, up to a session timeout or what
-            # is left of the shutdown time, so the next owner does not redo published work.
-            wait_s = max(deadline - self._clock(), self._settings.session_timeout_ms / 1000)
-            try:
-                retries = consumer.commit_through_rebalance(self._book.positions, wait_s)
-                self._metrics.offsets_committed.inc()
-                if retries:
-                    log.info("final commit went through after the rebalance (%d retries)", retries)
-            except KafkaException as exc:
-                # E.g. evicted from the group: the next owner redoes the uncommitted tail (no loss).
-                log.warning("final commit failed (%s); uncommitted inputs will be processed again", exc)
+        committer.settle()
+        committer.commit_final(deadline, self._clock)
         self._run.summary.unacknowledged_at_stop = remaining + stage.in_flight
         if remaining or stage.in_flight:
             log.warning(
@@ -348,7 +337,7 @@ class SentimentWorker:
 
     def _publish_window(self, labelled: LabelledWindow) -> None:
         """Publishes exactly one record per input of the window that is still ours, in input order."""
-        _, publisher, outbound, _ = self._started
+        outbound, committer = self._started.records, self._started.committer
         self._metrics.observe_window(labelled.stats, self._budget.current)
         now = self._clock()
         records = window_records(
@@ -357,35 +346,10 @@ class SentimentWorker:
             result=lambda item, review, probs: outbound.result(item, review, probs, now),
             dead_letter=outbound.dead_letter,
         )
-        records = [outbound.fitting(record) for record in records]
-        if self._exactly_once:
-            self._publish_transaction(records)
-        else:
-            for record in records:
-                publisher.publish(record)
+        rewind = committer.publish([outbound.fitting(record) for record in records])
+        if rewind:  # an aborted transaction: its inputs are read and labelled again
+            self._rewind(rewind)
         self._metrics.in_flight_messages.set(self._book.offsets.outstanding())
-
-    def _publish_transaction(self, records: list[OutboundRecord]) -> None:
-        """Exactly-once: the window's records and its consumed offsets commit in one transaction.
-
-        An abortable error aborts it and rewinds the partitions to their committed offsets, so the window
-        is consumed and labelled again; a fatal one (e.g. fenced by a newer instance) stops the worker.
-        """
-        consumer, publisher, _, _ = self._started
-        if not records:
-            return
-        timeout_s = self._settings.transaction_timeout_ms / 1000.0
-        aborted = publisher.publish_transaction(records, consumer.group_metadata(), timeout_s)
-        if aborted is not None:
-            if is_authorization_error(aborted):  # aborted, nothing visible; rewinding would only loop
-                raise publish_refusal(self._settings, aborted, [r.topic for r in records])
-            partitions = sorted({(r.source.topic, r.source.partition) for r in records})
-            log.warning("transaction aborted (%s): rewinding %s", aborted.str(), _fmt(partitions))
-            self._metrics.transactions.labels("aborted").inc()
-            self._rewind(partitions)
-            return
-        self._metrics.transactions.labels("committed").inc()
-        self._handle_deliveries()
 
     def _raise_for_error(self, publisher: ResultPublisher) -> None:
         """The first delivery failure, raised; a refusal by the authorizer says which ACL is missing."""
@@ -417,9 +381,9 @@ class SentimentWorker:
             book.paused.clear()
         self._metrics.paused.set(1 if book.paused else 0)
 
-    def _handle_deliveries(self) -> None:
-        """Acks delivered records in the tracker and stores the offsets that became committable."""
-        consumer, publisher, _, _ = self._started
+    def _take_deliveries(self) -> None:
+        """Acks delivered records in the partition book and counts them (the committer then commits)."""
+        publisher = self._started.publisher
         now_ms = time.time() * 1000.0
         for delivery in publisher.take_deliveries():
             record, src = delivery.record, delivery.record.source
@@ -442,9 +406,6 @@ class SentimentWorker:
                 self._metrics.end_to_end_latency_seconds.observe(
                     max(0.0, (now_ms - src.timestamp_ms) / 1000.0)
                 )
-        committable = self._book.offsets.committable()
-        if committable and not self._exactly_once:  # exactly-once commits offsets in the transaction
-            consumer.store(committable)
 
     # ----- rebalance callbacks (run inside consume(), on the loop's thread) -----
     def _on_assign(self, partitions: list[PartitionKey]) -> None:
@@ -454,36 +415,17 @@ class SentimentWorker:
         # Both lag series of a new partition are measured right after this callback (same loop turn), not
         # set to 0: a partition whose backlog is not fetched yet is behind from its first second.
         self._gauges_due = True
-        log.info("assigned %s", _fmt(partitions))
+        log.info("assigned %s", format_partitions(partitions))
         self._set_assigned_count(partitions, added=True)
 
     def _on_revoke(self, partitions: list[PartitionKey]) -> None:
         """Finish and commit the work of revoked partitions; their not-yet-labelled messages are dropped
         uncommitted, so the next owner reads them again (no loss, no duplicate)."""
         self._metrics.rebalances.labels("revoked").inc()
-        consumer, publisher, _, _ = self._started
         self._drop_window_items(partitions)
-        if self._exactly_once:  # every published window already committed with its offsets
-            committed = self._book.positions(partitions)  # acknowledged only once its transaction committed
-            self._forget(partitions)
-            log.info("revoked %s (committed %s in transactions)", _fmt(partitions), _fmt_offsets(committed))
-            self._set_assigned_count(partitions, added=False)
-            return
-        remaining = publisher.flush(self._settings.shutdown_timeout_s)
-        self._handle_deliveries()
-        final = self._book.positions(partitions)
-        try:
-            consumer.commit_now(final)
-            self._metrics.offsets_committed.inc()
-        except KafkaException as exc:
-            log.warning("commit on revoke failed (%s); the next owner may redo some work", exc)
+        committed = self._started.committer.revoked(partitions)
         self._forget(partitions)
-        log.info(
-            "revoked %s (committed %s; %d outputs still unacknowledged)",
-            _fmt(partitions),
-            _fmt_offsets(final),
-            remaining,
-        )
+        log.info("revoked %s (%s)", format_partitions(partitions), committed)
         self._set_assigned_count(partitions, added=False)
 
     def _on_lost(self, partitions: list[PartitionKey]) -> None:
@@ -491,7 +433,7 @@ class SentimentWorker:
         self._metrics.rebalances.labels("lost").inc()
         self._drop_window_items(partitions)
         self._forget(partitions)
-        log.warning("lost %s: dropped their in-flight work without committing", _fmt(partitions))
+        log.warning("lost %s: dropped their in-flight work without committing", format_partitions(partitions))
         self._set_assigned_count(partitions, added=False)
 
     def _drop_window_items(self, partitions: Iterable[PartitionKey]) -> None:
@@ -578,12 +520,3 @@ class SentimentWorker:
 def _device_of(classifier: Classifier) -> str:
     device = getattr(classifier, "device", None)
     return str(getattr(device, "paddle_device", device) or "unknown")
-
-
-def _fmt(partitions: list[PartitionKey]) -> str:
-    return ", ".join(f"{t}[{p}]" for t, p in sorted(partitions)) or "nothing"
-
-
-def _fmt_offsets(offsets: dict[PartitionKey, int]) -> str:
-    """`reviews[0]=8, reviews[1]=15`: the next offset each partition's group reads."""
-    return ", ".join(f"{t}[{p}]={o}" for (t, p), o in sorted(offsets.items())) or "nothing"

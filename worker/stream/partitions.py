@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from worker.stream.lag_clock import LagClock
 from worker.stream.offsets import OffsetTracker, PartitionKey
 
-__all__ = ["NOT_OWNED", "PartitionBook", "PartitionKey"]
+__all__ = ["NOT_OWNED", "PartitionBook", "PartitionKey", "format_offsets", "format_partitions"]
 
 NOT_OWNED = -1
 
@@ -88,3 +88,13 @@ class PartitionBook:
     def _next_epoch(self) -> int:
         self._epoch_counter += 1
         return self._epoch_counter
+
+
+def format_partitions(partitions: Iterable[PartitionKey]) -> str:
+    """`reviews[0], reviews[1]` (for log lines)."""
+    return ", ".join(f"{t}[{p}]" for t, p in sorted(partitions)) or "nothing"
+
+
+def format_offsets(offsets: dict[PartitionKey, int]) -> str:
+    """`reviews[0]=8, reviews[1]=15`: the next offset each partition's group reads (for log lines)."""
+    return ", ".join(f"{t}[{p}]={o}" for (t, p), o in sorted(offsets.items())) or "nothing"
