@@ -370,16 +370,15 @@ class SentimentWorker:
 
     def _set_paused(self, paused: bool) -> None:
         consumer = self._started.consumer
-        book = self._book
         if paused:
-            newly = consumer.assignment - book.paused
+            newly = self._book.pause(consumer.assignment)
             if newly:
                 consumer.pause(newly)
-                book.paused |= newly
-        elif book.paused:
-            consumer.resume(book.paused & consumer.assignment)
-            book.paused.clear()
-        self._metrics.paused.set(1 if book.paused else 0)
+        else:
+            again = self._book.resume(consumer.assignment)
+            if again:
+                consumer.resume(again)
+        self._metrics.paused.set(1 if self._book.paused else 0)
 
     def _take_deliveries(self) -> None:
         """Acks delivered records in the partition book and counts them (the committer then commits)."""
