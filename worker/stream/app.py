@@ -170,6 +170,8 @@ class SentimentWorker:
             self.http_address = server.address
             log.info("metrics and health on http://%s:%d (/metrics /healthz /readyz)", *server.address)
         publisher = startup.open_publisher(s)
+        # Closed last, on every exit path (a StartupError too): hands librdkafka's queued log lines over.
+        stack.callback(publisher.close)
         partition_counts, max_message_bytes = startup.output_topic_limits(publisher, s)
         records = OutboundRecords(
             labels=self._classifier.labels,
