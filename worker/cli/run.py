@@ -23,7 +23,12 @@ def register(subparsers: Subparsers) -> None:
     """Adds `run`."""
     run = subparsers.add_parser("run", help="consume, label and publish until stopped")
     add_settings_flags(run, *SETTING_FLAGS)
-    run.add_argument("--max-messages", type=int, default=None, help="stop after N inputs are done")
+    run.add_argument(
+        "--max-messages",
+        type=int,
+        default=None,
+        help="stop after N inputs are done (their result or dead letter acknowledged)",
+    )
     run.add_argument("--idle-exit-s", type=float, default=None, help="stop after S seconds without input")
     run.set_defaults(func=cmd_run)
 

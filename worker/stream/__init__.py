@@ -4,20 +4,24 @@ the batch plan, the labelling and the inference thread are the engine's (`worker
 
 Modules, in the order a message meets them: `consumer` (group member, rebalances, commits), `decode`
 (bytes → review or dead-letter reason), `windows` (a window's records in input order), `records` and
-`producer` (results, dead letters, delivery acks), `offsets` and `partitions` (what may be committed,
-per-partition bookkeeping), `backpressure`, `lag_clock`, `startup` (Kafka clients, topics, transactions).
-Health and metrics are `worker.health` and `worker.metrics`, shared with the HTTP serving.
+`producer` (results, dead letters, delivery acks), `committers` (how acknowledged work is committed, one per
+delivery mode), `offsets` and `partitions` (what may be committed, per-partition bookkeeping),
+`backpressure`, `lag_clock`, `run_tracker` (stop conditions, the run's summary), `startup` (Kafka clients,
+topics, transactions). Health and metrics are `worker.health` and `worker.metrics`, shared with the HTTP
+serving.
 
 The HTTP serving of the same model is `worker.http`: this package never imports it (with http_api, `run`
 hands the worker its API, `app.ApiFront`).
 """
 
-from worker.stream.app import RunSummary, SentimentWorker
+from worker.stream.app import SentimentWorker
 from worker.stream.partitions import PartitionBook, PartitionKey
+from worker.stream.run_tracker import RunSummary, RunTracker
 
 __all__ = [
     "PartitionBook",
     "PartitionKey",
     "RunSummary",
+    "RunTracker",
     "SentimentWorker",
 ]

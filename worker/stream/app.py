@@ -13,7 +13,6 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack, suppress
-from dataclasses import dataclass, field
 from threading import Event
 from typing import Any, NamedTuple, Protocol
 
@@ -31,16 +30,17 @@ from worker.metrics import WorkerMetrics, create_metrics
 from worker.stream import startup
 from worker.stream.authorization import consume_refusal, is_authorization_error, publish_refusal
 from worker.stream.backpressure import Backpressure
+from worker.stream.committers import Committer, committer_for
 from worker.stream.consumer import PartitionBacklog, ReviewConsumer, handle_consume_error
-from worker.stream.partitions import PartitionBook, PartitionKey
+from worker.stream.partitions import PartitionBook, PartitionKey, format_partitions
 from worker.stream.producer import (
     DeliveryFailedError,
-    OutboundRecord,
     ResultPublisher,
     SourcePosition,
     is_too_large,
 )
 from worker.stream.records import InputMessage, OutboundRecords
+from worker.stream.run_tracker import RunSummary, RunTracker
 from worker.stream.startup import kafka_error_text
 from worker.stream.timestamps import timestamps_at
 from worker.stream.windows import LabelledWindow, PreparedWindow, label_window, prepare_window, window_records
@@ -53,35 +53,6 @@ _METRICS_EVERY_S = 1.0
 _BROKER_CHECK_EVERY_S = 10.0
 _MAX_WINDOW_BYTES = 64 * 1024 * 1024
 _WAITING_TIMESTAMP_TIMEOUT_S = 2.0
-
-
-@dataclass
-class RunSummary:
-    """What one run did; `results + dead_letters == consumed` after a clean stop."""
-
-    consumed: int = 0
-    results: int = 0
-    dead_letters: int = 0
-    dead_letters_by_kind: dict[str, int] = field(default_factory=dict)
-    seconds: float = 0.0
-    stop_reason: str = ""
-    unacknowledged_at_stop: int = 0
-    first_consumed_at: float | None = None  # clock seconds
-    last_acknowledged_at: float | None = None
-
-    @property
-    def labelling_seconds(self) -> float:
-        """From the first message consumed to the last output acknowledged: the labelling time, without
-        start-up (model load, warm-up, joining the group) or the idle wait before a stop."""
-        if self.first_consumed_at is None or self.last_acknowledged_at is None:
-            return 0.0
-        return max(0.0, self.last_acknowledged_at - self.first_consumed_at)
-
-    @property
-    def messages_per_second(self) -> float:
-        """Outputs (results + dead letters) per second of labelling time."""
-        done = self.results + self.dead_letters
-        return done / self.labelling_seconds if self.labelling_seconds > 0 else 0.0
 
 
 class ApiFront(Protocol):
@@ -115,6 +86,7 @@ class _StartedParts(NamedTuple):
     publisher: ResultPublisher
     records: OutboundRecords
     stage: InferenceStage[PreparedWindow, LabelledWindow]
+    committer: Committer
 
 
 class SentimentWorker:
@@ -141,15 +113,12 @@ class SentimentWorker:
         self._metrics: WorkerMetrics = create_metrics(self._registry, low_confidence=settings.low_confidence)
         self._clock = clock
         self._health = HealthState(settings.liveness_timeout_s, clock)
-        self._stop = stop if stop is not None else Event()  # set before run(): it stops at once
+        self._run = RunTracker(clock, stop)  # stop conditions and the run's summary
         self._book = PartitionBook()  # epochs, paused set, offset tracker, lag clock
         self._window: ConsumeWindow[InputMessage] = self._new_window()
-        self._summary = RunSummary()
         self._parts: _StartedParts | None = None  # built once by _start()
-        self._last_activity_at = clock()
         self._budget = TokenBudget(settings.max_batch_tokens)
         self._backpressure = Backpressure()
-        self._exactly_once = settings.delivery == "exactly_once"
         self.http_address: tuple[str, int] | None = None
         self._gauges_due = False  # refresh the gauges on the next loop turn (a new assignment)
 
@@ -164,17 +133,19 @@ class SentimentWorker:
 
     def request_stop(self) -> None:
         """Asks the loop to stop; safe from a signal handler (it only sets an event)."""
-        self._stop.set()
+        self._run.request_stop()
 
     def run(self, *, max_messages: int | None = None, idle_exit_s: float | None = None) -> RunSummary:
         """Runs until stopped, `max_messages` inputs are done, or `idle_exit_s` passes with no input."""
         started = self._clock()
+        summary = self._run.summary
         with ExitStack() as stack:
             self._start(stack)
-            self._summary.stop_reason = self._loop(max_messages, idle_exit_s)
+            self._run.start(max_messages=max_messages, idle_exit_s=idle_exit_s)
+            summary.stop_reason = self._loop()
             self._drain()
-        self._summary.seconds = self._clock() - started
-        return self._summary
+        summary.seconds = self._clock() - started
+        return summary
 
     # ----- lifecycle -----
     def _start(self, stack: ExitStack) -> None:
@@ -199,6 +170,8 @@ class SentimentWorker:
             self.http_address = server.address
             log.info("metrics and health on http://%s:%d (/metrics /healthz /readyz)", *server.address)
         publisher = startup.open_publisher(s)
+        # Closed last, on every exit path (a StartupError too): hands librdkafka's queued log lines over.
+        stack.callback(publisher.close)
         partition_counts, max_message_bytes = startup.output_topic_limits(publisher, s)
         records = OutboundRecords(
             labels=self._classifier.labels,
@@ -211,8 +184,8 @@ class SentimentWorker:
             max_message_bytes=max_message_bytes,
             clock=self._clock,
         )
-        if self._exactly_once:
-            startup.init_transactions(publisher, s)
+        committer_type = committer_for(s)
+        committer_type.prepare(publisher, s)  # exactly_once: registers the transactional id
         self._health.broker_reachable = True
         if s.max_batch_tokens_auto:
             self._budget = calibrated_token_budget(s, self._classifier)
@@ -242,13 +215,14 @@ class SentimentWorker:
                 on_assign=self._on_assign,
                 on_revoke=self._on_revoke,
                 on_lost=self._on_lost,
-                transactional=self._exactly_once,
+                transactional=committer_type.transactional,
             )
         except KafkaException as exc:
             raise StartupError(f"the Kafka client settings were rejected: {kafka_error_text(exc)}") from exc
         # Closing leaves the group; its revoke callback flushes and commits what is acknowledged.
         stack.callback(consumer.close)
-        self._parts = _StartedParts(consumer, publisher, records, stage)
+        committer = committer_type(s, consumer, publisher, self._book, self._metrics, self._take_deliveries)
+        self._parts = _StartedParts(consumer, publisher, records, stage, committer)
         consumer.subscribe()
         log.info(
             "consuming %s as group %s → results to %s, dead letters to %s; %s",
@@ -259,24 +233,26 @@ class SentimentWorker:
             startup.delivery_description(s),
         )
 
-    def _loop(self, max_messages: int | None, idle_exit_s: float | None) -> str:
-        consumer, publisher, _, stage = self._started
-        self._last_activity_at = self._clock()
+    def _loop(self) -> str:
+        consumer, publisher, _, stage, committer = self._started
+        run = self._run
         next_metrics_at = 0.0
         next_broker_check_at = self._clock() + _BROKER_CHECK_EVERY_S
         while True:
             self._raise_for_error(publisher)
-            if self._stop.is_set():
+            if run.stop_requested:
                 return "stop requested"
             self._health.loop_turned()
             for labelled in stage.collect():
                 self._publish_window(labelled)
-            limit_reached = max_messages is not None and self._summary.consumed >= max_messages
+            in_progress = self._book.offsets.unacknowledged()
+            limit_reached = run.limit_reached(in_progress)
             if len(self._window) and (self._window.is_due() or limit_reached) and stage.has_room():
                 stage.submit(prepare_window(self._window.take(), self._classifier, self._settings))
             budget = self._settings.max_window_messages - len(self._window)
-            if max_messages is not None:
-                budget = min(budget, max_messages - self._summary.consumed)
+            room = run.room(in_progress)
+            if room is not None:
+                budget = min(budget, room)
             busy = stage.in_flight > 0
             decision = self._backpressure.decide(room=budget, model_busy=busy, now=self._clock())
             self._set_paused(decision.pause)
@@ -293,9 +269,9 @@ class SentimentWorker:
             for message in messages:
                 self._accept(message)
             if messages:
-                self._last_activity_at = self._clock()
+                run.activity()
             publisher.poll(0)
-            self._handle_deliveries()
+            committer.settle()
             now = self._clock()
             if now >= next_metrics_at or self._gauges_due:
                 self._gauges_due = False
@@ -304,16 +280,14 @@ class SentimentWorker:
             if now >= next_broker_check_at:
                 self._check_broker()
                 next_broker_check_at = now + _BROKER_CHECK_EVERY_S
-            done = self._summary.results + self._summary.dead_letters
-            if max_messages is not None and done >= max_messages:
-                return f"processed {done} messages (--max-messages)"
             idle = not messages and not len(self._window) and not stage.in_flight and publisher.pending() == 0
-            if idle_exit_s is not None and idle and now - self._last_activity_at >= idle_exit_s:
-                return f"no input for {idle_exit_s:g} s (--idle-exit-s)"
+            reason = run.stop_reason(idle=idle)
+            if reason is not None:
+                return reason
 
     def _drain(self) -> None:
         """Stop order: fetch no more, label and publish what was fetched, flush, commit (then close)."""
-        consumer, publisher, _, stage = self._started
+        _, publisher, _, stage, committer = self._started
         self._health.stopping = True
         self._metrics.ready.set(0)
         deadline = self._clock() + self._settings.shutdown_timeout_s
@@ -323,21 +297,9 @@ class SentimentWorker:
             for labelled in stage.collect(timeout_s=0.1):
                 self._publish_window(labelled)
         remaining = publisher.flush(max(0.0, deadline - self._clock()))
-        self._handle_deliveries()
-        if not self._exactly_once:
-            # A member stopping during a rebalance is refused (ILLEGAL_GENERATION / REBALANCE_IN_PROGRESS)
-            # until it has joined the new generation: it waits for that, up to a session timeout or what
-            # is left of the shutdown time, so the next owner does not redo published work.
-            wait_s = max(deadline - self._clock(), self._settings.session_timeout_ms / 1000)
-            try:
-                retries = consumer.commit_through_rebalance(self._book.positions, wait_s)
-                self._metrics.offsets_committed.inc()
-                if retries:
-                    log.info("final commit went through after the rebalance (%d retries)", retries)
-            except KafkaException as exc:
-                # E.g. evicted from the group: the next owner redoes the uncommitted tail (no loss).
-                log.warning("final commit failed (%s); uncommitted inputs will be processed again", exc)
-        self._summary.unacknowledged_at_stop = remaining + stage.in_flight
+        committer.settle()
+        committer.commit_final(deadline, self._clock)
+        self._run.summary.unacknowledged_at_stop = remaining + stage.in_flight
         if remaining or stage.in_flight:
             log.warning(
                 "stopping with %d outputs unacknowledged and %d windows unlabelled after %.0f s: their "
@@ -366,9 +328,7 @@ class SentimentWorker:
         self._window.add(
             InputMessage(position, message.key(), value, self._clock(), epoch), len(value or b"")
         )
-        self._summary.consumed += 1
-        if self._summary.first_consumed_at is None:
-            self._summary.first_consumed_at = self._clock()
+        self._run.consumed()
         self._metrics.messages_consumed.labels(topic).inc()
         self._health.broker_reachable = True
 
@@ -379,7 +339,7 @@ class SentimentWorker:
 
     def _publish_window(self, labelled: LabelledWindow) -> None:
         """Publishes exactly one record per input of the window that is still ours, in input order."""
-        _, publisher, outbound, _ = self._started
+        outbound, committer = self._started.records, self._started.committer
         self._metrics.observe_window(labelled.stats, self._budget.current)
         now = self._clock()
         records = window_records(
@@ -388,35 +348,10 @@ class SentimentWorker:
             result=lambda item, review, probs: outbound.result(item, review, probs, now),
             dead_letter=outbound.dead_letter,
         )
-        records = [outbound.fitting(record) for record in records]
-        if self._exactly_once:
-            self._publish_transaction(records)
-        else:
-            for record in records:
-                publisher.publish(record)
+        rewind = committer.publish([outbound.fitting(record) for record in records])
+        if rewind:  # an aborted transaction: its inputs are read and labelled again
+            self._rewind(rewind)
         self._metrics.in_flight_messages.set(self._book.offsets.outstanding())
-
-    def _publish_transaction(self, records: list[OutboundRecord]) -> None:
-        """Exactly-once: the window's records and its consumed offsets commit in one transaction.
-
-        An abortable error aborts it and rewinds the partitions to their committed offsets, so the window
-        is consumed and labelled again; a fatal one (e.g. fenced by a newer instance) stops the worker.
-        """
-        consumer, publisher, _, _ = self._started
-        if not records:
-            return
-        timeout_s = self._settings.transaction_timeout_ms / 1000.0
-        aborted = publisher.publish_transaction(records, consumer.group_metadata(), timeout_s)
-        if aborted is not None:
-            if is_authorization_error(aborted):  # aborted, nothing visible; rewinding would only loop
-                raise publish_refusal(self._settings, aborted, [r.topic for r in records])
-            partitions = sorted({(r.source.topic, r.source.partition) for r in records})
-            log.warning("transaction aborted (%s): rewinding %s", aborted.str(), _fmt(partitions))
-            self._metrics.transactions.labels("aborted").inc()
-            self._rewind(partitions)
-            return
-        self._metrics.transactions.labels("committed").inc()
-        self._handle_deliveries()
 
     def _raise_for_error(self, publisher: ResultPublisher) -> None:
         """The first delivery failure, raised; a refusal by the authorizer says which ACL is missing."""
@@ -437,20 +372,19 @@ class SentimentWorker:
 
     def _set_paused(self, paused: bool) -> None:
         consumer = self._started.consumer
-        book = self._book
         if paused:
-            newly = consumer.assignment - book.paused
+            newly = self._book.pause(consumer.assignment)
             if newly:
                 consumer.pause(newly)
-                book.paused |= newly
-        elif book.paused:
-            consumer.resume(book.paused & consumer.assignment)
-            book.paused.clear()
-        self._metrics.paused.set(1 if book.paused else 0)
+        else:
+            again = self._book.resume(consumer.assignment)
+            if again:
+                consumer.resume(again)
+        self._metrics.paused.set(1 if self._book.paused else 0)
 
-    def _handle_deliveries(self) -> None:
-        """Acks delivered records in the tracker and stores the offsets that became committable."""
-        consumer, publisher, _, _ = self._started
+    def _take_deliveries(self) -> None:
+        """Acks delivered records in the partition book and counts them (the committer then commits)."""
+        publisher = self._started.publisher
         now_ms = time.time() * 1000.0
         for delivery in publisher.take_deliveries():
             record, src = delivery.record, delivery.record.source
@@ -462,63 +396,37 @@ class SentimentWorker:
                 self._metrics.delivery_failures.labels(record.topic).inc()
                 continue  # never acked: its offset and everything after it in the partition stay uncommitted
             self._book.acknowledged((src.topic, src.partition), src.offset, src.timestamp_ms)
-            self._summary.last_acknowledged_at = self._clock()
+            self._run.finished(record.kind)
             if record.kind == "result":
-                self._summary.results += 1
                 self._metrics.results_published.labels(record.topic).inc()
                 if record.label is not None and record.confidence is not None:
                     self._metrics.observe_prediction(record.label, record.confidence, self._model.version)
             else:
-                self._summary.dead_letters += 1
-                by_kind = self._summary.dead_letters_by_kind
-                by_kind[record.kind] = by_kind.get(record.kind, 0) + 1
                 self._metrics.dead_letters.labels(record.kind).inc()
             if src.timestamp_ms is not None:
                 self._metrics.end_to_end_latency_seconds.observe(
                     max(0.0, (now_ms - src.timestamp_ms) / 1000.0)
                 )
-        committable = self._book.offsets.committable()
-        if committable and not self._exactly_once:  # exactly-once commits offsets in the transaction
-            consumer.store(committable)
 
     # ----- rebalance callbacks (run inside consume(), on the loop's thread) -----
     def _on_assign(self, partitions: list[PartitionKey]) -> None:
         self._metrics.rebalances.labels("assigned").inc()
-        self._last_activity_at = self._clock()  # the idle timer (--idle-exit-s) restarts with new partitions
+        self._run.activity()  # the idle timer (--idle-exit-s) restarts with new partitions
         self._book.assigned(partitions)
         # Both lag series of a new partition are measured right after this callback (same loop turn), not
         # set to 0: a partition whose backlog is not fetched yet is behind from its first second.
         self._gauges_due = True
-        log.info("assigned %s", _fmt(partitions))
+        log.info("assigned %s", format_partitions(partitions))
         self._set_assigned_count(partitions, added=True)
 
     def _on_revoke(self, partitions: list[PartitionKey]) -> None:
         """Finish and commit the work of revoked partitions; their not-yet-labelled messages are dropped
         uncommitted, so the next owner reads them again (no loss, no duplicate)."""
         self._metrics.rebalances.labels("revoked").inc()
-        consumer, publisher, _, _ = self._started
         self._drop_window_items(partitions)
-        if self._exactly_once:  # every published window already committed with its offsets
-            committed = self._book.positions(partitions)  # acknowledged only once its transaction committed
-            self._forget(partitions)
-            log.info("revoked %s (committed %s in transactions)", _fmt(partitions), _fmt_offsets(committed))
-            self._set_assigned_count(partitions, added=False)
-            return
-        remaining = publisher.flush(self._settings.shutdown_timeout_s)
-        self._handle_deliveries()
-        final = self._book.positions(partitions)
-        try:
-            consumer.commit_now(final)
-            self._metrics.offsets_committed.inc()
-        except KafkaException as exc:
-            log.warning("commit on revoke failed (%s); the next owner may redo some work", exc)
+        committed = self._started.committer.revoked(partitions)
         self._forget(partitions)
-        log.info(
-            "revoked %s (committed %s; %d outputs still unacknowledged)",
-            _fmt(partitions),
-            _fmt_offsets(final),
-            remaining,
-        )
+        log.info("revoked %s (%s)", format_partitions(partitions), committed)
         self._set_assigned_count(partitions, added=False)
 
     def _on_lost(self, partitions: list[PartitionKey]) -> None:
@@ -526,7 +434,7 @@ class SentimentWorker:
         self._metrics.rebalances.labels("lost").inc()
         self._drop_window_items(partitions)
         self._forget(partitions)
-        log.warning("lost %s: dropped their in-flight work without committing", _fmt(partitions))
+        log.warning("lost %s: dropped their in-flight work without committing", format_partitions(partitions))
         self._set_assigned_count(partitions, added=False)
 
     def _drop_window_items(self, partitions: Iterable[PartitionKey]) -> None:
@@ -613,12 +521,3 @@ class SentimentWorker:
 def _device_of(classifier: Classifier) -> str:
     device = getattr(classifier, "device", None)
     return str(getattr(device, "paddle_device", device) or "unknown")
-
-
-def _fmt(partitions: list[PartitionKey]) -> str:
-    return ", ".join(f"{t}[{p}]" for t, p in sorted(partitions)) or "nothing"
-
-
-def _fmt_offsets(offsets: dict[PartitionKey, int]) -> str:
-    """`reviews[0]=8, reviews[1]=15`: the next offset each partition's group reads."""
-    return ", ".join(f"{t}[{p}]={o}" for (t, p), o in sorted(offsets.items())) or "nothing"

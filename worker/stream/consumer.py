@@ -263,7 +263,11 @@ class ReviewConsumer:
         return high if high >= 0 else None
 
     def close(self) -> None:
-        """Leaves the group (revoke callbacks run and commit) and closes. Idempotent."""
+        """Leaves the group (revoke callbacks run and commit) and closes. Idempotent.
+
+        confluent-kafka's close serves the consumer's queue until it has left the group, so librdkafka's
+        log lines queued by then reach the `librdkafka` logger (nothing to poll first, unlike the producer).
+        """
         if not self._closed:
             self._closed = True
             self._consumer.close()

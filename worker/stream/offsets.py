@@ -105,6 +105,10 @@ class OffsetTracker:
             if (topic is None or t == topic) and (partition is None or p == partition)
         )
 
+    def unacknowledged(self) -> int:
+        """Tracked offsets still waiting for an ack, over all partitions: the inputs in progress."""
+        return sum(len(state.unacked) for state in self._partitions.values())
+
     def forget(self, partitions: Iterable[PartitionKey]) -> None:
         """Drop all state of `partitions` (after the final commit on revoke, or on lost: never commit)."""
         for key in partitions:

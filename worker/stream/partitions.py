@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from worker.stream.lag_clock import LagClock
 from worker.stream.offsets import OffsetTracker, PartitionKey
 
-__all__ = ["NOT_OWNED", "PartitionBook", "PartitionKey"]
+__all__ = ["NOT_OWNED", "PartitionBook", "PartitionKey", "format_offsets", "format_partitions"]
 
 NOT_OWNED = -1
 
@@ -27,7 +27,7 @@ class PartitionBook:
     def __init__(self) -> None:
         self.offsets = OffsetTracker()
         self.lag_clock = LagClock()
-        self.paused: set[PartitionKey] = set()
+        self._paused: set[PartitionKey] = set()
         self._epochs: dict[PartitionKey, int] = {}
         self._epoch_counter = 0
 
@@ -35,6 +35,24 @@ class PartitionBook:
         """New ownership: each partition starts a new epoch."""
         for key in partitions:
             self._epochs[key] = self._next_epoch()
+
+    @property
+    def paused(self) -> frozenset[PartitionKey]:
+        """The partitions this member paused (backpressure) and still owns."""
+        return frozenset(self._paused)
+
+    def pause(self, assignment: Iterable[PartitionKey]) -> set[PartitionKey]:
+        """Marks every partition of `assignment` paused; returns those not paused yet (to pause in the
+        consumer)."""
+        newly = set(assignment) - self._paused
+        self._paused |= newly
+        return newly
+
+    def resume(self, assignment: Iterable[PartitionKey]) -> set[PartitionKey]:
+        """Clears the paused set; returns its partitions still in `assignment` (to resume in the consumer)."""
+        again = self._paused & set(assignment)
+        self._paused.clear()
+        return again
 
     def epoch(self, key: PartitionKey) -> int:
         """The current epoch of `key`, NOT_OWNED when it is not assigned."""
@@ -74,7 +92,7 @@ class PartitionBook:
         """No longer ours (revoked or lost): drop every trace of them."""
         keys = list(partitions)
         self.offsets.forget(keys)
-        self.paused.difference_update(keys)
+        self._paused.difference_update(keys)
         for key in keys:
             self._epochs.pop(key, None)
             self.lag_clock.forget(key)
@@ -88,3 +106,13 @@ class PartitionBook:
     def _next_epoch(self) -> int:
         self._epoch_counter += 1
         return self._epoch_counter
+
+
+def format_partitions(partitions: Iterable[PartitionKey]) -> str:
+    """`reviews[0], reviews[1]` (for log lines)."""
+    return ", ".join(f"{t}[{p}]" for t, p in sorted(partitions)) or "nothing"
+
+
+def format_offsets(offsets: dict[PartitionKey, int]) -> str:
+    """`reviews[0]=8, reviews[1]=15`: the next offset each partition's group reads (for log lines)."""
+    return ", ".join(f"{t}[{p}]={o}" for (t, p), o in sorted(offsets.items())) or "nothing"

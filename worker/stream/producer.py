@@ -114,6 +114,7 @@ class ResultPublisher:
         self._deliveries: list[Delivery] = []
         self._first_error: Delivery | None = None
         self._partition_counts: dict[str, int] = {}
+        self._closed = False
 
     def publish(self, record: OutboundRecord) -> None:
         """Queues one record; blocks (serving delivery callbacks) while librdkafka's queue is full."""
@@ -255,6 +256,15 @@ class ResultPublisher:
         except KafkaException:
             return False
         return bool(metadata.brokers)
+
+    def close(self) -> None:
+        """Hands over what librdkafka queued for this thread before the client goes: its log lines reach
+        the `librdkafka` logger only when the client is polled, and lines still queued when it is destroyed
+        are lost (e.g. why the brokers refused it: "SASL authentication error"). Does not flush: the
+        worker's drain flushes within its shutdown time. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._producer.poll(0)  # serves every queued event (log lines, late delivery reports) at once
 
     def pending(self) -> int:
         """Records queued or in flight, not yet acknowledged."""

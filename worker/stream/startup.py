@@ -71,9 +71,8 @@ def output_topic_limits(
             error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
             if error is not None and is_authorization_error(error):
                 raise refusal(settings, "WRITE", f"topic {topic!r}", error) from exc
-            # librdkafka's own lines (why: e.g. "SASL authentication error") reach the `librdkafka` logger
-            # only when the client is polled: hand them over before the worker stops.
-            publisher.poll(0.5)
+            # librdkafka's own lines saying why (e.g. "SASL authentication error") reach the log when the
+            # worker's exit closes the publisher (ResultPublisher.close).
             raise StartupError(
                 f"{exc.args[0]} (bootstrap servers: {settings.bootstrap_servers}). Nothing was consumed."
             ) from exc

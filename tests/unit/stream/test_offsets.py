@@ -203,3 +203,14 @@ def test_the_readme_states_the_crash_bound_this_module_computes() -> None:
     readme = (Path(__file__).resolve().parents[3] / "README.md").read_text(encoding="utf-8")
     assert "crash_duplicate_bound" in readme
     assert "(MAX_QUEUED_WINDOWS + 1) × MAX_WINDOW_MESSAGES + 2 × max(MAX_WINDOW_MESSAGES, R ×" in readme
+
+
+def test_unacknowledged_counts_inputs_in_progress_and_drops_forgotten_partitions() -> None:
+    tracker = OffsetTracker()
+    for offset in range(3):
+        tracker.track("t", 0, offset)
+    tracker.track("t", 1, 7)
+    tracker.ack("t", 0, 1)  # acked but not released (offset 0 still waits): no longer in progress
+    assert tracker.unacknowledged() == 3 and tracker.outstanding() == 4
+    tracker.forget([("t", 1)])  # lost: its input is dropped, not in progress
+    assert tracker.unacknowledged() == 2

@@ -59,8 +59,18 @@ def test_lag_seconds_is_the_age_of_the_oldest_unfinished_message() -> None:
 def test_forget_drops_paused_state_and_offsets() -> None:
     book = PartitionBook()
     book.assigned([A, B])
-    book.paused |= {A, B}
+    assert book.pause([A, B]) == {A, B}
     book.consumed(A, 0, None)
     book.forget([A])
     assert book.paused == {B}
     assert book.epoch(A) == NOT_OWNED and book.offsets.outstanding() == 0
+
+
+def test_pause_and_resume_report_what_the_consumer_must_change() -> None:
+    book = PartitionBook()
+    book.assigned([A, B])
+    assert book.pause([A]) == {A}
+    assert book.pause([A, B]) == {B}  # A is paused already
+    assert book.paused == {A, B}
+    assert book.resume([B]) == {B}  # A was revoked meanwhile: nothing to resume there
+    assert book.paused == frozenset() and book.resume([A, B]) == set()

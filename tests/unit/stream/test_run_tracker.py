@@ -1,0 +1,85 @@
+"""The run summary's rate counts labelling time only (first message consumed to last output acknowledged)."""
+
+from __future__ import annotations
+
+from threading import Event
+
+from worker.stream.run_tracker import RunSummary, RunTracker
+
+
+def test_rate_is_over_labelling_time_not_the_whole_run() -> None:
+    summary = RunSummary(consumed=100, results=98, dead_letters=2, seconds=30.0)
+    assert summary.labelling_seconds == 0.0 and summary.messages_per_second == 0.0
+    summary.first_consumed_at, summary.last_acknowledged_at = 112.0, 117.0
+    assert summary.labelling_seconds == 5.0
+    assert summary.messages_per_second == 20.0  # not 100 / 30 (model load, idle wait)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_max_messages_stays_reachable_when_a_lost_partition_drops_inputs_in_flight() -> None:
+    """--max-messages counts inputs done; inputs dropped unfinished (their partition revoked or lost, or
+    rewound after an aborted transaction) are re-delivered, and the bound must leave room for them."""
+    clock = FakeClock()
+    run = RunTracker(clock)
+    run.start(max_messages=10)
+    for _ in range(10):
+        run.consumed()
+    assert run.room(in_progress=10) == 0 and run.limit_reached(in_progress=10)
+    for _ in range(6):
+        run.finished("result")
+    # The partition of the 4 others is lost: dropped unlabelled, nothing of them is in progress any more.
+    assert run.stop_reason(idle=False) is None
+    assert run.room(in_progress=0) == 4 and not run.limit_reached(in_progress=0)
+    # They come back (to this member, or others from its partitions) and are done: the run stops.
+    for _ in range(4):
+        run.consumed()
+    assert run.room(in_progress=4) == 0
+    for _ in range(3):
+        run.finished("result")
+    run.finished("undecodable")
+    assert run.stop_reason(idle=False) == "processed 10 messages (--max-messages)"
+    assert run.summary.consumed == 14 and run.summary.dead_letters_by_kind == {"undecodable": 1}
+
+
+def test_room_counts_inputs_in_progress_and_done() -> None:
+    run = RunTracker(FakeClock())
+    run.start(max_messages=5)
+    assert run.room(in_progress=0) == 5
+    run.consumed()
+    run.consumed()
+    assert run.room(in_progress=2) == 3
+    run.finished("result")
+    assert run.room(in_progress=1) == 3
+    assert RunTracker(FakeClock()).room(in_progress=7) is None  # no bound
+
+
+def test_idle_exit_counts_from_the_last_activity_and_only_when_idle() -> None:
+    clock = FakeClock()
+    run = RunTracker(clock)
+    run.start(idle_exit_s=5.0)
+    clock.now += 4.0
+    assert run.stop_reason(idle=True) is None
+    run.activity()  # input, or new partitions
+    clock.now += 4.9
+    assert run.stop_reason(idle=True) is None
+    clock.now += 0.1
+    assert run.stop_reason(idle=False) is None  # work in the pipeline
+    assert run.stop_reason(idle=True) == "no input for 5 s (--idle-exit-s)"
+
+
+def test_stop_request_is_an_event() -> None:
+    stop = Event()
+    run = RunTracker(FakeClock(), stop)
+    assert not run.stop_requested
+    stop.set()  # e.g. set by a signal handler before run()
+    assert run.stop_requested
+    run = RunTracker(FakeClock())
+    run.request_stop()
+    assert run.stop_requested

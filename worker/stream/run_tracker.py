@@ -1,0 +1,123 @@
+"""When a run stops, and what it did: a stop request, `max_messages` inputs done, or `idle_exit_s` seconds
+without input (the `run` command's --max-messages / --idle-exit-s), and the counts of the run's summary.
+
+Pure bookkeeping (no Kafka calls), owned by the poll thread; only `request_stop()` may come from elsewhere
+(a signal handler): it sets an event and nothing more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from threading import Event
+
+__all__ = ["RunSummary", "RunTracker"]
+
+
+@dataclass
+class RunSummary:
+    """What one run did; `results + dead_letters == consumed` after a clean stop."""
+
+    consumed: int = 0
+    results: int = 0
+    dead_letters: int = 0
+    dead_letters_by_kind: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    stop_reason: str = ""
+    unacknowledged_at_stop: int = 0
+    first_consumed_at: float | None = None  # clock seconds
+    last_acknowledged_at: float | None = None
+
+    @property
+    def done(self) -> int:
+        """Inputs done: their result or dead letter was acknowledged by the broker."""
+        return self.results + self.dead_letters
+
+    @property
+    def labelling_seconds(self) -> float:
+        """From the first message consumed to the last output acknowledged: the labelling time, without
+        start-up (model load, warm-up, joining the group) or the idle wait before a stop."""
+        if self.first_consumed_at is None or self.last_acknowledged_at is None:
+            return 0.0
+        return max(0.0, self.last_acknowledged_at - self.first_consumed_at)
+
+    @property
+    def messages_per_second(self) -> float:
+        """Outputs (results + dead letters) per second of labelling time."""
+        return self.done / self.labelling_seconds if self.labelling_seconds > 0 else 0.0
+
+
+class RunTracker:
+    """The stop conditions of one run and its summary.
+
+    The bound (`max_messages`) counts inputs done. The loop takes no more inputs than the bound leaves
+    room for, counting those still in progress (consumed, owned, output not yet acknowledged); an input
+    dropped unfinished (its partition revoked or lost, or rewound after an aborted transaction) is no
+    longer in progress, so the room it held opens again for its re-delivery or for other input.
+    """
+
+    def __init__(self, clock: Callable[[], float], stop: Event | None = None) -> None:
+        self.summary = RunSummary()
+        self._clock = clock
+        self._stop = stop if stop is not None else Event()  # set before run(): it stops at once
+        self._max_messages: int | None = None
+        self._idle_exit_s: float | None = None
+        self._last_activity_at = clock()
+
+    def start(self, *, max_messages: int | None = None, idle_exit_s: float | None = None) -> None:
+        """Sets the run's bounds (None: no bound) and starts its idle timer."""
+        self._max_messages = max_messages
+        self._idle_exit_s = idle_exit_s
+        self._last_activity_at = self._clock()
+
+    def request_stop(self) -> None:
+        """Asks the loop to stop; safe from a signal handler (it only sets an event)."""
+        self._stop.set()
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop.is_set()
+
+    def activity(self) -> None:
+        """Input arrived or partitions were assigned: the idle timer (`idle_exit_s`) starts again."""
+        self._last_activity_at = self._clock()
+
+    def consumed(self) -> None:
+        """One input consumed."""
+        self.summary.consumed += 1
+        if self.summary.first_consumed_at is None:
+            self.summary.first_consumed_at = self._clock()
+
+    def finished(self, kind: str) -> None:
+        """One input done: its output of `kind` ("result" or a dead-letter kind) was acknowledged."""
+        summary = self.summary
+        summary.last_acknowledged_at = self._clock()
+        if kind == "result":
+            summary.results += 1
+        else:
+            summary.dead_letters += 1
+            summary.dead_letters_by_kind[kind] = summary.dead_letters_by_kind.get(kind, 0) + 1
+
+    def room(self, in_progress: int) -> int | None:
+        """How many more inputs the run may take (None: unbounded), with `in_progress` inputs consumed,
+        still owned and not done. Never below 0."""
+        if self._max_messages is None:
+            return None
+        # Not `max_messages - consumed`: an input dropped unfinished was consumed yet is neither done nor
+        # in progress; counting it would leave the run waiting forever for inputs it may not take.
+        return max(0, self._max_messages - self.summary.done - in_progress)
+
+    def limit_reached(self, in_progress: int) -> bool:
+        """The run has taken all the inputs its bound allows: gather no more, finish what is taken."""
+        return self.room(in_progress) == 0
+
+    def stop_reason(self, *, idle: bool) -> str | None:
+        """Why the run stops after this loop turn, or None. `idle`: nothing consumed this turn and nothing
+        in the pipeline (window, inference, unacknowledged outputs)."""
+        done = self.summary.done
+        if self._max_messages is not None and done >= self._max_messages:
+            return f"processed {done} messages (--max-messages)"
+        waited = self._clock() - self._last_activity_at
+        if self._idle_exit_s is not None and idle and waited >= self._idle_exit_s:
+            return f"no input for {self._idle_exit_s:g} s (--idle-exit-s)"
+        return None
