@@ -38,6 +38,7 @@ from worker.config import WorkerSettings
 from worker.health import HealthState
 from worker.http.page import FAVICON_MEDIA_TYPE, favicon_ico, render_page
 from worker.http.request_batcher import BatcherClosed, Overloaded, RequestBatcher, RequestOutcome
+from worker.inference.label_fields import label_fields
 from worker.inference.labelling import InferenceFailure
 from worker.metrics import HttpMetrics, WorkerMetrics
 
@@ -158,14 +159,7 @@ def result_of(item_id: str, output: Any, labels: list[str]) -> TextSentiment:
     """One text's result: the label fields of a Kafka result, or the error that replaced them."""
     if isinstance(output, InferenceFailure):
         return TextSentiment(id=item_id, error=ItemError(kind=output.kind.value, reason=output.reason))
-    label_id = int(output.argmax())
-    return TextSentiment(
-        id=item_id,
-        label=labels[label_id],
-        label_id=label_id,
-        confidence=round(float(output[label_id]), 6),
-        probabilities={k: round(float(p), 6) for k, p in zip(labels, output, strict=True)},
-    )
+    return TextSentiment(id=item_id, **label_fields(output, labels))
 
 
 def error_response(status: int, error: str, reason: str, *, retry_after_s: int | None = None) -> JSONResponse:
