@@ -1,4 +1,5 @@
-"""Health state and the HTTP endpoint: /metrics, /healthz (liveness) and /readyz (readiness)."""
+"""Health state and what /metrics, /healthz (liveness) and /readyz (readiness) answer, for both servers
+that serve them: the worker's own (`HealthServer`, http.server) and the FastAPI app (worker/http/api.py)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -56,25 +58,40 @@ class HealthState:
         return ok, checks
 
 
+@dataclass(frozen=True)
+class EndpointAnswer:
+    """One answer of /metrics, /healthz or /readyz, whichever server sends it."""
+
+    status: int
+    body: bytes
+    content_type: str
+
+
+NOT_FOUND = EndpointAnswer(404, b'{"error": "try /metrics, /healthz or /readyz"}', "application/json")
+
+
+def endpoint_answer(path: str, registry: CollectorRegistry, health: HealthState) -> EndpointAnswer:
+    """What `GET path` answers: /metrics the registry's exposition (200); /healthz and /readyz 200 with
+    `{"status": "ok", <checks>}` when live / ready, else 503 with `{"status": "fail", <checks>}`; any other
+    path 404."""
+    if path == "/metrics":
+        return EndpointAnswer(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+    if path in ("/healthz", "/readyz"):
+        ok, checks = health.liveness() if path == "/healthz" else health.readiness()
+        body = json.dumps({"status": "ok" if ok else "fail", **checks}).encode()
+        return EndpointAnswer(200 if ok else 503, body, "application/json")
+    return NOT_FOUND
+
+
 def _make_handler(registry: CollectorRegistry, health: HealthState) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
-            elif path in ("/healthz", "/readyz"):
-                ok, checks = health.liveness() if path == "/healthz" else health.readiness()
-                body = json.dumps({"status": "ok" if ok else "fail", **checks}).encode()
-                self._send(200 if ok else 503, body, "application/json")
-            else:
-                self._send(404, b'{"error": "try /metrics, /healthz or /readyz"}', "application/json")
-
-        def _send(self, status: int, body: bytes, content_type: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
+            answer = endpoint_answer(self.path.split("?", 1)[0], registry, health)
+            self.send_response(answer.status)
+            self.send_header("Content-Type", answer.content_type)
+            self.send_header("Content-Length", str(len(answer.body)))
             self.end_headers()
-            self.wfile.write(body)
+            self.wfile.write(answer.body)
 
         def log_message(self, format: str, *args: object) -> None:  # noqa: A002
             pass  # scrapes every few seconds would flood the log

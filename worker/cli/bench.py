@@ -54,7 +54,7 @@ def register(subparsers: Subparsers) -> None:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from worker.bench.bench import BenchOptions, format_table, run_bench
-    from worker.inference.tuning import TuneOptions, TuningError, tune
+    from worker.inference.startup import StartupError, choose_token_budget
 
     settings = settings_from_args(args)
     configure_logging("WARNING")
@@ -71,19 +71,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    if args.max_batch_tokens is not None:
-        budget, source = args.max_batch_tokens, "--max-batch-tokens"
-    else:
-        try:
-            tuned = tune(
-                classifier, TuneOptions.from_settings(settings, classifier.max_seq_len), progress=say
-            )
-        except TuningError as exc:
-            raise CommandError(f"tuning failed: {exc}; pass --max-batch-tokens", EXIT_FAILED) from None
-        budget = tuned.max_batch_tokens
-        source = f"tuned for {'VRAM' if tuned.mode == 'gpu-memory' else 'CPU throughput'}" + (
-            ", cached" if tuned.from_cache else ""
+    try:  # the tuned budget unless --max-batch-tokens names one (whatever SENTIMENT_MAX_BATCH_TOKENS says)
+        choice = choose_token_budget(
+            settings,
+            classifier,
+            requested=args.max_batch_tokens if args.max_batch_tokens is not None else "auto",
+            progress=say,
         )
+    except StartupError as exc:
+        raise CommandError(f"{exc}; pass --max-batch-tokens", EXIT_FAILED) from None
+    budget = choice.max_batch_tokens
+    source = "--max-batch-tokens" if args.max_batch_tokens is not None else choice.source
     if args.http:
         return bench_http(args, settings, classifier, budget, say)
     report = run_bench(settings, classifier, options, max_batch_tokens=budget, tuned_from=source, say=say)

@@ -32,6 +32,7 @@ __all__ = [
     "install_stop_handlers",
     "load_model",
     "quiet_libraries",
+    "rest_idle_threads",
     "use_all_cores",
     "settings_from_args",
 ]
@@ -206,3 +207,16 @@ def use_all_cores() -> None:
     """Paddle's dygraph kernels on CPU use one thread unless OMP_NUM_THREADS says otherwise (Paddle sets it to
     1 when it loads); give them every core, unless the user chose. Call before Paddle is imported."""
     os.environ.setdefault("OMP_NUM_THREADS", str(os.cpu_count() or 1))
+
+
+# Intel OpenMP (libiomp5) and GNU OpenMP (libgomp), both loaded by Paddle, read these once, when Paddle loads.
+IDLE_THREAD_DEFAULTS = {"KMP_BLOCKTIME": "0", "OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def rest_idle_threads() -> None:
+    """After each batch Paddle's OpenMP threads spin-wait for the next one (Intel OpenMP: 200 ms by default)
+    on the cores the poll loop and the HTTP event loop need; make them sleep at once instead, unless the
+    user chose a wait policy (KMP_BLOCKTIME or OMP_WAIT_POLICY set: both kept as they are). For the
+    long-running commands (`run`, `serve`); call before Paddle is imported."""
+    if not any(name in os.environ for name in IDLE_THREAD_DEFAULTS):
+        os.environ.update(IDLE_THREAD_DEFAULTS)

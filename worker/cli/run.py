@@ -15,6 +15,7 @@ from worker.cli.common import (
     configure_logging,
     install_stop_handlers,
     load_model,
+    rest_idle_threads,
     settings_from_args,
 )
 
@@ -40,6 +41,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from worker.stream.app import SentimentWorker
 
     settings = settings_from_args(args)
+    rest_idle_threads()  # before Paddle loads (load_model)
     configure_logging(settings.log_level)
     stop = threading.Event()
     reinstall = install_stop_handlers(stop.set)  # before the model loads: a signal then stops it at once

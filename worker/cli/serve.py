@@ -15,6 +15,7 @@ from worker.cli.common import (
     configure_logging,
     install_stop_handlers,
     load_model,
+    rest_idle_threads,
     settings_from_args,
 )
 
@@ -45,6 +46,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from worker.inference.startup import StartupError
 
     settings = settings_from_args(args)
+    rest_idle_threads()  # before Paddle loads (load_model)
     if not settings.http_port:
         raise CommandError("serve needs an HTTP port (SENTIMENT_HTTP_PORT / --http-port, not 0)")
     configure_logging(settings.log_level)

@@ -21,7 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPBearer
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from starlette.datastructures import Headers
 from starlette.requests import Request
 
@@ -35,9 +35,10 @@ from schemas.http_api import (
 )
 from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
-from worker.health import HealthState
+from worker.health import HealthState, endpoint_answer
 from worker.http.page import FAVICON_MEDIA_TYPE, favicon_ico, render_page
 from worker.http.request_batcher import BatcherClosed, Overloaded, RequestBatcher, RequestOutcome
+from worker.inference.label_fields import label_fields
 from worker.inference.labelling import InferenceFailure
 from worker.metrics import HttpMetrics, WorkerMetrics
 
@@ -158,14 +159,7 @@ def result_of(item_id: str, output: Any, labels: list[str]) -> TextSentiment:
     """One text's result: the label fields of a Kafka result, or the error that replaced them."""
     if isinstance(output, InferenceFailure):
         return TextSentiment(id=item_id, error=ItemError(kind=output.kind.value, reason=output.reason))
-    label_id = int(output.argmax())
-    return TextSentiment(
-        id=item_id,
-        label=labels[label_id],
-        label_id=label_id,
-        confidence=round(float(output[label_id]), 6),
-        probabilities={k: round(float(p), 6) for k, p in zip(labels, output, strict=True)},
-    )
+    return TextSentiment(id=item_id, **label_fields(output, labels))
 
 
 def error_response(status: int, error: str, reason: str, *, retry_after_s: int | None = None) -> JSONResponse:
@@ -214,19 +208,22 @@ def build_app(api: SentimentApi) -> FastAPI:
         cached = {"Cache-Control": "max-age=86400"}
         return Response(favicon_ico(), media_type=FAVICON_MEDIA_TYPE, headers=cached)
 
+    def answer(path: str) -> Response:
+        # The worker's own health server answers the same (worker/health.py builds both answers).
+        said = endpoint_answer(path, api.registry, api.health)
+        return Response(said.body, said.status, media_type=said.content_type)
+
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
-        return Response(generate_latest(api.registry), media_type=CONTENT_TYPE_LATEST)
+        return answer("/metrics")
 
     @app.get("/healthz", summary="Liveness")
-    async def healthz() -> JSONResponse:
-        ok, checks = api.health.liveness()
-        return JSONResponse({"status": "ok" if ok else "fail", **checks}, 200 if ok else 503)
+    async def healthz() -> Response:
+        return answer("/healthz")
 
     @app.get("/readyz", summary="Readiness")
-    async def readyz() -> JSONResponse:
-        ok, checks = api.health.readiness()
-        return JSONResponse({"status": "ok" if ok else "fail", **checks}, 200 if ok else 503)
+    async def readyz() -> Response:
+        return answer("/readyz")
 
     if s.http_cors_origins:
         app.add_middleware(

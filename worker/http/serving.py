@@ -26,7 +26,7 @@ from worker.http.request_batcher import RequestBatcher
 from worker.http.server import HttpServer
 from worker.inference.labelling import Classifier, TokenBudget
 from worker.inference.stage import InferenceStage
-from worker.inference.startup import calibrated_token_budget, warm_up
+from worker.inference.startup import token_budget, warm_up
 from worker.metrics import WorkerMetrics, create_http_metrics, create_metrics
 
 log = logging.getLogger(__name__)
@@ -174,11 +174,7 @@ class SentimentService:
             )
             if self._on_listening is not None:
                 self._on_listening(self.address)
-            budget = (
-                calibrated_token_budget(s, self._classifier)
-                if s.max_batch_tokens_auto
-                else TokenBudget(s.max_batch_tokens)
-            )
+            budget = token_budget(s, self._classifier)
             warm_up(self._classifier, self._model.name)
             stage: InferenceStage[Any, Any] = InferenceStage(None, max_queued_windows=1, name="inference")
             stack.callback(stage.close)

@@ -1,11 +1,14 @@
-"""What must hold before a model labels anything, for every entry point (the Kafka worker and `serve`): a
-token budget and a warm model. Each failure is a StartupError saying what to change (the CLI exits 2 with
-it)."""
+"""What must hold before a model labels anything, for every entry point (the Kafka worker, `serve`, `bench`):
+a token budget, chosen in one place (`choose_token_budget`), and a warm model. Each failure is a StartupError
+saying what to change (the CLI exits 2 with it)."""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
 
 from worker.config import WorkerSettings
 from worker.inference.labelling import Classifier, TokenBudget, label_texts
@@ -18,10 +21,30 @@ class StartupError(RuntimeError):
     """The worker cannot start as configured; the message says what to change."""
 
 
-def calibrated_token_budget(settings: WorkerSettings, classifier: Classifier) -> TokenBudget:
-    """max_batch_tokens=auto: a measured budget (GPU: memory; CPU: throughput), usually from the cache."""
+@dataclass(frozen=True)
+class BudgetChoice:
+    """The padded-token budget of inference batches and how it was chosen (for logs and reports)."""
+
+    max_batch_tokens: int
+    source: str  # "max_batch_tokens", or "tuned for VRAM" / "tuned for CPU throughput" (+ ", cached")
+
+
+def choose_token_budget(
+    settings: WorkerSettings,
+    classifier: Classifier,
+    *,
+    requested: int | Literal["auto"] | None = None,
+    progress: Callable[[str], None] | None = log.info,
+) -> BudgetChoice:
+    """The one place max_batch_tokens is decided: a number as it is, `auto` calibrated (GPU: to the device
+    memory budget; CPU: to throughput), usually from the tuning cache. `requested` None: as the settings say
+    (SENTIMENT_MAX_BATCH_TOKENS=auto sets max_batch_tokens_auto). A failed calibration is a StartupError."""
+    if requested is None:
+        requested = "auto" if settings.max_batch_tokens_auto else settings.max_batch_tokens
+    if requested != "auto":
+        return BudgetChoice(requested, "max_batch_tokens")
     try:
-        result = resolve_token_budget(settings, classifier, progress=log.info)
+        result = resolve_token_budget(settings, classifier, progress=progress)
     except TuningError as exc:
         raise StartupError(f"max_batch_tokens=auto: {exc}") from exc
     what = "device memory budget" if result.mode == "gpu-memory" else "CPU throughput (not memory)"
@@ -31,7 +54,13 @@ def calibrated_token_budget(settings: WorkerSettings, classifier: Classifier) ->
         what,
         " (cached)" if result.from_cache else "",
     )
-    return TokenBudget(result.max_batch_tokens)
+    source = f"tuned for {'VRAM' if result.mode == 'gpu-memory' else 'CPU throughput'}"
+    return BudgetChoice(result.max_batch_tokens, source + (", cached" if result.from_cache else ""))
+
+
+def token_budget(settings: WorkerSettings, classifier: Classifier) -> TokenBudget:
+    """The running token budget a worker or `serve` starts with (see `choose_token_budget`)."""
+    return TokenBudget(choose_token_budget(settings, classifier).max_batch_tokens)
 
 
 def warm_up(classifier: Classifier, model_name: str) -> None:

@@ -25,7 +25,7 @@ from worker.health import HealthServer, HealthState
 from worker.inference.consume_window import ConsumeWindow
 from worker.inference.labelling import Classifier, TokenBudget
 from worker.inference.stage import InferenceStage
-from worker.inference.startup import StartupError, calibrated_token_budget, warm_up
+from worker.inference.startup import StartupError, token_budget, warm_up
 from worker.metrics import WorkerMetrics, create_metrics
 from worker.stream import startup
 from worker.stream.authorization import consume_refusal, is_authorization_error, publish_refusal
@@ -187,8 +187,7 @@ class SentimentWorker:
         committer_type = committer_for(s)
         committer_type.prepare(publisher, s)  # exactly_once: registers the transactional id
         self._health.broker_reachable = True
-        if s.max_batch_tokens_auto:
-            self._budget = calibrated_token_budget(s, self._classifier)
+        self._budget = token_budget(s, self._classifier)
         warm_up(self._classifier, self._model.name)
         self._health.model_warm = True
         stage: InferenceStage[PreparedWindow, LabelledWindow] = InferenceStage(

@@ -11,6 +11,7 @@ import numpy as np
 
 from schemas.dead_letter import DeadLetterKind, build_dead_letter_headers
 from schemas.sentiment_result import ModelRef, SentimentResult, SourceRef
+from worker.inference.label_fields import label_fields
 from worker.stream.decode import DecodedReview
 from worker.stream.producer import OutboundRecord, SourcePosition, record_size
 
@@ -45,14 +46,10 @@ def result_record(
     now: float,
 ) -> OutboundRecord:
     """The result record of one review; its key is the input key. `now` is time.monotonic()."""
-    label_id = int(np.argmax(probabilities))
     src = message.position
     result = SentimentResult(
         id=review.id,
-        label=labels[label_id],
-        label_id=label_id,
-        confidence=round(float(probabilities[label_id]), 6),
-        probabilities={label: round(float(p), 6) for label, p in zip(labels, probabilities, strict=True)},
+        **label_fields(probabilities, labels),
         model=model,
         source=SourceRef(
             topic=src.topic, partition=src.partition, offset=src.offset, timestamp_ms=src.timestamp_ms

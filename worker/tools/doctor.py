@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from worker.config import DEFAULT_MODEL_DIR, WorkerSettings
+from worker.inference.label_fields import label_fields
 from worker.model.backend_choice import compression_outlook, cpu_description, cpu_features
 from worker.model.device import DeviceChoice, DeviceUnavailableError, activate, choose_device
 from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier
@@ -124,7 +125,7 @@ def _check_model(settings: WorkerSettings, device: object) -> Check:
                 return Check("model", "FAIL", f"model directory {path} does not exist", MODEL_FIX)
             return Check("model", "FAIL", str(exc))
         probs = classifier.predict_texts(["质量很好，非常满意", "太差了，再也不买"])
-        labels = [classifier.labels[int(row.argmax())] for row in probs]
+        labels = [label_fields(row, classifier.labels)["label"] for row in probs]
         seconds = time.perf_counter() - started
         detail = (
             f"{classifier.name} {classifier.version} ({getattr(classifier, 'backend', 'dynamic')} backend) "

@@ -17,6 +17,7 @@ from typing import Any, BinaryIO, TextIO
 import numpy as np
 
 from schemas.dead_letter import DeadLetterKind
+from worker.inference.label_fields import label_fields
 from worker.inference.labelling import (
     Classifier,
     InferenceFailure,
@@ -146,15 +147,7 @@ def _rows(labelled: _Labelled, labels: list[str]) -> Iterator[dict[str, Any]]:
         if isinstance(output, InferenceFailure):
             yield {"line": number, "text": review.text, "error": output.kind.value, "reason": output.reason}
             continue
-        label_id = int(output.argmax())
-        yield {
-            "line": number,
-            "text": review.text,
-            "label": labels[label_id],
-            "label_id": label_id,
-            "confidence": round(float(output[label_id]), 6),
-            "probabilities": {k: round(float(p), 6) for k, p in zip(labels, output, strict=True)},
-        }
+        yield {"line": number, "text": review.text, **label_fields(output, labels)}
 
 
 class FileLines:

@@ -1,0 +1,59 @@
+"""`run` and `serve` make Paddle's idle OpenMP threads sleep at once (KMP_BLOCKTIME=0,
+OMP_WAIT_POLICY=PASSIVE) before Paddle loads, unless the user chose a wait policy."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from worker.cli import run, serve
+from worker.cli.common import IDLE_THREAD_DEFAULTS, CommandError, rest_idle_threads
+from worker.cli.main import build_parser
+
+
+@pytest.fixture
+def no_wait_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in IDLE_THREAD_DEFAULTS:  # set, then removed: monkeypatch restores the test run's own values
+        monkeypatch.setenv(name, "x")
+        monkeypatch.delenv(name)
+
+
+@pytest.mark.usefixtures("no_wait_policy")
+def test_the_default_is_applied_when_the_user_set_none() -> None:
+    rest_idle_threads()
+    assert os.environ["KMP_BLOCKTIME"] == "0"
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+
+
+@pytest.mark.usefixtures("no_wait_policy")
+@pytest.mark.parametrize(("name", "value"), [("KMP_BLOCKTIME", "200"), ("OMP_WAIT_POLICY", "ACTIVE")])
+def test_a_users_own_wait_policy_is_kept(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
+    monkeypatch.setenv(name, value)
+    rest_idle_threads()
+    assert os.environ[name] == value
+    other = next(n for n in IDLE_THREAD_DEFAULTS if n != name)
+    assert other not in os.environ  # not half of ours against the user's choice
+
+
+@pytest.mark.usefixtures("no_wait_policy")
+@pytest.mark.parametrize(
+    ("module", "argv"), [(run, ["run"]), (serve, ["serve", "--http-port", "8080"])], ids=["run", "serve"]
+)
+def test_run_and_serve_set_it_before_the_model_loads(
+    monkeypatch: pytest.MonkeyPatch, module: Any, argv: list[str]
+) -> None:
+    seen: dict[str, str | None] = {}
+
+    def load_model(_settings: object) -> None:
+        seen.update({name: os.environ.get(name) for name in IDLE_THREAD_DEFAULTS})
+        raise CommandError("stop here")
+
+    monkeypatch.setattr(module, "load_model", load_model)
+    monkeypatch.setattr(module, "install_stop_handlers", lambda _stop: lambda: None)
+    monkeypatch.setattr(module, "configure_logging", lambda _level: None)
+    args = build_parser().parse_args(argv)
+    with pytest.raises(CommandError, match="stop here"):
+        args.func(args)
+    assert seen == IDLE_THREAD_DEFAULTS  # set when the model (and with it Paddle) starts loading
