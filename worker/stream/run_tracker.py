@@ -16,7 +16,8 @@ __all__ = ["RunSummary", "RunTracker"]
 
 @dataclass
 class RunSummary:
-    """What one run did; `results + dead_letters == consumed` after a clean stop."""
+    """What one run did. After a clean stop `results + dead_letters == consumed`, unless a partition was
+    revoked or lost mid-run (its unfinished inputs were consumed here and are finished by its next owner)."""
 
     consumed: int = 0
     results: int = 0
