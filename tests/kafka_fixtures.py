@@ -9,6 +9,7 @@ There is no skip: without a broker the tests fail with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import subprocess
@@ -55,6 +56,26 @@ def run_launcher(*args: str, timeout_s: float = LAUNCHER_UP_TIMEOUT_S) -> subpro
         timeout=timeout_s,
         stdin=subprocess.DEVNULL,
     )
+
+
+@contextlib.contextmanager
+def private_broker(
+    data_dir: Path, *up_args: str, secrets: Sequence[str] = (), timeout_s: str = "120"
+) -> Iterator[str]:
+    """A broker of its own (launcher `up` with `up_args`, data in `data_dir`), stopped on exit; yields the
+    launcher's output. Start-up output must not show any of `secrets` nor private key material."""
+    common = ["--data-dir", str(data_dir), "--pid-file", str(data_dir / "broker.pid")]
+    up = run_launcher("up", *up_args, *common, "--timeout-s", timeout_s)
+    output = up.stdout + up.stderr
+    assert up.returncode == 0, f"the broker did not start:\n{up.stdout}\n{up.stderr}"
+    for secret in secrets:
+        assert secret not in output  # the launcher does not print passwords
+    assert "PRIVATE KEY" not in output
+    try:
+        yield output
+    finally:
+        down = run_launcher("down", *common, timeout_s=90)
+        assert down.returncode == 0, down.stdout + down.stderr
 
 
 def _docker_answers() -> bool:

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from tests.faults.harness import REPO, WorkerProcess, make_topics, produce_all, review, worker_env
 from tests.integration.kafka_io import read_topic, results_of
-from tests.kafka_fixtures import free_port, run_launcher
+from tests.kafka_fixtures import free_port, private_broker
 from worker.config import WorkerSettings, load_settings
 
 pytestmark = pytest.mark.integration
@@ -44,28 +44,9 @@ def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SaslBroker
     data = tmp_path_factory.mktemp("sasl-broker")
     password = f"pw-{uuid.uuid4().hex}"  # unique, so a grep for it finds only real leaks
     port, controller, sasl_port = free_port(), free_port(), free_port()
-    common = ["--data-dir", str(data), "--pid-file", str(data / "broker.pid")]
-    up = run_launcher(
-        "up",
-        "--port",
-        str(port),
-        "--controller-port",
-        str(controller),
-        "--sasl-port",
-        str(sasl_port),
-        "--sasl-user",
-        f"{USER}:{password}",
-        *common,
-        "--timeout-s",
-        "120",
-    )
-    assert up.returncode == 0, f"SASL broker did not start:\n{up.stdout}\n{up.stderr}"
-    assert password not in up.stdout + up.stderr  # the launcher does not print it either
-    try:
+    up_args = ["--port", str(port), "--controller-port", str(controller), "--sasl-port", str(sasl_port)]
+    with private_broker(data, *up_args, "--sasl-user", f"{USER}:{password}", secrets=[password]):
         yield SaslBroker(f"localhost:{port}", f"localhost:{sasl_port}", password)
-    finally:
-        down = run_launcher("down", *common, timeout_s=90)
-        assert down.returncode == 0, down.stdout + down.stderr
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.faults.harness import Collector, WorkerProcess, produce_all, review, tally, worker_env
-from tests.kafka_fixtures import LAUNCHER, free_port, run_launcher
+from tests.kafka_fixtures import LAUNCHER, free_port, private_broker
 from worker.config import WorkerSettings
 from worker.tools.acls import AclRule, apply_acls, worker_acls
 from worker.tools.doctor import check_broker, check_tls
@@ -58,24 +58,16 @@ def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBr
     data = tmp_path_factory.mktemp("secure-broker")
     passwords = {user: f"pw-{uuid.uuid4().hex}" for user in ("worker", "reader")}
     port, controller, ssl_port, sasl_ssl_port = free_port(), free_port(), free_port(), free_port()
-    common = ["--data-dir", str(data), "--pid-file", str(data / "broker.pid")]
     users = [arg for user, pw in passwords.items() for arg in ("--sasl-user", f"{user}:{pw}")]
-    up = run_launcher(
-        "up", "--port", str(port), "--controller-port", str(controller), "--secure",
-        "--ssl-port", str(ssl_port), "--sasl-ssl-port", str(sasl_ssl_port), *users, *common,
-        "--timeout-s", "300",  # ~20 s on an idle machine; generous for a busy one
-    )  # fmt: skip
-    assert up.returncode == 0, f"secure broker did not start:\n{up.stdout}\n{up.stderr}"
-    for secret in passwords.values():
-        assert secret not in up.stdout + up.stderr
-    assert "PRIVATE KEY" not in up.stdout + up.stderr
-    try:
+    up_args = [
+        "--port", str(port), "--controller-port", str(controller), "--secure",
+        "--ssl-port", str(ssl_port), "--sasl-ssl-port", str(sasl_ssl_port), *users,
+    ]  # fmt: skip
+    # ~20 s on an idle machine; generous for a busy one
+    with private_broker(data, *up_args, secrets=list(passwords.values()), timeout_s="300"):
         yield SecureBroker(
             f"localhost:{ssl_port}", f"localhost:{sasl_ssl_port}", kafka_tls.TlsFiles(data / "tls"), passwords
         )
-    finally:
-        down = run_launcher("down", *common, timeout_s=90)
-        assert down.returncode == 0, down.stdout + down.stderr
 
 
 @pytest.fixture
