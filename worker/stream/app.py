@@ -31,7 +31,8 @@ from worker.stream import startup
 from worker.stream.authorization import consume_refusal, is_authorization_error, publish_refusal
 from worker.stream.backpressure import Backpressure
 from worker.stream.committers import Committer, committer_for
-from worker.stream.consumer import PartitionBacklog, ReviewConsumer, handle_consume_error
+from worker.stream.consumer import ReviewConsumer, handle_consume_error
+from worker.stream.lag_gauges import LagGauges
 from worker.stream.partitions import PartitionBook, PartitionKey, format_partitions
 from worker.stream.producer import (
     DeliveryFailedError,
@@ -42,7 +43,6 @@ from worker.stream.producer import (
 from worker.stream.records import InputMessage, OutboundRecords
 from worker.stream.run_tracker import RunSummary, RunTracker
 from worker.stream.startup import kafka_error_text
-from worker.stream.timestamps import timestamps_at
 from worker.stream.windows import LabelledWindow, PreparedWindow, label_window, prepare_window, window_records
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,6 @@ _BUSY_POLL_S = 0.01
 _METRICS_EVERY_S = 1.0
 _BROKER_CHECK_EVERY_S = 10.0
 _MAX_WINDOW_BYTES = 64 * 1024 * 1024
-_WAITING_TIMESTAMP_TIMEOUT_S = 2.0
 
 
 class ApiFront(Protocol):
@@ -87,6 +86,7 @@ class _StartedParts(NamedTuple):
     records: OutboundRecords
     stage: InferenceStage[PreparedWindow, LabelledWindow]
     committer: Committer
+    budget: TokenBudget  # chosen once at start-up (measured, tuned or configured)
 
 
 class SentimentWorker:
@@ -115,9 +115,11 @@ class SentimentWorker:
         self._health = HealthState(settings.liveness_timeout_s, clock)
         self._run = RunTracker(clock, stop)  # stop conditions and the run's summary
         self._book = PartitionBook()  # epochs, paused set, offset tracker, lag clock
+        self._lag_gauges = LagGauges(
+            self._metrics, self._book, settings.librdkafka_common(), settings.input_topic
+        )
         self._window: ConsumeWindow[InputMessage] = self._new_window()
         self._parts: _StartedParts | None = None  # built once by _start()
-        self._budget = TokenBudget(settings.max_batch_tokens)
         self._backpressure = Backpressure()
         self.http_address: tuple[str, int] | None = None
         self._gauges_due = False  # refresh the gauges on the next loop turn (a new assignment)
@@ -187,7 +189,7 @@ class SentimentWorker:
         committer_type = committer_for(s)
         committer_type.prepare(publisher, s)  # exactly_once: registers the transactional id
         self._health.broker_reachable = True
-        self._budget = token_budget(s, self._classifier)
+        budget = token_budget(s, self._classifier)
         warm_up(self._classifier, self._model.name)
         self._health.model_warm = True
         stage: InferenceStage[PreparedWindow, LabelledWindow] = InferenceStage(
@@ -200,7 +202,7 @@ class SentimentWorker:
                 classifier=self._classifier,
                 model=self._model,
                 stage=stage,
-                budget=self._budget,
+                budget=budget,
                 metrics=self._metrics,
             )
         try:
@@ -221,7 +223,7 @@ class SentimentWorker:
         # Closing leaves the group; its revoke callback flushes and commits what is acknowledged.
         stack.callback(consumer.close)
         committer = committer_type(s, consumer, publisher, self._book, self._metrics, self._take_deliveries)
-        self._parts = _StartedParts(consumer, publisher, records, stage, committer)
+        self._parts = _StartedParts(consumer, publisher, records, stage, committer, budget)
         consumer.subscribe()
         log.info(
             "consuming %s as group %s → results to %s, dead letters to %s; %s",
@@ -233,7 +235,7 @@ class SentimentWorker:
         )
 
     def _loop(self) -> str:
-        consumer, publisher, _, stage, committer = self._started
+        consumer, publisher, _, stage, committer, _ = self._started
         run = self._run
         next_metrics_at = 0.0
         next_broker_check_at = self._clock() + _BROKER_CHECK_EVERY_S
@@ -286,7 +288,7 @@ class SentimentWorker:
 
     def _drain(self) -> None:
         """Stop order: fetch no more, label and publish what was fetched, flush, commit (then close)."""
-        _, publisher, _, stage, committer = self._started
+        _, publisher, _, stage, committer, _ = self._started
         self._health.stopping = True
         self._metrics.ready.set(0)
         deadline = self._clock() + self._settings.shutdown_timeout_s
@@ -333,13 +335,13 @@ class SentimentWorker:
 
     def _label(self, prepared: PreparedWindow) -> LabelledWindow:
         """The inference thread's work: the model on one prepared window."""
-        s = self._settings
-        return label_window(prepared, self._classifier, max_batch_size=s.max_batch_size, budget=self._budget)
+        size, budget = self._settings.max_batch_size, self._started.budget
+        return label_window(prepared, self._classifier, max_batch_size=size, budget=budget)
 
     def _publish_window(self, labelled: LabelledWindow) -> None:
         """Publishes exactly one record per input of the window that is still ours, in input order."""
         outbound, committer = self._started.records, self._started.committer
-        self._metrics.observe_window(labelled.stats, self._budget.current)
+        self._metrics.observe_window(labelled.stats, self._started.budget.current)
         now = self._clock()
         records = window_records(
             labelled,
@@ -460,40 +462,12 @@ class SentimentWorker:
 
     # ----- observability -----
     def _update_gauges(self) -> None:
-        consumer = self._started.consumer
         started = time.time()
         self._metrics.in_flight_messages.set(self._book.offsets.outstanding())
         self._metrics.ready.set(1 if self._health.readiness()[0] else 0)
-        backlog = consumer.lag()
-        self._read_waiting_timestamps(backlog)
-        now_ms = time.time() * 1000.0
-        for (topic, partition), left in backlog.items():
-            self._metrics.consumer_lag_messages.labels(topic, str(partition)).set(left.lag_messages)
-            seconds = self._book.lag_seconds((topic, partition), left.lag_messages, now_ms)
-            if seconds is not None:
-                self._metrics.consumer_lag_seconds.labels(topic, str(partition)).set(seconds)
+        self._lag_gauges.refresh(self._started.consumer)
         # Last: a scrape that sees this turn's time sees lag gauges measured after it.
         self._metrics.last_poll_timestamp_seconds.set(started)
-
-    def _read_waiting_timestamps(self, backlog: dict[PartitionKey, PartitionBacklog]) -> None:
-        """For partitions behind that nothing was fetched from yet: the timestamp of the message they wait
-        for, read from the broker once per partition and offset (their lag in seconds counts from it)."""
-        clock = self._book.lag_clock
-        wanted = {
-            key: left.next_offset
-            for key, left in backlog.items()
-            if not left.fetched and left.lag_messages > 0 and not clock.knows_waiting(key, left.next_offset)
-        }
-        if not wanted:
-            return
-        found = timestamps_at(
-            self._settings.librdkafka_common(),
-            self._settings.input_topic,
-            {partition: offset for (_, partition), offset in wanted.items()},
-            timeout_s=_WAITING_TIMESTAMP_TIMEOUT_S,
-        )
-        for key, offset in wanted.items():
-            clock.waiting(key, offset, found.get(key[1]))
 
     def _check_broker(self) -> None:
         publisher = self._started.publisher
