@@ -1,14 +1,16 @@
 """The ONNX Runtime backend: an ONNX export (``sentiment-worker export --format onnx``) or its INT8
 quantization (``sentiment-worker quantize``) run by an ``onnxruntime.InferenceSession``.
 
-CPU: the CPU execution provider with all graph optimizations, ``cpu_threads`` intra-op threads. GPU: the
-CUDA provider (needs the ``onnxruntime-gpu`` build; refused loudly when it is missing). The graph takes
-``input_ids`` and ``attention_mask`` (int64 [batch, seq], both dims dynamic) and returns float32
+CPU: the CPU execution provider with all graph optimizations, ``cpu_threads`` intra-op threads (they sleep
+between batches instead of spinning when ``OMP_WAIT_POLICY=PASSIVE``, the default of `run` and `serve`).
+GPU: the CUDA provider (needs the ``onnxruntime-gpu`` build; refused loudly when it is missing). The graph
+takes ``input_ids`` and ``attention_mask`` (int64 [batch, seq], both dims dynamic) and returns float32
 probabilities [batch, labels] — the same computation as the other backends.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,6 +62,10 @@ def make_session(path: Path, device: DeviceChoice, options: OnnxOptions) -> Any:
     session_options.intra_op_num_threads = max(1, options.cpu_threads)
     session_options.inter_op_num_threads = 1
     session_options.log_severity_level = 3  # errors only: ORT warns about every unused initializer
+    if os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE":
+        # The wait policy Paddle's OpenMP threads follow (`run` and `serve` set it): ORT's own intra-op
+        # threads then sleep after a batch too, instead of spinning on the cores the poll loop needs.
+        session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     providers: list[Any] = []
     for name in providers_for(device):
         provider, _, device_id = name.partition(":")
