@@ -11,6 +11,7 @@ from worker.bench.model_table import EndToEnd, format_model_table, model_table
 from worker.config import WorkerSettings
 
 PHASE_KEYS = {"messages", "seconds", "messages_per_second", "results", "dead_letters"}
+PREDICT_LINES = 1000  # the tiny model labels these in well under a second: enough to outweigh timing noise
 
 
 def test_bench_conserves_every_message_and_reports_each_phase(
@@ -24,7 +25,12 @@ def test_bench_conserves_every_message_and_reports_each_phase(
         max_wait_ms=20,
     )
     options = BenchOptions.quick(
-        messages=150, model_only_messages=120, naive_messages=15, latency_messages=30, rate_per_s=30.0
+        messages=150,
+        model_only_messages=120,
+        predict_messages=PREDICT_LINES,
+        naive_messages=15,
+        latency_messages=30,
+        rate_per_s=30.0,
     )
     report = run_bench(settings, tiny_classifier, options, max_batch_tokens=512, tuned_from="test")
 
@@ -41,6 +47,16 @@ def test_bench_conserves_every_message_and_reports_each_phase(
     assert naive["messages"] == naive["results"] == 15 and naive["padded_to"] == 64  # the tiny model's limit
     assert latency["conservation"]["ok"] and latency["results"] + latency["dead_letters"] == 30
     assert latency["offered_rate_per_s"] == 30.0
+    # `predict` on N and 2N lines: one output row per input line, numbered in order, in both runs.
+    predict = report["predict"]
+    assert [(run["lines_in"], run["lines_out"]) for run in predict["runs"]] == [
+        (PREDICT_LINES, PREDICT_LINES),
+        (2 * PREDICT_LINES, 2 * PREDICT_LINES),
+    ]
+    assert all(run["numbered_in_order"] and run["errors"] == 0 for run in predict["runs"])
+    assert predict["conservation"]["ok"]
+    assert predict["messages_per_second"] is not None and predict["messages_per_second"] > 0
+    assert report["ratios"]["e2e_vs_predict"] is not None and report["ratios"]["e2e_vs_predict"] > 0
 
     # The measurements the table and the targets are built from are present.
     assert 0 < model_only["padding_efficiency"] <= 1 and 0 <= model_only["tokenization_share"] <= 1
@@ -49,6 +65,7 @@ def test_bench_conserves_every_message_and_reports_each_phase(
     assert report["max_batch_tokens"] == 512 and report["max_batch_size"] == settings.max_batch_size
     assert set(report["targets"]) == {
         "e2e_vs_model_only",
+        "e2e_vs_predict",
         "e2e_vs_naive",
         "padding_efficiency",
         "tokenization_share",
@@ -59,8 +76,10 @@ def test_bench_conserves_every_message_and_reports_each_phase(
     deleted = report["deleted_topics"]
     assert len(deleted) == 7 and all(name.startswith("bench-") for name in deleted)
     table = format_table(report)
-    for row in ("model-only", "end-to-end", "naive loop", "latency", "worker RSS", "padding_efficiency"):
+    assert report["targets"]["e2e_vs_predict"]["target"] == 0.90
+    for row in ("model-only", "end-to-end", "predict", "naive loop", "latency", "worker RSS"):
         assert row in table
+    assert "padding_efficiency" in table and "e2e_vs_predict" in table
 
 
 def test_model_table_drains_each_served_form_through_the_broker(

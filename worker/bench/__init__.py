@@ -1,5 +1,6 @@
 """The measuring instruments, without argparse: `bench` (a worker draining a backlog against the model
-alone, with `topic_io` and `worker_process`, which the fault tests share), `http_bench` (`bench --http`,
+alone and against `predict_rate`, the `predict` command's marginal rate, with `topic_io` and
+`worker_process`, which the fault tests share), `http_bench` (`bench --http`,
 against `naive_http`, the documents' baseline handler that `serve --naive` serves), `compare_backends`,
 `model_table`, `int8_ceiling`, and `report` (record and render metrics).
 
@@ -13,6 +14,7 @@ __all__ = [
     "int8_ceiling",
     "model_table",
     "naive_http",
+    "predict_rate",
     "report",
     "topic_io",
     "worker_process",

