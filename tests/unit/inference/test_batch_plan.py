@@ -53,6 +53,16 @@ def test_empty_input_gives_no_batches() -> None:
     assert plan_batches([], max_batch_size=4, max_batch_tokens=100) == []
 
 
+def test_zero_token_items_are_planned_not_rejected() -> None:
+    # Only a negative count is an error: an item with no tokens is packed like any other.
+    assert plan_batches([3, 0], max_batch_size=4, max_batch_tokens=6) == [[1, 0]]
+
+
+def test_a_one_token_budget_is_valid() -> None:
+    # The smallest budget allowed: two one-token items would pad to 2, so each gets its own batch.
+    assert plan_batches([1, 1], max_batch_size=4, max_batch_tokens=1) == [[0], [1]]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "counts"),
     [
