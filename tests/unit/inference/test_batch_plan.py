@@ -53,6 +53,16 @@ def test_empty_input_gives_no_batches() -> None:
     assert plan_batches([], max_batch_size=4, max_batch_tokens=100) == []
 
 
+def test_zero_token_items_are_planned_not_rejected() -> None:
+    # Only a negative count is an error: an item with no tokens is packed like any other.
+    assert plan_batches([3, 0], max_batch_size=4, max_batch_tokens=6) == [[1, 0]]
+
+
+def test_a_one_token_budget_is_valid() -> None:
+    # The smallest budget allowed: two one-token items would pad to 2, so each gets its own batch.
+    assert plan_batches([1, 1], max_batch_size=4, max_batch_tokens=1) == [[0], [1]]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "counts"),
     [
@@ -192,6 +202,34 @@ def test_take_returns_insertion_order_and_resets() -> None:
     window.add("w", 1)
     assert window.remaining_wait_s() == pytest.approx(0.05)
     assert not window.is_due()
+
+
+@pytest.mark.parametrize("bound", ["max_messages", "max_tokens"])
+def test_a_bound_of_one_is_valid_and_one_item_fills_the_window(bound: str) -> None:
+    window = make_window(FakeClock(), **{bound: 1})
+    assert window.fits(1)
+    window.add("a", 1)
+    assert window.is_full() and window.is_due()
+    assert not window.fits(1)
+
+
+def test_an_item_of_zero_tokens_is_accepted() -> None:
+    # The Kafka path counts value bytes: a null or empty value is 0, and must not stop the consume loop.
+    window = make_window(FakeClock())
+    window.add("tombstone", 0)
+    assert len(window) == 1 and window.tokens == 0
+    assert not window.is_full()
+
+
+def test_a_window_overfilled_past_max_messages_stays_full_and_fits_nothing() -> None:
+    # `add` does not enforce the bounds; a caller that adds past them still sees a full, due window.
+    window = make_window(FakeClock(), max_messages=2)
+    for item in ("a", "b", "c"):
+        window.add(item, 1)
+    assert len(window) == 3
+    assert window.is_full() and window.is_due()
+    assert window.remaining_wait_s() == 0.0
+    assert not window.fits(0)
 
 
 def test_zero_wait_is_due_as_soon_as_non_empty() -> None:
