@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from worker.bench.bench import BenchOptions, format_table, run_bench
+from worker.bench.bench import BenchOptions, run_bench
+from worker.bench.bench_table import format_table
 from worker.bench.model_table import EndToEnd, format_model_table, model_table
 from worker.config import WorkerSettings
 

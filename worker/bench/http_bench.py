@@ -31,9 +31,9 @@ from typing import Any
 import aiohttp
 import numpy as np
 
-from worker.bench.bench import bench_model_only, review_texts, served_inference
+from worker.bench.bench import bench_model_only, review_texts
 from worker.bench.naive_http import NAIVE_PATH
-from worker.bench.worker_process import cpu_seconds, free_port, rss_bytes, scrape_metrics
+from worker.bench.worker_process import cpu_seconds, free_port, rss_bytes, scrape_metrics, served_inference
 from worker.config import WorkerSettings
 from worker.inference.labelling import Classifier, label_texts
 

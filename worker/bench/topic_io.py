@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, Message, Producer
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, Message, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 log = logging.getLogger(__name__)
@@ -97,3 +97,37 @@ def read_topic(
     finally:
         consumer.close()
     return messages
+
+
+def result_rows(messages: Sequence[Any]) -> list[tuple[dict[str, Any], int | None]]:
+    """(result JSON, broker append time in ms or None) per record."""
+    rows = []
+    for m in messages:
+        ts_type, ts = m.timestamp()
+        rows.append((json.loads(m.value()), ts if ts_type == TIMESTAMP_LOG_APPEND_TIME else None))
+    return rows
+
+
+def conservation(
+    ids_in: set[str], results: Sequence[dict[str, Any]], dead_ids: Sequence[str]
+) -> dict[str, Any]:
+    """Every input id out exactly once, as a result or a dead letter: counts, and `ok`."""
+    ids_out = [str(r["id"]) for r in results] + list(dead_ids)
+    return {
+        "inputs": len(ids_in),
+        "outputs": len(ids_out),
+        "missing": len(ids_in - set(ids_out)),
+        "duplicates": len(ids_out) - len(set(ids_out)),
+        "ok": set(ids_out) == ids_in and len(ids_out) == len(ids_in),
+    }
+
+
+def dead_letter_ids(messages: Sequence[Any]) -> list[str]:
+    """The `id` of each dead letter's original JSON ("?" where the original had none)."""
+    ids = []
+    for m in messages:
+        try:
+            ids.append(str(json.loads(m.value())["id"]))
+        except (ValueError, KeyError, TypeError):
+            ids.append("?")
+    return ids

@@ -1,5 +1,7 @@
 """`sentiment-worker run` as a subprocess: what the bench drives and what the fault tests start, kill and
-restart. stdout and stderr go to files (a full pipe would block the worker)."""
+restart. stdout and stderr go to files (a full pipe would block the worker). `start_worker` starts one with
+the bench's settings; `served_inference` and `child_env` are what every measured subprocess shares with the
+measuring process; `rss_summary` sums up its memory while it drains."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from worker.config import WorkerSettings
 
 REFUSAL_PREFIX = "sentiment-worker run: error:"
 
@@ -192,3 +196,60 @@ class WorkerProcess:
                 f"{self.name}: expected a clean refusal (exit 2), got exit {code}:\n{err[-3000:]}"
             )
         return lines[-1]
+
+
+def rss_summary(samples: list[dict[str, float]], total: int) -> dict[str, Any]:
+    """RSS while the backlog drains: growth = max/min − 1 over samples past 10 % of the messages."""
+    draining = [s for s in samples if s["done"] >= 0.10 * total]
+    if len(draining) < 2:
+        draining = samples[len(samples) // 2 :]
+    values = [s["rss_bytes"] for s in draining]
+    return {
+        "samples": len(samples),
+        "samples_while_draining": len(values),
+        "peak_bytes": max((s["rss_bytes"] for s in samples), default=None),
+        "draining_min_bytes": min(values, default=None),
+        "draining_max_bytes": max(values, default=None),
+        "growth": (max(values) / min(values) - 1.0) if values else None,
+        "series": [[round(s["t"], 2), int(s["rss_bytes"]), int(s["done"])] for s in samples],
+    }
+
+
+def served_inference(settings: WorkerSettings) -> dict[str, Any]:
+    """The settings a measured subprocess (worker or server) must share with the model-only phase for the
+    two to measure the same inference: backend, precision, tokenizer, long-text rule, math threads."""
+    return {
+        "backend": settings.backend,
+        "use_bf16": settings.use_bf16,
+        "tokenizer": settings.tokenizer,
+        "long_text": settings.long_text,
+        "cpu_threads": settings.cpu_threads,
+    }
+
+
+def child_env() -> dict[str, str]:
+    """This process's environment minus SENTIMENT_* (which would override the child's config file)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("SENTIMENT_")}
+
+
+def start_worker(
+    settings: WorkerSettings, topics: dict[str, str], max_messages: int, workdir: Path
+) -> WorkerProcess:
+    """`sentiment-worker run` with the bench's settings (a config file plus flags), metrics on a free port."""
+    config = workdir / f"worker-{topics['group']}.json"
+    values = {
+        "max_batch_size": settings.max_batch_size,
+        "max_batch_tokens": settings.max_batch_tokens,
+        "max_window_messages": settings.max_window_messages,
+        "max_wait_ms": settings.max_wait_ms,
+        "log_level": "WARNING",
+        **served_inference(settings),
+    }
+    config.write_text(json.dumps(values))
+    args = [
+        "--config", str(config),
+        "--bootstrap-servers", settings.bootstrap_servers, "--input-topic", topics["reviews"],
+        "--output-topic", topics["results"], "--dlq-topic", topics["dlq"], "--group-id", topics["group"],
+        "--model", settings.model, "--device", settings.device, "--max-messages", str(max_messages),
+    ]  # fmt: skip
+    return WorkerProcess(child_env(), workdir, f"worker-{topics['group']}", *args, http_port=free_port())

@@ -64,7 +64,8 @@ def register(subparsers: Subparsers) -> None:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from worker.bench.bench import format_table, run_bench
+    from worker.bench.bench import run_bench
+    from worker.bench.bench_table import format_table
     from worker.inference.startup import StartupError, choose_token_budget
 
     options = bench_options(args)  # before the model loads: a bad flag fails at once

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from worker.bench.bench import Phase, format_table, ratios_and_targets
+from worker.bench.bench import Phase, ratios_and_targets
+from worker.bench.bench_table import format_table
 from worker.bench.predict_rate import PredictRunError, marginal_rate, measure_predict, one_line, run_predict
 from worker.cli.bench import bench_options
 from worker.cli.common import CommandError
