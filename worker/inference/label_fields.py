@@ -26,12 +26,20 @@ def label_fields(probabilities: np.ndarray | Sequence[float], labels: Sequence[s
     The label is the argmax (on a tie, the first label of the tied ones); the confidence is its
     probability; every probability is rounded to 6 decimals after the choice.
     """
-    label_id = int(np.argmax(probabilities))
+    # Plain Python floats, not numpy calls: numpy releases the GIL inside argmax, and on the poll thread,
+    # beside an inference thread that holds it, each release costs a wait to get it back (0.57 ms a result,
+    # 16 % of the poll thread's time, in a profile of the fast model's drain).
+    values = (
+        probabilities.tolist() if isinstance(probabilities, np.ndarray) else [float(p) for p in probabilities]
+    )
+    if len(values) != len(labels):
+        raise ValueError(f"{len(values)} probabilities for {len(labels)} labels")
+    label_id = max(range(len(values)), key=values.__getitem__)  # the first of tied maxima, as np.argmax
     return {
         "label": labels[label_id],
         "label_id": label_id,
-        "confidence": round(float(probabilities[label_id]), PROBABILITY_DIGITS),
+        "confidence": round(values[label_id], PROBABILITY_DIGITS),
         "probabilities": {
-            label: round(float(p), PROBABILITY_DIGITS) for label, p in zip(labels, probabilities, strict=True)
+            label: round(p, PROBABILITY_DIGITS) for label, p in zip(labels, values, strict=True)
         },
     }
