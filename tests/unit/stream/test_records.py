@@ -135,3 +135,7 @@ def test_processed_at_is_the_wall_clock_in_epoch_milliseconds() -> None:
     result = result_of(records(), message(0))
     after = int(time.time() * 1000)
     assert before <= json.loads(result.value or b"")["processed_at_ms"] <= after
+
+
+def test_a_review_without_id_is_named_by_its_input_position() -> None:
+    assert message(2, offset=9).default_id == "reviews/2/9"
