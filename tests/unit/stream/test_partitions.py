@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.stream.partitions import NOT_OWNED, PartitionBook
+from worker.stream.partitions import NOT_OWNED, PartitionBook, format_offsets, format_partitions
 
 A = ("reviews", 0)
 B = ("reviews", 1)
@@ -56,6 +56,25 @@ def test_lag_seconds_is_the_age_of_the_oldest_unfinished_message() -> None:
     assert book.lag_seconds(A, 0, now_ms=5_000) == 2.0
 
 
+def test_with_nothing_unfinished_but_messages_left_the_lag_is_the_age_of_the_last_done_message() -> None:
+    book = PartitionBook()
+    book.assigned([A])
+    book.consumed(A, 0, 1_000)
+    book.acknowledged(A, 0, 1_000)
+    # the next message, not fetched yet, was written after offset 0: at most 4 s behind
+    assert book.lag_seconds(A, 3, now_ms=5_000) == 4.0
+    book.consumed(A, 1, None)
+    book.acknowledged(A, 1, None)  # no timestamp: the last known one stays
+    assert book.lag_seconds(A, 3, now_ms=5_000) == 4.0
+
+
+def test_work_tagged_while_unassigned_stays_stale_after_the_assignment() -> None:
+    book = PartitionBook()
+    epoch = book.consumed(A, 0, None)
+    book.assigned([A])
+    assert not book.owns(A, epoch)
+
+
 def test_forget_drops_paused_state_and_offsets() -> None:
     book = PartitionBook()
     book.assigned([A, B])
@@ -71,6 +90,14 @@ def test_pause_and_resume_report_what_the_consumer_must_change() -> None:
     book.assigned([A, B])
     assert book.pause([A]) == {A}
     assert book.pause([A, B]) == {B}  # A is paused already
+    assert book.pause([A]) == set()  # B stays paused and is not reported again
     assert book.paused == {A, B}
     assert book.resume([B]) == {B}  # A was revoked meanwhile: nothing to resume there
     assert book.paused == frozenset() and book.resume([A, B]) == set()
+
+
+def test_log_texts_list_partitions_and_offsets_in_order_or_say_nothing() -> None:
+    assert format_partitions([B, A]) == "reviews[0], reviews[1]"
+    assert format_partitions([]) == "nothing"
+    assert format_offsets({B: 15, A: 8}) == "reviews[0]=8, reviews[1]=15"
+    assert format_offsets({}) == "nothing"

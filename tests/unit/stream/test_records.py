@@ -4,20 +4,27 @@ output partition with the same number as its input partition, modulo that topic'
 
 from __future__ import annotations
 
+import json
+import time
+
 import numpy as np
 import pytest
 
 from schemas import DeadLetterKind
+from schemas.dead_letter import parse_dead_letter_headers
 from schemas.sentiment_result import ModelRef
 from worker.stream.decode import DecodedReview
-from worker.stream.producer import SourcePosition
+from worker.stream.producer import OutboundRecord, SourcePosition, record_size
 from worker.stream.records import InputMessage, OutboundRecords
 
 OUT, DLQ = "results", "dlq"
 
 
 def records(
-    partitioning: str = "source", out_partitions: int = 3, dlq_partitions: int = 2
+    partitioning: str = "source",
+    out_partitions: int = 3,
+    dlq_partitions: int = 2,
+    out_max_bytes: int = 1 << 20,
 ) -> OutboundRecords:
     return OutboundRecords(
         labels=["negative", "positive"],
@@ -27,12 +34,18 @@ def records(
         worker_id="w",
         partitioning=partitioning,
         partition_counts={OUT: out_partitions, DLQ: dlq_partitions},
-        max_message_bytes={OUT: 1 << 20, DLQ: 1 << 20},
+        max_message_bytes={OUT: out_max_bytes, DLQ: 1 << 20},
     )
 
 
-def message(partition: int, offset: int = 5) -> InputMessage:
-    return InputMessage(SourcePosition("reviews", partition, offset, None), b"k", b"{}", consumed_at=0.0)
+def message(partition: int, offset: int = 5, consumed_at: float = 0.0) -> InputMessage:
+    return InputMessage(
+        SourcePosition("reviews", partition, offset, None), b"k", b"{}", consumed_at=consumed_at
+    )
+
+
+def result_of(outbound: OutboundRecords, item: InputMessage, now: float = 1.0) -> OutboundRecord:
+    return outbound.result(item, DecodedReview("id", "好", {}), np.array([0.2, 0.8]), now=now)
 
 
 @pytest.mark.parametrize("source_partition", range(8))
@@ -59,3 +72,70 @@ def test_key_partitioning_leaves_the_partition_to_the_producer() -> None:
         outbound.result(item, DecodedReview("id", "好", {}), np.array([0.2, 0.8]), now=1.0).partition is None
     )
     assert outbound.dead_letter(item, DeadLetterKind.EMPTY_TEXT, "empty").partition is None
+
+
+def test_a_record_exactly_at_max_message_bytes_is_sent_one_byte_more_is_replaced() -> None:
+    size = record_size(result_of(records(), message(1)))
+    at_limit = records(out_max_bytes=size)
+    record = result_of(at_limit, message(1))
+    assert at_limit.fitting(record) is record
+    assert records().fitting(record) is record  # far below the limit
+    over = records(out_max_bytes=size - 1)
+    stand_in = over.fitting(result_of(over, message(1)))
+    assert (stand_in.topic, stand_in.kind, stand_in.value) == (DLQ, "value_too_large", None)
+
+
+def test_the_stand_in_for_a_too_large_result_keeps_the_key_and_names_size_topic_and_source() -> None:
+    outbound = records(out_max_bytes=600)
+    result = result_of(outbound, message(1, offset=7))
+    stand_in = outbound.fitting(result)
+    assert (stand_in.key, stand_in.value, stand_in.source) == (b"k", None, result.source)
+    info = parse_dead_letter_headers(stand_in.headers)
+    assert info.kind is DeadLetterKind.VALUE_TOO_LARGE
+    assert (info.source_topic, info.source_partition, info.source_offset) == ("reviews", 1, 7)
+    assert info.reason.startswith(f"the result for this input is {len(result.value or b'')} bytes, ")
+    assert f"more than topic {OUT!r} accepts" in info.reason
+    assert "reviews partition 1 at offset 7" in info.reason
+    assert "dead-lettered as" not in info.reason
+
+
+@pytest.mark.parametrize(
+    ("kind", "suffix"),
+    [
+        (DeadLetterKind.INVALID_JSON, " It was dead-lettered as invalid_json."),
+        (DeadLetterKind.VALUE_TOO_LARGE, "max.message.bytes."),
+    ],
+)
+def test_the_stand_in_for_a_too_large_dead_letter_says_why_it_was_dead_lettered(
+    kind: DeadLetterKind, suffix: str
+) -> None:
+    outbound = records()
+    item = InputMessage(SourcePosition("reviews", 0, 3, None), b"k", b"x" * 2000, consumed_at=0.0)
+    stand_in = outbound.too_large(outbound.dead_letter(item, kind, "why"))
+    info = parse_dead_letter_headers(stand_in.headers)
+    assert (stand_in.key, stand_in.value, info.kind) == (b"k", None, DeadLetterKind.VALUE_TOO_LARGE)
+    assert info.reason.startswith("the dead letter for this input is 2000 bytes, ")
+    assert f"more than topic {DLQ!r} accepts" in info.reason
+    assert info.reason.endswith(suffix)
+
+
+@pytest.mark.parametrize(
+    ("consumed_at", "now", "expected_ms"),
+    [(10.0, 10.25, 250.0), (0.0, 0.0012344, 1.234), (5.0, 4.5, 0.0)],  # a clock step back gives 0
+)
+def test_processing_time_is_milliseconds_since_consumed_rounded_to_microseconds(
+    consumed_at: float, now: float, expected_ms: float
+) -> None:
+    result = result_of(records(), message(0, consumed_at=consumed_at), now=now)
+    assert json.loads(result.value or b"")["processing_time_ms"] == expected_ms
+
+
+def test_processed_at_is_the_wall_clock_in_epoch_milliseconds() -> None:
+    before = int(time.time() * 1000)
+    result = result_of(records(), message(0))
+    after = int(time.time() * 1000)
+    assert before <= json.loads(result.value or b"")["processed_at_ms"] <= after
+
+
+def test_a_review_without_id_is_named_by_its_input_position() -> None:
+    assert message(2, offset=9).default_id == "reviews/2/9"
