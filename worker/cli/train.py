@@ -39,6 +39,11 @@ _TRAIN_FLAGS: list[tuple[str, Callable[[str], Any], str]] = [
     ("mlm_learning_rate", float, "peak learning rate of the masked-LM pre-training"),
     ("patience", int, "early stopping: epochs without a better dev accuracy"),
     ("seed", int, "seed of the split, batch order and initialisation"),
+    (
+        "split_seed",
+        int,
+        "seed of the train/dev/test split only (default: --seed); other seeds, same held-out",
+    ),
     ("dev_fraction", float, "share of the data for dev"),
     ("test_fraction", float, "share of the data for the held-out test split"),
     ("limit", int, "use only N examples (seeded sample)"),

@@ -36,7 +36,7 @@ def load_examples(options: TrainOptions, progress: Callable[[str], None]) -> tup
         source = f"{Path(options.data).name} (user data)"
     if options.limit is not None and options.limit < len(examples):
         examples = list(examples)
-        random.Random(options.seed).shuffle(examples)
+        random.Random(options.data_split_seed).shuffle(examples)
         examples = examples[: options.limit]
         progress(f"limit: using {len(examples)} examples")
     return examples, source

@@ -117,6 +117,7 @@ def write_outputs(
         "init": options.init,
         "vocab_size": report.vocab_size,
         "seed": options.seed,
+        "split_seed": options.data_split_seed,
         "steps": report.steps,
         "seconds": round(report.seconds, 1),
         "hardware": hardware,
@@ -183,7 +184,7 @@ def model_card(
         "",
         f"- Model: {arch}.",
         f"- Data: {source}; de-duplicated, texts with both labels dropped.",
-        f"- Split (seed {options.seed}): train {report.train_size}, dev {report.dev_size}, "
+        f"- Split (seed {options.data_split_seed}): train {report.train_size}, dev {report.dev_size}, "
         f"test {report.test_size} (`{HELDOUT_FILE}` holds the test split; it was never used for training "
         "or model selection).",
         f"- Training: {report.steps} optimizer steps"

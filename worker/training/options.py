@@ -71,6 +71,9 @@ class TrainOptions:
     """Mixed precision (auto_cast O1 + GradScaler); GPU only, ignored with a warning on CPU."""
     device: str = "auto"
     seed: int = 42
+    split_seed: int | None = None
+    """Seed of the train/dev/test split (None: ``seed``). Set it to vary ``seed`` (batch order,
+    initialisation) while keeping the same held-out reviews, e.g. for several seeds of one recipe."""
     dev_fraction: float = 0.1
     test_fraction: float = 0.1
     limit: int | None = None
@@ -100,17 +103,22 @@ class TrainOptions:
     stop_after_steps: int | None = None
     """Checkpoint and stop after this many optimizer steps (simulates an interruption)."""
     keep_checkpoint: bool = False
+    """Keep ``output_dir/checkpoint`` after a completed run (deleted by default)."""
     average_best: int = 0
     """Keep the weights of the N dev evaluations with the best accuracy (in the checkpoint) and, at the
     end, average them; the average replaces the best single model only if its dev accuracy is not lower
     (chosen on dev, never on test). 0 or 1: no averaging."""
-    """Keep ``output_dir/checkpoint`` after a completed run (deleted by default)."""
 
     def hyper_parameters(self) -> dict[str, Any]:
         """The options as JSON-friendly values."""
         out = asdict(self)
         out["output_dir"] = str(self.output_dir)
         return out
+
+    @property
+    def data_split_seed(self) -> int:
+        """The seed the train/dev/test split (and ``limit``'s sample) is drawn with."""
+        return self.seed if self.split_seed is None else self.split_seed
 
     def model_name(self) -> str:
         """``name``, except that a fine-tuned model keeps the default name only if it was set explicitly."""

@@ -197,10 +197,11 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
     paddle.seed(options.seed)
 
     examples, source = load_examples(options, say)
-    parts = split(examples, options.seed, options.dev_fraction, options.test_fraction)
+    parts = split(examples, options.data_split_seed, options.dev_fraction, options.test_fraction)
     if not parts.train or not parts.dev:
         raise TrainingError(f"too few examples ({len(examples)}) for a train/dev/test split")
-    say(f"split: train={len(parts.train)} dev={len(parts.dev)} test={len(parts.test)} seed={options.seed}")
+    sizes = f"train={len(parts.train)} dev={len(parts.dev)} test={len(parts.test)}"
+    say(f"split: {sizes} seed={options.data_split_seed}")
 
     out = Path(options.output_dir)
     out.mkdir(parents=True, exist_ok=True)

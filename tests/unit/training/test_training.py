@@ -284,6 +284,26 @@ def test_accum_steps_with_half_batch_gives_the_full_batch_update(tmp_path: Path)
     assert full.dev_accuracy == accum.dev_accuracy
 
 
+def test_split_seed_keeps_the_heldout_reviews_while_the_seed_changes_the_run(tmp_path: Path) -> None:
+    common = {**MICRO, "epochs": 1, "device": "cpu", "split_seed": 3}
+    for seed in (3, 4, 5):
+        train(TrainOptions(output_dir=tmp_path / f"seed{seed}", **{**common, "seed": seed}), lambda _: None)  # type: ignore[arg-type]
+    heldout = {
+        seed: (tmp_path / f"seed{seed}" / HELDOUT_FILE).read_text(encoding="utf-8") for seed in (3, 4, 5)
+    }
+    assert heldout[3] == heldout[4] == heldout[5] and heldout[3].count("\n") == 30  # 10 % of --limit 300
+    weights = {seed: _weights(tmp_path / f"seed{seed}" / "model_state.pdparams") for seed in (3, 4, 5)}
+    assert any(not np.array_equal(weights[3][k], weights[4][k]) for k in weights[3])  # another run
+    metrics = json.loads((tmp_path / "seed4" / METRICS_FILE).read_text(encoding="utf-8"))
+    assert (metrics["seed"], metrics["split_seed"]) == (4, 3)
+    # Without --split-seed, the seed draws the split too.
+    train(
+        TrainOptions(output_dir=tmp_path / "own", **{**MICRO, "epochs": 1, "device": "cpu", "seed": 4}),
+        lambda _: None,
+    )  # type: ignore[arg-type]
+    assert (tmp_path / "own" / HELDOUT_FILE).read_text(encoding="utf-8") != heldout[3]
+
+
 def test_amp_on_cpu_is_ignored_loudly(tmp_path: Path) -> None:
     lines: list[str] = []
     report = train(
