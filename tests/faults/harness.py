@@ -257,6 +257,11 @@ class PrivateBroker:
         proc = run_launcher(*args, "--timeout-s", "300")  # a loaded machine starts Kafka slowly
         assert proc.returncode == 0, f"private broker did not start:\n{proc.stdout}\n{proc.stderr}"
 
+    def log(self) -> str:
+        """The broker's log (all its starts), for failure messages."""
+        path = self.data_dir / "broker.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
     def down(self) -> None:
         proc = run_launcher("down", *self._args(), timeout_s=90)
         assert proc.returncode == 0, f"private broker did not stop:\n{proc.stdout}\n{proc.stderr}"

@@ -1,8 +1,9 @@
 """The README's clean stop, on a real `sentiment-worker run` process: SIGINT stops like SIGTERM (label what
-was fetched, flush, commit, exit 0); a second signal exits at once; `SENTIMENT_SHUTDOWN_TIMEOUT_S` bounds a
-stop whose window the model never finishes. The model is the tiny one, wrapped (faults/wrapped_worker.py)
-so that a batch holding a marked review stalls for ten minutes: no timing is asserted, a stop that waited
-for the model would run into the test's deadline instead of exiting."""
+was fetched, flush, commit, exit 0); SIGUSR1 prints the threads' stacks; a second signal exits at once;
+`SENTIMENT_SHUTDOWN_TIMEOUT_S` bounds a stop whose window the model never finishes. The model is the tiny
+one, wrapped (faults/wrapped_worker.py) so that a batch holding a marked review stalls for ten minutes: no
+timing is asserted, a stop that waited for the model would run into the test's deadline instead of
+exiting."""
 
 from __future__ import annotations
 
@@ -87,6 +88,11 @@ def test_a_second_signal_exits_at_once(names: dict[str, str], tiny_model_dir: Pa
         worker.wait_ready(300)
         produce_all(names["bootstrap"], names["reviews"], [_marked(i, "two") for i in range(2)])
         wait_for_log(worker, STALL_LINE)
+        # SIGUSR1 shows where a stuck worker is: every thread's stack, the stalled model call among them.
+        worker.proc.send_signal(signal.SIGUSR1)
+        wait_for_log(worker, "Current thread", timeout_s=30)
+        wait_until(lambda: "in predict_ids" in worker.stderr(), 10, "the whole stack dump")
+        assert worker.alive() and _status(worker.http_port) == 200, "SIGUSR1 must change nothing else"
         worker.proc.send_signal(signal.SIGTERM)
         wait_until(lambda: _status(worker.http_port) == 503, 30, "/readyz to say stopping after SIGTERM")
         assert worker.alive(), "the first signal should stop cleanly, i.e. wait for the stalled window"

@@ -5,6 +5,7 @@ in `worker/` imports `worker.cli`."""
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import signal
@@ -183,7 +184,8 @@ def load_model(settings: WorkerSettings) -> tuple[Any, Any]:
 
 
 def install_stop_handlers(request_stop: Callable[[], None]) -> Callable[[], None]:
-    """SIGTERM/SIGINT: stop cleanly (handler only sets an event); a second signal exits at once.
+    """SIGTERM/SIGINT: stop cleanly (handler only sets an event); a second signal exits at once. SIGUSR1
+    prints every thread's Python stack to stderr and changes nothing else (where a stuck worker is stuck).
 
     Returns a function that installs the same handlers again (Paddle installs its own when it loads).
     """
@@ -198,6 +200,7 @@ def install_stop_handlers(request_stop: Callable[[], None]) -> Callable[[], None
     def install() -> None:
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     install()
     return install
