@@ -101,7 +101,9 @@ def test_broker_stop_and_restart_mid_stream_loses_nothing(
     names = {k: f"restart-{k}-{suffix}" for k in ("reviews", "results", "dlq", "group")}
     make_topics(bootstrap, {names["reviews"]: 3, names["results"]: 3, names["dlq"]: 1})
     records = [review(i, "br") for i in range(FIRST + SECOND)]
-    env = worker_env(bootstrap, names, tiny_model_dir)
+    # A coordinator waits for a member it still lists at most the rebalance timeout (max.poll.interval.ms,
+    # 300 s by default) before it gives up on it; 60 s here keeps even that path inside the deadline.
+    env = worker_env(bootstrap, names, tiny_model_dir, SENTIMENT_MAX_POLL_INTERVAL_MS="60000")
     collector = Collector(bootstrap, [names["results"], names["dlq"]])
     collector.start()
     worker = WorkerProcess(env, tmp_path / "logs", "worker-1", http_port=free_port())
