@@ -235,7 +235,8 @@ class SentimentWorker:
         )
 
     def _loop(self) -> str:
-        consumer, publisher, _, stage, committer, _ = self._started
+        parts = self._started
+        consumer, publisher, stage, committer = parts.consumer, parts.publisher, parts.stage, parts.committer
         run = self._run
         next_metrics_at = 0.0
         next_broker_check_at = self._clock() + _BROKER_CHECK_EVERY_S
@@ -288,7 +289,8 @@ class SentimentWorker:
 
     def _drain(self) -> None:
         """Stop order: fetch no more, label and publish what was fetched, flush, commit (then close)."""
-        _, publisher, _, stage, committer, _ = self._started
+        parts = self._started
+        publisher, stage, committer = parts.publisher, parts.stage, parts.committer
         self._health.stopping = True
         self._metrics.ready.set(0)
         deadline = self._clock() + self._settings.shutdown_timeout_s
