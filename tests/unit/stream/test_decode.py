@@ -70,6 +70,10 @@ def test_utf8_bom_and_surrounding_whitespace_are_accepted() -> None:
     assert ok(b'\xef\xbb\xbf  {"text": "ok"}\n').text == "ok"
 
 
+def test_only_the_bom_is_dropped() -> None:
+    assert ok(b"\xef\xbb\xbf" + "好评".encode(), input_format="text").text == "好评"
+
+
 def test_escaped_surrogate_pair_is_valid() -> None:
     assert ok(b'{"text": "\\ud83d\\ude00"}').text == "\U0001f600"
 
@@ -200,6 +204,18 @@ def test_nested_too_deep_in_metadata() -> None:
     assert ok(value, max_json_depth=9).metadata == {"m": [[[[[[[[]]]]]]]]}
 
 
+def test_a_wide_document_at_the_depth_limit_is_not_too_deep() -> None:
+    # More brackets than levels allowed, so the depth walk runs; no branch goes past level 3.
+    value = b'{"text": "ok", "a": [1], "b": [2], "c": {"d": [3]}, "e": [4]}'
+    assert ok(value, max_json_depth=3).metadata == {"a": [1], "b": [2], "c": {"d": [3]}, "e": [4]}
+
+
+def test_objects_and_arrays_in_turn_count_every_level() -> None:
+    value = b'{"text": "ok", "m": [{"n": [1]}]}'  # 4 levels: object, array, object, array
+    assert failure(value, max_json_depth=3).kind is DeadLetterKind.INVALID_JSON
+    assert ok(value, max_json_depth=4).metadata == {"m": [{"n": [1]}]}
+
+
 def test_brackets_inside_strings_do_not_count_as_depth() -> None:
     assert ok(b'{"text": "[[[[[[[[[[{{{{{{{{{{"}', max_json_depth=1).text == "[[[[[[[[[[{{{{{{{{{{"
 
@@ -218,9 +234,10 @@ def test_deep_but_closed_non_object_is_not_an_object() -> None:
     assert failure(value, max_value_bytes=10_000, max_json_depth=64).kind is DeadLetterKind.NOT_AN_OBJECT
 
 
-def test_unknown_input_format_is_a_programming_error() -> None:
+@pytest.mark.parametrize("input_format", ["xml", "avro"])  # sorting after "json" and before it
+def test_unknown_input_format_is_a_programming_error(input_format: str) -> None:
     with pytest.raises(ValueError, match="input_format"):
-        decode(b"x", input_format="xml")  # type: ignore[arg-type]
+        decode(b'{"text": "x"}', input_format=input_format)  # type: ignore[arg-type]
 
 
 # --- agreement with the published contract -----------------------------------------------------------
