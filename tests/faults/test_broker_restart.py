@@ -48,7 +48,7 @@ RECOVERY_DEADLINE_S = 240.0
 
 def _readyz(worker: WorkerProcess) -> tuple[int, dict[str, object]]:
     """(status, checks) of the worker's /readyz; fails the test at once if the worker has died."""
-    assert worker.alive(), f"the worker died during the outage:\n{worker.stderr_tail()}"
+    assert worker.alive(), f"the worker died during the outage:\n{_log_without_reconnects(worker, 40)}"
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{worker.http_port}/readyz", timeout=2) as response:
             return int(response.status), dict(json.loads(response.read()))
@@ -56,6 +56,13 @@ def _readyz(worker: WorkerProcess) -> tuple[int, dict[str, object]]:
         return exc.code, dict(json.loads(exc.read() or b"{}"))
     except OSError:
         return 0, {}
+
+
+def _log_without_reconnects(worker: WorkerProcess, lines: int) -> str:
+    """The last `lines` of the worker's log without librdkafka's reconnect errors, which fill it during an
+    outage (several per second)."""
+    kept = [line for line in worker.stderr().splitlines() if "Connection refused" not in line]
+    return "\n".join(kept[-lines:])
 
 
 def _wait_ready_again(worker: WorkerProcess, broker: PrivateBroker, group: str, timeout_s: float) -> None:
@@ -67,12 +74,11 @@ def _wait_ready_again(worker: WorkerProcess, broker: PrivateBroker, group: str, 
         if time.monotonic() >= deadline:
             worker.proc.send_signal(signal.SIGUSR1)  # every thread's stack into its log: where is it stuck?
             time.sleep(2)
-            log = [line for line in worker.stderr().splitlines() if "Connection refused" not in line]
             coordinator = [line for line in broker.log().splitlines() if group in line]
             raise AssertionError(
                 f"the worker was not ready {timeout_s:g} s after the broker came back; last /readyz: "
                 f"{status} {checks}\nworker log (reconnect errors left out):\n"
-                + "\n".join(log[-80:])
+                + _log_without_reconnects(worker, 80)
                 + "\nbroker, about the group:\n"
                 + "\n".join(coordinator[-15:])
             )
