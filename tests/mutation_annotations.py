@@ -66,8 +66,7 @@ def main(argv: list[str]) -> int:
                 if path not in spans:
                     spans[path] = annotation_spans(path.read_text(encoding="utf-8"))
             if item.mutations and all(
-                inside_annotation(tuple(m.start_pos), tuple(m.end_pos), spans[Path(m.module_path)])  # type: ignore[arg-type]
-                for m in item.mutations
+                inside_annotation(m.start_pos, m.end_pos, spans[Path(m.module_path)]) for m in item.mutations
             ):
                 db.set_result(
                     item.job_id,
