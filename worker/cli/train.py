@@ -38,7 +38,7 @@ _TRAIN_FLAGS: list[tuple[str, Callable[[str], Any], str]] = [
     ("mlm_epochs", int, "scratch: masked-LM pre-training epochs on the train texts first"),
     ("mlm_learning_rate", float, "peak learning rate of the masked-LM pre-training"),
     ("patience", int, "early stopping: epochs without a better dev accuracy"),
-    ("seed", int, "seed of the split, batch order and initialisation"),
+    ("seed", int, "seed of batch order and initialisation, and of the split unless --split-seed"),
     (
         "split_seed",
         int,
