@@ -23,12 +23,13 @@ FAST_MODEL_DIR ?= models/fast
 # What the worker serves on CPU, derived here in minutes: both models as ONNX Runtime INT8 (`make model`,
 # `make fast-model-int8`; measured fastest on CPU at no held-out loss: `make model-table`). Paddle Inference
 # exports (`make model-static`, `make fast-model-static`) serve GPUs (fp16, TensorRT).
-ONNX_MODEL_DIR ?= $(MODEL_DIR)-onnx
-SERVED_MODEL_DIR ?= $(MODEL_DIR)-int8
-STATIC_MODEL_DIR ?= $(MODEL_DIR)-static
-FAST_STATIC_MODEL_DIR ?= $(FAST_MODEL_DIR)-static
-FAST_ONNX_MODEL_DIR ?= $(FAST_MODEL_DIR)-onnx
-FAST_SERVED_MODEL_DIR ?= $(FAST_MODEL_DIR)-int8
+# Each form sits beside its model, named by suffix (the rules below derive it from the name).
+ONNX_MODEL_DIR = $(MODEL_DIR)-onnx
+SERVED_MODEL_DIR = $(MODEL_DIR)-int8
+STATIC_MODEL_DIR = $(MODEL_DIR)-static
+FAST_STATIC_MODEL_DIR = $(FAST_MODEL_DIR)-static
+FAST_ONNX_MODEL_DIR = $(FAST_MODEL_DIR)-onnx
+FAST_SERVED_MODEL_DIR = $(FAST_MODEL_DIR)-int8
 # `make default-model` rebuilds the default (teacher, promotion gate); `make fast-model` its student.
 TEACHER_DIR ?= models/teacher
 CANDIDATE_DIR ?= models/candidate
@@ -139,30 +140,25 @@ $(FAST_MODEL_DIR)/metrics.json:
 	@echo "$(FAST_MODEL_DIR) is shipped in the repository: restore it (git checkout -- $(FAST_MODEL_DIR)) or rebuild it (make fast-model)" >&2
 	@exit 2
 
-# The served forms are derived, never shipped: rebuilt when the shipped model changes.
-$(ONNX_MODEL_DIR)/model.onnx: $(MODEL_DIR)/metrics.json $(MODEL_DIR)/model_state.pdparams | $(VENV)/.installed
-	$(CLI) export --model $(MODEL_DIR) --output-dir $(ONNX_MODEL_DIR) --format onnx --overwrite
+# The served forms are derived, never shipped: rebuilt when their model changes. One rule per form, for
+# every model directory D: D-onnx (ONNX export), D-int8 (its ONNX Runtime INT8), D-static (Paddle Inference).
+%-onnx/model.onnx: %/metrics.json %/model_state.pdparams | $(VENV)/.installed
+	$(CLI) export --model $* --output-dir $*-onnx --format onnx --overwrite
 
-$(SERVED_MODEL_DIR)/model.onnx: $(ONNX_MODEL_DIR)/model.onnx
-	$(CLI) quantize --model $(ONNX_MODEL_DIR) --output-dir $(SERVED_MODEL_DIR) --heldout $(MODEL_DIR)/heldout.jsonl --overwrite
+%-int8/model.onnx: %-onnx/model.onnx
+	$(CLI) quantize --model $*-onnx --output-dir $*-int8 --heldout $*/heldout.jsonl --overwrite
+
+%-static/sentiment_model.json: %/metrics.json %/model_state.pdparams | $(VENV)/.installed
+	$(CLI) export --model $* --output-dir $*-static --overwrite
+
+# The ONNX exports are kept (make deletes the middle of a chain of pattern rules otherwise).
+.SECONDARY: $(ONNX_MODEL_DIR)/model.onnx $(FAST_ONNX_MODEL_DIR)/model.onnx
 
 model: $(SERVED_MODEL_DIR)/model.onnx
 
-$(STATIC_MODEL_DIR)/sentiment_model.json: $(MODEL_DIR)/metrics.json $(MODEL_DIR)/model_state.pdparams | $(VENV)/.installed
-	$(CLI) export --model $(MODEL_DIR) --output-dir $(STATIC_MODEL_DIR) --overwrite
-
 model-static: $(STATIC_MODEL_DIR)/sentiment_model.json
 
-$(FAST_STATIC_MODEL_DIR)/sentiment_model.json: $(FAST_MODEL_DIR)/metrics.json $(FAST_MODEL_DIR)/model_state.pdparams | $(VENV)/.installed
-	$(CLI) export --model $(FAST_MODEL_DIR) --output-dir $(FAST_STATIC_MODEL_DIR) --overwrite
-
 fast-model-static: $(FAST_STATIC_MODEL_DIR)/sentiment_model.json
-
-$(FAST_ONNX_MODEL_DIR)/model.onnx: $(FAST_MODEL_DIR)/metrics.json $(FAST_MODEL_DIR)/model_state.pdparams | $(VENV)/.installed
-	$(CLI) export --model $(FAST_MODEL_DIR) --output-dir $(FAST_ONNX_MODEL_DIR) --format onnx --overwrite
-
-$(FAST_SERVED_MODEL_DIR)/model.onnx: $(FAST_ONNX_MODEL_DIR)/model.onnx
-	$(CLI) quantize --model $(FAST_ONNX_MODEL_DIR) --output-dir $(FAST_SERVED_MODEL_DIR) --heldout $(FAST_MODEL_DIR)/heldout.jsonl --overwrite
 
 fast-model-int8: $(FAST_SERVED_MODEL_DIR)/model.onnx
 
