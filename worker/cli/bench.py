@@ -18,7 +18,6 @@ from worker.cli.common import (
     add_settings_flags,
     configure_logging,
     load_model,
-    rest_idle_threads,
     settings_from_args,
 )
 
@@ -71,9 +70,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     options = bench_options(args)  # before the model loads: a bad flag fails at once
     settings = settings_from_args(args)
-    # Every phase at `run`'s and `serve`'s idle-thread policy: model-only here, and the worker, server and
-    # `predict` subprocesses (they inherit it), so each ratio compares the same engine settings.
-    rest_idle_threads()
     configure_logging("WARNING")
     classifier, _ = load_model(settings)
 

@@ -223,8 +223,7 @@ IDLE_THREAD_DEFAULTS = {"KMP_BLOCKTIME": "1", "OMP_WAIT_POLICY": "PASSIVE"}
 def rest_idle_threads() -> None:
     """After each batch Paddle's OpenMP threads spin-wait for the next one (Intel OpenMP: 200 ms by default)
     on the cores the poll loop and the HTTP event loop need; make them sleep 1 ms after their last work
-    instead (ONNX Runtime's threads follow: worker.model.onnx_backend), unless the user chose a wait policy
-    (KMP_BLOCKTIME or OMP_WAIT_POLICY set: both kept as they are). For the long-running commands (`run`,
-    `serve`) and the instruments that measure them (`bench`, `model-table`); call before Paddle loads."""
+    instead, unless the user chose a wait policy (KMP_BLOCKTIME or OMP_WAIT_POLICY set: both kept as they
+    are). For the long-running commands (`run`, `serve`); call before Paddle is imported."""
     if not any(name in os.environ for name in IDLE_THREAD_DEFAULTS):
         os.environ.update(IDLE_THREAD_DEFAULTS)

@@ -15,7 +15,6 @@ from worker.cli.common import (
     configure_logging,
     env_config_file,
     load_settings,
-    rest_idle_threads,
     use_all_cores,
 )
 from worker.config import WorkerSettings
@@ -57,7 +56,6 @@ def register(subparsers: Subparsers) -> None:
 
 def cmd_model_table(args: argparse.Namespace) -> int:
     use_all_cores()
-    rest_idle_threads()  # the served forms' idle-thread policy, for every model and phase (as `bench`)
     from worker.bench.model_table import EndToEnd, format_model_table, model_table, rows_as_json
     from worker.model.loading import ModelLoadError
     from worker.training.export import ExportError

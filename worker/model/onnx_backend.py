@@ -1,8 +1,8 @@
 """The ONNX Runtime backend: an ONNX export (``sentiment-worker export --format onnx``) or its INT8
 quantization (``sentiment-worker quantize``) run by an ``onnxruntime.InferenceSession``.
 
-CPU: the CPU execution provider with all graph optimizations, ``cpu_threads`` intra-op threads (they stop
-spinning when a batch returns when ``OMP_WAIT_POLICY=PASSIVE``, the default of `run`, `serve` and `bench`).
+CPU: the CPU execution provider with all graph optimizations, ``cpu_threads`` intra-op threads (they sleep
+between batches instead of spinning when ``OMP_WAIT_POLICY=PASSIVE``, the default of `run` and `serve`).
 GPU: the CUDA provider (needs the ``onnxruntime-gpu`` build; refused loudly when it is missing). The graph
 takes ``input_ids`` and ``attention_mask`` (int64 [batch, seq], both dims dynamic) and returns float32
 probabilities [batch, labels] — the same computation as the other backends.
@@ -27,8 +27,6 @@ from worker.model.long_text import SequenceEncoder
 ONNX_FILE = "model.onnx"
 INPUT_NAMES = ("input_ids", "attention_mask")
 PRECISIONS = ("float32", "int8")
-# ORT's session option: "1" = intra-op threads stop spinning when a run returns (they still spin inside one).
-FORCE_SPINNING_STOP = "session.force_spinning_stop"
 
 
 def is_onnx_dir(directory: Path) -> bool:
@@ -65,13 +63,9 @@ def make_session(path: Path, device: DeviceChoice, options: OnnxOptions) -> Any:
     session_options.inter_op_num_threads = 1
     session_options.log_severity_level = 3  # errors only: ORT warns about every unused initializer
     if os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE":
-        # The wait policy Paddle's OpenMP threads follow (`run` and `serve` set it, with KMP_BLOCKTIME=1):
-        # ORT's intra-op threads spin between the operators of one batch and stop spinning when it returns,
-        # so they leave the poll loop's and the event loop's cores alone between batches. Not
-        # `allow_spinning=0`: that also puts them to sleep between operators, and each forward pass then pays
-        # dozens of wake-ups (fast model, INT8, 2-core Xeon, 5 alternated rounds: 256-review windows 588
-        # reviews/s against 817 with spinning stopped after the batch, one review 3.62 ms against 2.72).
-        session_options.add_session_config_entry(FORCE_SPINNING_STOP, "1")
+        # The wait policy Paddle's OpenMP threads follow (`run` and `serve` set it): ORT's own intra-op
+        # threads then sleep after a batch too, instead of spinning on the cores the poll loop needs.
+        session_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     providers: list[Any] = []
     for name in providers_for(device):
         provider, _, device_id = name.partition(":")

@@ -1,6 +1,5 @@
 """`run` and `serve` make Paddle's idle OpenMP threads sleep 1 ms after their last work (KMP_BLOCKTIME=1,
-OMP_WAIT_POLICY=PASSIVE) before Paddle loads, unless the user chose a wait policy; `bench`, which measures
-them, does the same."""
+OMP_WAIT_POLICY=PASSIVE) before Paddle loads, unless the user chose a wait policy."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from worker.cli import bench, run, serve
+from worker.cli import run, serve
 from worker.cli.common import IDLE_THREAD_DEFAULTS, CommandError, rest_idle_threads
 from worker.cli.main import build_parser
 
@@ -40,11 +39,9 @@ def test_a_users_own_wait_policy_is_kept(monkeypatch: pytest.MonkeyPatch, name: 
 
 @pytest.mark.usefixtures("no_wait_policy")
 @pytest.mark.parametrize(
-    ("module", "argv"),
-    [(run, ["run"]), (serve, ["serve", "--http-port", "8080"]), (bench, ["bench", "--quick"])],
-    ids=["run", "serve", "bench"],
+    ("module", "argv"), [(run, ["run"]), (serve, ["serve", "--http-port", "8080"])], ids=["run", "serve"]
 )
-def test_run_serve_and_bench_set_it_before_the_model_loads(
+def test_run_and_serve_set_it_before_the_model_loads(
     monkeypatch: pytest.MonkeyPatch, module: Any, argv: list[str]
 ) -> None:
     seen: dict[str, str | None] = {}
@@ -54,7 +51,7 @@ def test_run_serve_and_bench_set_it_before_the_model_loads(
         raise CommandError("stop here")
 
     monkeypatch.setattr(module, "load_model", load_model)
-    monkeypatch.setattr(module, "install_stop_handlers", lambda _stop: lambda: None, raising=False)
+    monkeypatch.setattr(module, "install_stop_handlers", lambda _stop: lambda: None)
     monkeypatch.setattr(module, "configure_logging", lambda _level: None)
     args = build_parser().parse_args(argv)
     with pytest.raises(CommandError, match="stop here"):
