@@ -73,11 +73,13 @@ TARGETS = {
 @dataclass(frozen=True)
 class BenchOptions:
     """Sizes of the phases. `max_batch_tokens` None: the tuned budget (`sentiment-worker tune`, cached).
-    `predict_messages` P: `predict` runs on P and 2P reviews; 0 skips the phase."""
+    `predict_messages` P: `predict` runs on P and 2P reviews, `predict_repeats` times each; 0 skips the
+    phase."""
 
     messages: int = 200_000
     model_only_messages: int = 20_000
     predict_messages: int = 10_000
+    predict_repeats: int = 3
     naive_messages: int = 2_000
     latency_messages: int = 3_000
     rate_per_s: float | None = None
@@ -96,6 +98,7 @@ class BenchOptions:
             "messages": 600,
             "model_only_messages": 600,
             "predict_messages": 600,
+            "predict_repeats": 1,
             "naive_messages": 60,
             "latency_messages": 100,
             "worker_timeout_s": 300.0,
@@ -247,6 +250,7 @@ def bench_predict(
         env=child_env(),
         workdir=workdir,
         timeout_s=options.worker_timeout_s,
+        repeats=options.predict_repeats,
     )
 
 
@@ -409,7 +413,10 @@ def run_bench(
             report["end_to_end"] = _phase_json(e2e)
             report["predict"] = None
             if options.predict_messages > 0:
-                say(f"predict: {options.predict_messages} and {2 * options.predict_messages} reviews")
+                say(
+                    f"predict: {options.predict_messages} and {2 * options.predict_messages} reviews, "
+                    f"{options.predict_repeats} runs each"
+                )
                 report["predict"] = bench_predict(settings, texts, options, workdir)
             say(f"naive loop: {options.naive_messages} reviews one at a time")
             naive_count = min(options.naive_messages, options.messages)

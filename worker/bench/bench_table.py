@@ -7,20 +7,27 @@ from typing import Any
 
 
 def _predict_row(predict: dict[str, Any] | None, fmt: Callable[..., str]) -> str:
-    """The `predict` phase in one cell: its marginal rate, both runs' wall times, conservation."""
+    """The `predict` phase in one cell: its marginal rate, the median wall times, each pair's rate,
+    conservation."""
     if predict is None:
         return "skipped (--predict-messages 0)"
-    short, long = predict["runs"]
+    short, long = predict["runs"][0]["lines_in"], predict["runs"][1]["lines_in"]
+    t_short, t_long = predict["median_seconds"]
+    repeats = predict["repeats"]
     rate = predict["messages_per_second"]
     shown = (
-        f"{fmt(rate)} msg/s marginal"
-        if rate is not None
-        else f"no marginal rate: t({long['lines_in']}) <= t({short['lines_in']})"
+        f"{fmt(rate)} msg/s marginal" if rate is not None else f"no marginal rate: t({long}) <= t({short})"
+    )
+    runs = f"{repeats} runs each, median " if repeats > 1 else ""
+    pairs = predict["pair_rates"]
+    spread = (
+        "; pairs " + ", ".join("–" if r is None else fmt(r) for r in pairs) + " msg/s"
+        if len(pairs) > 1
+        else ""
     )
     return (
-        f"{shown} (`predict` on {short['lines_in']} and {long['lines_in']} reviews: "
-        f"{short['seconds']:.1f} s, {long['seconds']:.1f} s; conservation "
-        f"{'ok' if predict['conservation']['ok'] else 'BROKEN'})"
+        f"{shown} (`predict` on {short} and {long} reviews, {runs}{t_short:.1f} s and {t_long:.1f} s"
+        f"{spread}; conservation {'ok' if predict['conservation']['ok'] else 'BROKEN'})"
     )
 
 

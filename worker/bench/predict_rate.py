@@ -2,13 +2,17 @@
 
 `sentiment-worker predict` labels a file with the engine's best settings (tokenization on one thread,
 inference on the `InferenceStage` thread). Its marginal rate is N / (t(2N) − t(N)), where t(k) is the wall
-time of a `predict` subprocess on a k-line file: start-up and model load are in both and cancel. Each run's
-output is checked to hold one row per input line, numbered 1..k in order (conservation).
+time of a `predict` subprocess on a k-line file: start-up and model load are in both and cancel. With
+`repeats` R, the N and 2N runs alternate R times and t(k) is the median of its R runs: on a shared machine a
+single pair's rate swung from 660 to 4,100 lines/s (the fast model, one session), because the difference of
+two wall times carries the noise of both. Each run's output is checked to hold one row per input line,
+numbered 1..k in order (conservation).
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -19,7 +23,10 @@ from typing import Any
 
 __all__ = ["PredictRun", "PredictRunError", "marginal_rate", "measure_predict", "one_line", "run_predict"]
 
-TIMED_AS = "N / (t(2N) − t(N)), t(k) = wall time of a `predict` subprocess on a k-line file"
+TIMED_AS = (
+    "N / (t(2N) − t(N)), t(k) = the median wall time of the `predict` subprocesses on a k-line file "
+    "(N and 2N runs alternated)"
+)
 
 
 class PredictRunError(RuntimeError):
@@ -107,9 +114,11 @@ def measure_predict(
     env: Mapping[str, str],
     workdir: Path,
     timeout_s: float,
+    repeats: int = 1,
     program: Sequence[str] = (sys.executable, "-m", "worker"),
 ) -> dict[str, Any]:
-    """`predict` on the first `n` and the first 2`n` of `texts` (one per line): both runs, the marginal rate.
+    """`predict` on the first `n` and the first 2`n` of `texts` (one per line), `repeats` times each,
+    alternated: every run, each pair's rate, and the marginal rate from the median times.
 
     `config` is written to a settings file passed with `--config` (the served inference settings); the
     batch size and the token budget are flags, because `predict` takes them as flags. `program` replaces
@@ -117,6 +126,8 @@ def measure_predict(
     """
     if len(texts) < 2 * n:
         raise ValueError(f"{2 * n} texts needed, {len(texts)} given")
+    if repeats < 1:
+        raise ValueError(f"repeats must be 1 or more, not {repeats}")
     config_path = workdir / "predict-config.json"
     config_path.write_text(json.dumps(dict(config)), encoding="utf-8")
     command = [
@@ -124,20 +135,32 @@ def measure_predict(
         "--device", device, "--batch-size", str(max_batch_size), "--max-batch-tokens", str(max_batch_tokens),
         "--no-progress",
     ]  # fmt: skip
-    runs = []
+    sources = {}
     for k in (n, 2 * n):
-        source = workdir / f"predict-{k}.txt"
-        source.write_text("".join(one_line(t) + "\n" for t in texts[:k]), encoding="utf-8")
-        runs.append(run_predict(command, source, workdir / f"predict-{k}.jsonl", env, timeout_s))
-    rate = marginal_rate(n, runs[0].seconds, runs[1].seconds)
+        sources[k] = workdir / f"predict-{k}.txt"
+        sources[k].write_text("".join(one_line(t) + "\n" for t in texts[:k]), encoding="utf-8")
+    runs: list[PredictRun] = []
+    for _ in range(repeats):
+        for k in (n, 2 * n):
+            runs.append(run_predict(command, sources[k], workdir / f"predict-{k}.jsonl", env, timeout_s))
+    short = [run.seconds for run in runs[0::2]]
+    long = [run.seconds for run in runs[1::2]]
+    rate = marginal_rate(n, statistics.median(short), statistics.median(long))
     return {
         "messages": n,
         "messages_per_second": rate,
+        "repeats": repeats,
+        "median_seconds": [round(statistics.median(short), 3), round(statistics.median(long), 3)],
+        "pair_rates": [_rounded(marginal_rate(n, a, b)) for a, b in zip(short, long, strict=True)],
         "runs": [{**asdict(run), "seconds": round(run.seconds, 3)} for run in runs],
         "conservation": {"ok": all(run.conserved for run in runs)},
         "timed_as": TIMED_AS,
         "command": " ".join([*command, "FILE"]),
     }
+
+
+def _rounded(rate: float | None) -> float | None:
+    return None if rate is None else round(rate, 1)
 
 
 def _count_lines(path: Path) -> int:

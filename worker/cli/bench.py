@@ -42,6 +42,12 @@ def register(subparsers: Subparsers) -> None:
         default=None,
         help="`predict` runs on N and 2N reviews for its marginal rate (10000; 0 skips it)",
     )
+    bench.add_argument(
+        "--predict-repeats",
+        type=int,
+        default=None,
+        help="`predict` runs on N and on 2N, alternated; their median times give the rate (3; --quick 1)",
+    )
     bench.add_argument("--naive-messages", type=int, default=None, help="reviews for the naive loop (2000)")
     bench.add_argument("--latency-messages", type=int, default=None, help="reviews at the fixed rate (3000)")
     bench.add_argument("--rate", type=float, default=None, help="offered msg/s (default: half of end-to-end)")
@@ -106,11 +112,14 @@ def bench_options(args: argparse.Namespace) -> BenchOptions:
 
     if args.predict_messages is not None and args.predict_messages < 0:
         raise CommandError("--predict-messages: 0 (skip the phase) or more")
+    if args.predict_repeats is not None and args.predict_repeats < 1:
+        raise CommandError("--predict-repeats: 1 or more")
     make = BenchOptions.quick if args.quick else BenchOptions
     overrides = {
         "messages": args.messages, "naive_messages": args.naive_messages,
         "latency_messages": args.latency_messages, "model_only_messages": args.model_only_messages,
-        "predict_messages": args.predict_messages, "rate_per_s": args.rate,
+        "predict_messages": args.predict_messages, "predict_repeats": args.predict_repeats,
+        "rate_per_s": args.rate,
         "max_batch_size": args.max_batch_size, "partitions": args.partitions, "keep_topics": args.keep_topics,
     }  # fmt: skip
     return make(**{k: v for k, v in overrides.items() if v is not None})

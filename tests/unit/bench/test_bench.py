@@ -172,12 +172,21 @@ def phases(e2e_rate: float) -> tuple[Phase, Phase, Phase]:
     return model_only, e2e, naive
 
 
-def predict_phase(rate: float | None) -> dict[str, Any]:
+def predict_phase(rate: float | None, pair_rates: tuple[float | None, ...] = (300.0,)) -> dict[str, Any]:
     runs = [
         {"lines_in": n, "lines_out": n, "errors": 0, "numbered_in_order": True, "seconds": s}
+        for _ in pair_rates
         for n, s in ((600, 5.0), (1200, 7.0))
     ]
-    return {"messages": 600, "messages_per_second": rate, "runs": runs, "conservation": {"ok": True}}
+    return {
+        "messages": 600,
+        "messages_per_second": rate,
+        "runs": runs,
+        "conservation": {"ok": True},
+        "repeats": len(pair_rates),
+        "median_seconds": [5.0, 7.0],
+        "pair_rates": list(pair_rates),
+    }
 
 
 @pytest.mark.parametrize(("e2e_rate", "met"), [(95.0, True), (91.0, True), (89.0, False)])
@@ -222,7 +231,8 @@ def report_with(predict: dict[str, Any] | None) -> dict[str, Any]:
 def test_the_table_shows_the_predict_row_and_its_target() -> None:
     table = format_table(report_with(predict_phase(300.0)))
     row = next(line for line in table.splitlines() if line.startswith("predict "))
-    assert "300.0 msg/s marginal" in row and "600 and 1200 reviews" in row and "conservation ok" in row
+    assert "300.0 msg/s marginal" in row and "600 and 1200 reviews, 5.0 s and 7.0 s;" in row
+    assert "conservation ok" in row
     target = next(line for line in table.splitlines() if line.startswith("e2e_vs_predict"))
     assert "31.7%" in target and ">= 90.0%" in target and "MISSED" in target  # 95 / 300
 
@@ -233,3 +243,49 @@ def test_the_table_says_when_predict_was_skipped_or_gave_no_rate() -> None:
     assert next(line for line in skipped.splitlines() if line.startswith("e2e_vs_predict")).endswith("n/a")
     no_rate = format_table(report_with(predict_phase(None)))
     assert "no marginal rate: t(1200) <= t(600)" in no_rate
+
+
+def test_the_table_shows_repeated_predict_runs_by_their_medians_and_each_pair() -> None:
+    table = format_table(report_with(predict_phase(300.0, (280.0, None, 310.0))))
+    row = next(line for line in table.splitlines() if line.startswith("predict "))
+    assert "600 and 1200 reviews, 3 runs each, median 5.0 s and 7.0 s; pairs 280.0, –, 310.0 msg/s" in row
+
+
+# ----- repeated predict runs -----
+def test_repeated_predict_runs_alternate_and_the_rate_comes_from_the_median_times(
+    fake_worker: list[str], tmp_path: Path
+) -> None:
+    report = measure_predict(
+        ["a", "b", "c", "d", "e", "f"],
+        3,
+        model="m",
+        device="cpu",
+        max_batch_size=1,
+        max_batch_tokens=16,
+        config={},
+        env={"PATH": "/usr/bin:/bin"},
+        workdir=tmp_path,
+        timeout_s=60,
+        repeats=3,
+        program=fake_worker,
+    )
+    assert [run["lines_in"] for run in report["runs"]] == [3, 6, 3, 6, 3, 6]  # N, 2N alternated
+    assert report["repeats"] == 3 and len(report["pair_rates"]) == 3
+    short = sorted(run["seconds"] for run in report["runs"][0::2])[1]
+    long = sorted(run["seconds"] for run in report["runs"][1::2])[1]
+    assert report["median_seconds"] == [round(short, 3), round(long, 3)]
+    assert report["messages_per_second"] == pytest.approx(marginal_rate(3, short, long), rel=1e-3)
+    assert report["conservation"] == {"ok": True}
+
+
+def test_predict_repeats_defaults_flag_and_refusal(tmp_path: Path) -> None:
+    assert bench_options(parse()).predict_repeats == 3
+    assert bench_options(parse("--quick")).predict_repeats == 1
+    assert bench_options(parse("--predict-repeats", "5")).predict_repeats == 5
+    with pytest.raises(CommandError, match="--predict-repeats"):
+        bench_options(parse("--predict-repeats", "0"))
+    with pytest.raises(ValueError, match="repeats must be 1 or more"):
+        measure_predict(
+            ["a", "b"], 1, model="m", device="cpu", max_batch_size=1, max_batch_tokens=1,
+            config={}, env={}, workdir=tmp_path, timeout_s=1, repeats=0,
+        )  # fmt: skip
