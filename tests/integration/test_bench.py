@@ -34,6 +34,7 @@ def test_bench_conserves_every_message_and_reports_each_phase(
         naive_messages=15,
         latency_messages=30,
         rate_per_s=30.0,
+        end_to_end_repeats=2,  # two drains, each on its own topics: the median one is reported
     )
     report = run_bench(settings, tiny_classifier, options, max_batch_tokens=512, tuned_from="test")
 
@@ -44,7 +45,9 @@ def test_bench_conserves_every_message_and_reports_each_phase(
 
     # N in → N out, by id, in every phase.
     assert model_only["messages"] == 120 and model_only["results"] + model_only["dead_letters"] == 120
-    assert e2e["conservation"] == {"inputs": 150, "outputs": 150, "missing": 0, "duplicates": 0, "ok": True}
+    each = {"inputs": 150, "outputs": 150, "missing": 0, "duplicates": 0, "ok": True}
+    assert e2e["conservation"] == {**each, "every_drain": [each, each]}
+    assert len(e2e["rates_of_every_drain"]) == 2 and min(e2e["rates_of_every_drain"]) > 0
     assert e2e["results"] + e2e["dead_letters"] == 150
     assert e2e["worker_summary"]["consumed"] == 150
     assert naive["messages"] == naive["results"] == 15 and naive["padded_to"] == 64  # the tiny model's limit
@@ -85,7 +88,8 @@ def test_bench_conserves_every_message_and_reports_each_phase(
     assert all({"value", "target", "met"} <= set(flag) for flag in report["targets"].values())
     # The run's topics are deleted afterwards (a full run leaves 200k messages otherwise).
     deleted = report["deleted_topics"]
-    assert len(deleted) == 7 and all(name.startswith("bench-") for name in deleted)
+    # Reviews, results and dead letters of the 2 drains and of the latency phase; the naive loop's output.
+    assert len(deleted) == 3 * 2 + 3 + 1 and all(name.startswith("bench-") for name in deleted)
     table = format_table(report)
     assert report["targets"]["e2e_vs_predict"]["target"] == 0.90
     for row in ("model-only", "end-to-end", "predict", "naive loop", "latency", "worker RSS"):

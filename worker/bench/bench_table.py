@@ -31,6 +31,13 @@ def _predict_row(predict: dict[str, Any] | None, fmt: Callable[..., str]) -> str
     )
 
 
+def _drains(rates: list[float], fmt: Callable[..., str]) -> str:
+    """The drains' rates when there were several (the row's rate is their median)."""
+    if len(rates) < 2:
+        return ""
+    return f"median of {len(rates)} drains: {', '.join(fmt(rate) for rate in rates)} msg/s; "
+
+
 def format_table(report: dict[str, Any]) -> str:
     """The report as an aligned table (the JSON has the full detail, e.g. the RSS series)."""
     m, e, n, lat = report["model_only"], report["end_to_end"], report["naive"], report["latency"]
@@ -55,6 +62,7 @@ def format_table(report: dict[str, Any]) -> str:
         (
             "end-to-end",
             f"{fmt(e['messages_per_second'])} msg/s ({e['messages']} reviews through the broker, "
+            f"{_drains(e['rates_of_every_drain'], fmt)}"
             f"conservation {'ok' if e['conservation']['ok'] else 'BROKEN'})",
         ),
         ("predict", _predict_row(report.get("predict"), fmt)),

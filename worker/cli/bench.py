@@ -43,6 +43,9 @@ def register(subparsers: Subparsers) -> None:
         help="`predict` runs on N and 2N reviews for its marginal rate (10000; 0 skips it)",
     )
     bench.add_argument(
+        "--drains", type=int, default=None, help="backlog drains end to end, the median kept (3; --quick 1)"
+    )
+    bench.add_argument(
         "--predict-repeats",
         type=int,
         default=None,
@@ -112,13 +115,15 @@ def bench_options(args: argparse.Namespace) -> BenchOptions:
 
     if args.predict_messages is not None and args.predict_messages < 0:
         raise CommandError("--predict-messages: 0 (skip the phase) or more")
-    if args.predict_repeats is not None and args.predict_repeats < 1:
-        raise CommandError("--predict-repeats: 1 or more")
+    for flag, value in (("--predict-repeats", args.predict_repeats), ("--drains", args.drains)):
+        if value is not None and value < 1:
+            raise CommandError(f"{flag}: 1 or more")
     make = BenchOptions.quick if args.quick else BenchOptions
     overrides = {
         "messages": args.messages, "naive_messages": args.naive_messages,
         "latency_messages": args.latency_messages, "model_only_messages": args.model_only_messages,
         "predict_messages": args.predict_messages, "predict_repeats": args.predict_repeats,
+        "end_to_end_repeats": args.drains,
         "rate_per_s": args.rate,
         "max_batch_size": args.max_batch_size, "partitions": args.partitions, "keep_topics": args.keep_topics,
     }  # fmt: skip
