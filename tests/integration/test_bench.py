@@ -34,7 +34,7 @@ def test_bench_conserves_every_message_and_reports_each_phase(
         naive_messages=15,
         latency_messages=30,
         rate_per_s=30.0,
-        end_to_end_repeats=2,  # two drains, each on its own topics: the median one is reported
+        drains=2,  # two drains, each on its own topics: the median one is reported
     )
     report = run_bench(settings, tiny_classifier, options, max_batch_tokens=512, tuned_from="test")
 

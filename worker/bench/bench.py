@@ -27,7 +27,7 @@ import random
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -74,13 +74,13 @@ TARGETS = {
 class BenchOptions:
     """Sizes of the phases. `max_batch_tokens` None: the tuned budget (`sentiment-worker tune`, cached).
     `predict_messages` P: `predict` runs on P and 2P reviews, `predict_repeats` times each; 0 skips the
-    phase. The backlog is drained `end_to_end_repeats` times (fresh topics each), the median drain kept."""
+    phase. The backlog is drained `drains` times (fresh topics each), the median drain kept."""
 
     messages: int = 200_000
     model_only_messages: int = 20_000
     predict_messages: int = 10_000
     predict_repeats: int = 3
-    end_to_end_repeats: int = 3
+    drains: int = 3
     naive_messages: int = 2_000
     latency_messages: int = 3_000
     rate_per_s: float | None = None
@@ -100,7 +100,7 @@ class BenchOptions:
             "model_only_messages": 600,
             "predict_messages": 600,
             "predict_repeats": 1,
-            "end_to_end_repeats": 1,
+            "drains": 1,
             "naive_messages": 60,
             "latency_messages": 100,
             "worker_timeout_s": 300.0,
@@ -417,7 +417,7 @@ def run_bench(
                     bench_end_to_end(
                         settings, texts[: options.messages], options, prefix, workdir, say, f"e2e{i or ''}"
                     )
-                    for i in range(options.end_to_end_repeats)
+                    for i in range(options.drains)
                 ]
             )
             report["end_to_end"] = _phase_json(e2e)
@@ -447,15 +447,16 @@ def run_bench(
 def median_drain(drains: Sequence[Phase]) -> Phase:
     """The drain of median rate (the lower middle one of an even count), with every drain's rate and
     conservation in its `extra`: its own figures (RSS, summary) stay those of one real run."""
-    ordered = sorted(drains, key=lambda drain: drain.messages_per_second)
-    median = ordered[(len(ordered) - 1) // 2]
-    median.extra["rates_of_every_drain"] = [round(drain.messages_per_second, 1) for drain in drains]
-    median.extra["conservation"] = {
+    median = sorted(drains, key=lambda drain: drain.messages_per_second)[(len(drains) - 1) // 2]
+    conservation = {
         **median.extra["conservation"],
         "ok": all(drain.extra["conservation"]["ok"] for drain in drains),
         "every_drain": [drain.extra["conservation"] for drain in drains],
     }
-    return median
+    rates = [round(drain.messages_per_second, 1) for drain in drains]
+    return replace(
+        median, extra={**median.extra, "conservation": conservation, "rates_of_every_drain": rates}
+    )
 
 
 def ratios_and_targets(

@@ -11,7 +11,7 @@ def _predict_row(predict: dict[str, Any] | None, fmt: Callable[..., str]) -> str
     conservation."""
     if predict is None:
         return "skipped (--predict-messages 0)"
-    short, long = predict["runs"][0]["lines_in"], predict["runs"][1]["lines_in"]
+    short, long = predict["messages"], 2 * predict["messages"]
     t_short, t_long = predict["median_seconds"]
     repeats = predict["repeats"]
     rate = predict["messages_per_second"]

@@ -123,8 +123,7 @@ def bench_options(args: argparse.Namespace) -> BenchOptions:
         "messages": args.messages, "naive_messages": args.naive_messages,
         "latency_messages": args.latency_messages, "model_only_messages": args.model_only_messages,
         "predict_messages": args.predict_messages, "predict_repeats": args.predict_repeats,
-        "end_to_end_repeats": args.drains,
-        "rate_per_s": args.rate,
+        "drains": args.drains, "rate_per_s": args.rate,
         "max_batch_size": args.max_batch_size, "partitions": args.partitions, "keep_topics": args.keep_topics,
     }  # fmt: skip
     return make(**{k: v for k, v in overrides.items() if v is not None})
