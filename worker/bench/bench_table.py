@@ -6,9 +6,11 @@ from collections.abc import Callable
 from typing import Any
 
 
-def _predict_row(predict: dict[str, Any] | None, fmt: Callable[..., str]) -> str:
-    """The `predict` phase in one cell: its marginal rate, the median wall times, each pair's rate,
-    conservation."""
+def _predict_row(
+    predict: dict[str, Any] | None, by_round: list[float | None], fmt: Callable[..., str]
+) -> str:
+    """The `predict` phase in one cell: its marginal rate, the median wall times, each pair's rate, each
+    round's drain / pair ratio, conservation."""
     if predict is None:
         return "skipped (--predict-messages 0)"
     short, long = predict["messages"], 2 * predict["messages"]
@@ -25,9 +27,14 @@ def _predict_row(predict: dict[str, Any] | None, fmt: Callable[..., str]) -> str
         if len(pairs) > 1
         else ""
     )
+    rounds = (
+        "; drain / pair by round " + ", ".join("–" if r is None else f"{r:.1%}" for r in by_round)
+        if len(by_round) > 1
+        else ""
+    )
     return (
         f"{shown} (`predict` on {short} and {long} reviews, {runs}{t_short:.1f} s and {t_long:.1f} s"
-        f"{spread}; conservation {'ok' if predict['conservation']['ok'] else 'BROKEN'})"
+        f"{spread}{rounds}; conservation {'ok' if predict['conservation']['ok'] else 'BROKEN'})"
     )
 
 
@@ -65,7 +72,7 @@ def format_table(report: dict[str, Any]) -> str:
             f"{_drains(e['rates_of_every_drain'], fmt)}"
             f"conservation {'ok' if e['conservation']['ok'] else 'BROKEN'})",
         ),
-        ("predict", _predict_row(report.get("predict"), fmt)),
+        ("predict", _predict_row(report.get("predict"), report.get("e2e_vs_predict_by_round", []), fmt)),
         (
             "naive loop",
             f"{fmt(n['messages_per_second'])} msg/s ({n['messages']} reviews, padded to "

@@ -21,7 +21,15 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PredictRun", "PredictRunError", "marginal_rate", "measure_predict", "one_line", "run_predict"]
+__all__ = [
+    "PredictPairs",
+    "PredictRun",
+    "PredictRunError",
+    "marginal_rate",
+    "measure_predict",
+    "one_line",
+    "run_predict",
+]
 
 TIMED_AS = (
     "N / (t(2N) − t(N)), t(k) = the median wall time of the `predict` subprocesses on a k-line file "
@@ -102,61 +110,90 @@ def run_predict(
     )
 
 
+class PredictPairs:
+    """`predict` on the first `n` and the first 2`n` of `texts` (one per line), run a pair at a time.
+
+    The input files and the `--config` file (`config`: the served inference settings) are written once;
+    each `run_pair` runs N then 2N, so that a caller can interleave pairs with other measurements (`bench`
+    puts one after each drain). The batch size and the token budget are flags, because `predict` takes them
+    as flags. `program` replaces `python -m worker` (tests).
+    """
+
+    def __init__(
+        self,
+        texts: Sequence[str],
+        n: int,
+        *,
+        model: str,
+        device: str,
+        max_batch_size: int,
+        max_batch_tokens: int,
+        config: Mapping[str, Any],
+        env: Mapping[str, str],
+        workdir: Path,
+        timeout_s: float,
+        program: Sequence[str] = (sys.executable, "-m", "worker"),
+    ) -> None:
+        if len(texts) < 2 * n:
+            raise ValueError(f"{2 * n} texts needed, {len(texts)} given")
+        config_path = workdir / "predict-config.json"
+        config_path.write_text(json.dumps(dict(config)), encoding="utf-8")
+        self.command = [
+            *program, "predict", "--config", str(config_path), "--model", model, "--device", device,
+            "--batch-size", str(max_batch_size), "--max-batch-tokens", str(max_batch_tokens), "--no-progress",
+        ]  # fmt: skip
+        self.n, self.env, self.workdir, self.timeout_s = n, env, workdir, timeout_s
+        self.sources = {}
+        for k in (n, 2 * n):
+            self.sources[k] = workdir / f"predict-{k}.txt"
+            self.sources[k].write_text("".join(one_line(t) + "\n" for t in texts[:k]), encoding="utf-8")
+        self.runs: list[PredictRun] = []
+
+    def run_pair(self) -> float | None:
+        """`predict` on N lines, then on 2N; this pair's marginal rate (None: no extra time for 2N)."""
+        short, long = (
+            run_predict(self.command, self.sources[k], self.workdir / f"predict-{k}.jsonl", self.env,
+                        self.timeout_s)
+            for k in (self.n, 2 * self.n)
+        )  # fmt: skip
+        self.runs += [short, long]
+        return marginal_rate(self.n, short.seconds, long.seconds)
+
+    def report(self) -> dict[str, Any]:
+        """Every run, each pair's rate, and the marginal rate from the median times (at least one pair)."""
+        if not self.runs:
+            raise ValueError("no predict pair has run")
+        short = [run.seconds for run in self.runs[0::2]]
+        long = [run.seconds for run in self.runs[1::2]]
+        rate = marginal_rate(self.n, statistics.median(short), statistics.median(long))
+        return {
+            "messages": self.n,
+            "messages_per_second": rate,
+            "repeats": len(short),
+            "median_seconds": [round(statistics.median(short), 3), round(statistics.median(long), 3)],
+            "pair_rates": [_rounded(marginal_rate(self.n, a, b)) for a, b in zip(short, long, strict=True)],
+            "runs": [{**asdict(run), "seconds": round(run.seconds, 3)} for run in self.runs],
+            "conservation": {"ok": all(run.conserved for run in self.runs)},
+            "timed_as": TIMED_AS,
+            "command": " ".join([*self.command, "FILE"]),
+        }
+
+
 def measure_predict(
     texts: Sequence[str],
     n: int,
     *,
-    model: str,
-    device: str,
-    max_batch_size: int,
-    max_batch_tokens: int,
-    config: Mapping[str, Any],
-    env: Mapping[str, str],
-    workdir: Path,
-    timeout_s: float,
     repeats: int = 1,
-    program: Sequence[str] = (sys.executable, "-m", "worker"),
+    **prepare: Any,
 ) -> dict[str, Any]:
-    """`predict` on the first `n` and the first 2`n` of `texts` (one per line), `repeats` times each,
-    alternated: every run, each pair's rate, and the marginal rate from the median times.
-
-    `config` is written to a settings file passed with `--config` (the served inference settings); the
-    batch size and the token budget are flags, because `predict` takes them as flags. `program` replaces
-    `python -m worker` (tests).
-    """
-    if len(texts) < 2 * n:
-        raise ValueError(f"{2 * n} texts needed, {len(texts)} given")
+    """`repeats` pairs of `PredictPairs(texts, n, **prepare)` back to back (N and 2N alternated), and
+    their report."""
     if repeats < 1:
         raise ValueError(f"repeats must be 1 or more, not {repeats}")
-    config_path = workdir / "predict-config.json"
-    config_path.write_text(json.dumps(dict(config)), encoding="utf-8")
-    command = [
-        *program, "predict", "--config", str(config_path), "--model", model,
-        "--device", device, "--batch-size", str(max_batch_size), "--max-batch-tokens", str(max_batch_tokens),
-        "--no-progress",
-    ]  # fmt: skip
-    sources = {}
-    for k in (n, 2 * n):
-        sources[k] = workdir / f"predict-{k}.txt"
-        sources[k].write_text("".join(one_line(t) + "\n" for t in texts[:k]), encoding="utf-8")
-    runs: list[PredictRun] = []
+    pairs = PredictPairs(texts, n, **prepare)
     for _ in range(repeats):
-        for k in (n, 2 * n):
-            runs.append(run_predict(command, sources[k], workdir / f"predict-{k}.jsonl", env, timeout_s))
-    short = [run.seconds for run in runs[0::2]]
-    long = [run.seconds for run in runs[1::2]]
-    rate = marginal_rate(n, statistics.median(short), statistics.median(long))
-    return {
-        "messages": n,
-        "messages_per_second": rate,
-        "repeats": repeats,
-        "median_seconds": [round(statistics.median(short), 3), round(statistics.median(long), 3)],
-        "pair_rates": [_rounded(marginal_rate(n, a, b)) for a, b in zip(short, long, strict=True)],
-        "runs": [{**asdict(run), "seconds": round(run.seconds, 3)} for run in runs],
-        "conservation": {"ok": all(run.conserved for run in runs)},
-        "timed_as": TIMED_AS,
-        "command": " ".join([*command, "FILE"]),
-    }
+        pairs.run_pair()
+    return pairs.report()
 
 
 def _rounded(rate: float | None) -> float | None:

@@ -6,14 +6,22 @@ from __future__ import annotations
 import json
 import math
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from worker.bench.bench import Phase, median_drain, ratios_and_targets
+from worker.bench.bench import BenchOptions, Phase, drains_and_predict_pairs, median_drain, ratios_and_targets
 from worker.bench.bench_table import format_table
-from worker.bench.predict_rate import PredictRunError, marginal_rate, measure_predict, one_line, run_predict
+from worker.bench.predict_rate import (
+    PredictPairs,
+    PredictRunError,
+    marginal_rate,
+    measure_predict,
+    one_line,
+    run_predict,
+)
 from worker.cli.bench import bench_options
 from worker.cli.common import CommandError
 from worker.cli.main import build_parser
@@ -172,7 +180,8 @@ def phases(e2e_rate: float) -> tuple[Phase, Phase, Phase]:
     return model_only, e2e, naive
 
 
-def predict_phase(rate: float | None, pair_rates: tuple[float | None, ...] = (300.0,)) -> dict[str, Any]:
+def predict_phase(rate: float | None, pair_rates: tuple[float | None, ...] | None = None) -> dict[str, Any]:
+    pair_rates = (rate,) if pair_rates is None else pair_rates
     runs = [
         {"lines_in": n, "lines_out": n, "errors": 0, "numbered_in_order": True, "seconds": s}
         for _ in pair_rates
@@ -328,3 +337,47 @@ def test_the_table_shows_every_drains_rate_when_there_were_several() -> None:
     assert "95.0 msg/s (1000 reviews through the broker, median of 3 drains: 90.0, 95.0, 120.0 msg/s;" in row
     single = format_table(report_with(predict_phase(300.0)))
     assert "drains" not in next(line for line in single.splitlines() if line.startswith("end-to-end"))
+
+
+# ----- drains and predict pairs interleaved -----
+def test_drains_and_predict_pairs_alternate_round_by_round(fake_worker: list[str], tmp_path: Path) -> None:
+    pairs = PredictPairs(
+        [f"review {i}" for i in range(20)], 10, model="m", device="cpu", max_batch_size=1,
+        max_batch_tokens=16, config={}, env={"PATH": "/usr/bin:/bin"}, workdir=tmp_path, timeout_s=60,
+        program=fake_worker,
+    )  # fmt: skip
+    runs_before_drain: list[int] = []
+
+    def one_drain(i: int) -> Phase:
+        runs_before_drain.append(len(pairs.runs))
+        return drain(1.0 + i)
+
+    said: list[str] = []
+    options = BenchOptions(drains=3, predict_repeats=2)
+    drains, report = drains_and_predict_pairs(one_drain, pairs, options, said.append)
+    assert runs_before_drain == [0, 2, 4]  # drain 0, pair 0, drain 1, pair 1, drain 2
+    assert [d.seconds for d in drains] == [1.0, 2.0, 3.0]
+    assert report is not None and [run["lines_in"] for run in report["runs"]] == [10, 20, 10, 20]
+    assert report["repeats"] == 2 and said == ["predict: 10 and 20 reviews (pair 1 of 2)",
+                                               "predict: 10 and 20 reviews (pair 2 of 2)"]  # fmt: skip
+    drains, report = drains_and_predict_pairs(one_drain, None, options, said.append)
+    assert len(drains) == 3 and report is None  # --predict-messages 0: drains only
+
+
+def test_e2e_vs_predict_is_the_median_of_each_drain_over_its_neighbouring_pair() -> None:
+    model_only, _, naive = phases(100.0)
+    kept = drain(10.0)  # 100 msg/s, the median of the three drains
+    extra = {"tokenization_share": 0.05, "rss": {"growth": 0.0}, "rates_of_every_drain": [90.0, 100.0, 120.0]}
+    e2e = replace(kept, extra={**kept.extra, **extra})
+    predict = predict_phase(150.0, (100.0, None, 100.0))  # pair 2 gave no rate: its round is left out
+    ratios, targets = ratios_and_targets(model_only, e2e, naive, predict)
+    assert ratios["e2e_vs_predict"] == pytest.approx((0.9 + 1.2) / 2)
+    assert ratios["e2e_vs_predict_of_medians"] == pytest.approx(100.0 / 150.0)  # kept drain 100 msg/s
+    assert targets["e2e_vs_predict"]["value"] == ratios["e2e_vs_predict"] and targets["e2e_vs_predict"]["met"]
+
+
+def test_the_table_shows_each_rounds_drain_over_pair_ratio() -> None:
+    report = report_with(predict_phase(300.0, (280.0, None, 310.0)))
+    report["e2e_vs_predict_by_round"] = [0.925, None, 1.04]
+    row = next(line for line in format_table(report).splitlines() if line.startswith("predict "))
+    assert "; drain / pair by round 92.5%, –, 104.0%; conservation ok" in row
