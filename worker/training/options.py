@@ -62,6 +62,9 @@ class TrainOptions:
     """Global-norm gradient clipping; 0 disables."""
     dropout: float = 0.1
     label_smoothing: float = 0.0
+    clean_below: float = 0.0
+    """Label cleaning (pretrained init): drop the train reviews whose own label gets a cross-validated
+    probability below this from a probe on the pretrained encoder's features (`cleaning.py`); 0: off."""
     mlm_epochs: int = 0
     """Scratch only: epochs of masked-LM pre-training on the train split's texts before fine-tuning."""
     mlm_learning_rate: float = 1e-3
@@ -140,6 +143,10 @@ class TrainOptions:
             problems.append("max_seq_len must be >= 3 ([CLS] text [SEP])")
         if not 0.0 <= self.label_smoothing < 1.0:
             problems.append("label_smoothing must be in [0, 1)")
+        if not 0.0 <= self.clean_below < 1.0:
+            problems.append("clean_below must be in [0, 1)")
+        if self.clean_below and self.init == SCRATCH:
+            problems.append("clean_below probes a pretrained encoder: use it with a pretrained init")
         if self.mlm_epochs and self.init != SCRATCH:
             problems.append("mlm_epochs (masked-LM pre-training) is for init=scratch only")
         if self.eval_every < 0 or self.checkpoint_every < 0 or self.average_best < 0:

@@ -8,12 +8,13 @@ accuracy, checkpoints for ``resume``, AMP on GPU, and ``paddle.DataParallel`` un
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from worker.model.device import DeviceUnavailableError, activate, choose_device
 from worker.training.averaging import average_best_snapshots, keep_snapshot
 from worker.training.base_model import BASE_MODEL_NAME, BaseModelError, ensure_base_model
 from worker.training.checkpoints import LoopState, load_checkpoint, save_checkpoint, unwrap
+from worker.training.cleaning import FOLDS, clean, encoder_features
 from worker.training.corpus import (
     LabeledText,
     Split,
@@ -116,6 +118,40 @@ def _soft_targets(
     agree = float((probs[: len(train_ids)].argmax(axis=1) == train_labels).mean()) if len(train_ids) else 0.0
     progress(f"teacher agrees with {agree:.1%} of the train labels")
     return ids, labels, soften(probs, options.temperature)
+
+
+def _clean_labels(
+    model: Any,
+    pad_id: int,
+    parts: Split,
+    train_ids: list[list[int]],
+    train_labels: np.ndarray,
+    options: TrainOptions,
+    out: Path,
+    progress: Callable[[str], None],
+) -> list[int]:
+    """The train indices kept by label cleaning (`cleaning.py`); the dropped reviews, with their label and
+    its cross-validated probability, go to `label_cleaning.json` in the output directory."""
+    features = encoder_features(model, train_ids, pad_id, progress=progress)
+    result = clean(features, train_labels, len(DEFAULT_LABELS), options.clean_below, options.data_split_seed)
+    progress(
+        f"label cleaning: dropped {len(result.dropped)} of {len(train_ids)} train reviews whose label a "
+        f"{FOLDS}-fold probe gave p < {options.clean_below} (the probe's own accuracy "
+        f"{result.probe_accuracy:.1%})"
+    )
+    dropped = [
+        {
+            "text": parts.train[i].text,
+            "label": DEFAULT_LABELS[int(train_labels[i])],
+            "probability": round(result.own_label_probability[i], 4),
+        }
+        for i in sorted(result.dropped, key=lambda i: result.own_label_probability[i])
+    ]
+    report = {**result.summary(), "dropped_reviews": dropped}
+    (out / "label_cleaning.json").write_text(
+        json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8"
+    )
+    return result.kept
 
 
 def _build_pretrained(options: TrainOptions, progress: Callable[[str], None]) -> tuple[Any, Any]:
@@ -224,6 +260,10 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
     train_labels = np.array([ex.label_id for ex in parts.train], dtype=np.int64)
     dev_labels = np.array([ex.label_id for ex in parts.dev], dtype=np.int64)
     test_labels = np.array([ex.label_id for ex in parts.test], dtype=np.int64)
+    if options.clean_below:
+        keep = _clean_labels(model, pad_id, parts, train_ids, train_labels, options, out, say)
+        parts = replace(parts, train=[parts.train[i] for i in keep])
+        train_ids, train_labels = [train_ids[i] for i in keep], train_labels[keep]
     soft: np.ndarray | None = None
     if options.teacher is not None:
         train_ids, train_labels, soft = _soft_targets(options, tokenizer, parts, train_ids, train_labels, say)
