@@ -35,8 +35,12 @@ _TRAIN_FLAGS: list[tuple[str, Callable[[str], Any], str]] = [
     ("max_grad_norm", float, "global-norm gradient clipping, 0 = off"),
     ("dropout", float, "scratch: hidden and attention dropout"),
     ("label_smoothing", float, "label smoothing of the cross-entropy"),
-    ("clean_below", float, "drop train reviews whose label a cross-validated probe on the pretrained "
-     "encoder gives a probability below this (0 = off)"),
+    (
+        "clean_below",
+        float,
+        "drop train reviews whose label a cross-validated probe on the pretrained "
+        "encoder gives a probability below this (0 = off)",
+    ),
     ("mlm_epochs", int, "scratch: masked-LM pre-training epochs on the train texts first"),
     ("mlm_learning_rate", float, "peak learning rate of the masked-LM pre-training"),
     ("patience", int, "early stopping: epochs without a better dev accuracy"),

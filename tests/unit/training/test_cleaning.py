@@ -74,18 +74,26 @@ def test_bad_clean_below_is_refused(tmp_path: Path, options: dict[str, object], 
 
 
 def test_fine_tuning_with_clean_below_drops_train_reviews_only(tiny_model_dir: Path, tmp_path: Path) -> None:
-    common = {"init": str(tiny_model_dir), "epochs": 1, "max_seq_len": 64, "device": "cpu", "batch_size": 16,
-              "limit": 300, "split_seed": 5}  # fmt: skip
+    def options(name: str, clean_below: float = 0.0) -> TrainOptions:
+        return TrainOptions(
+            output_dir=tmp_path / name, init=str(tiny_model_dir), epochs=1, max_seq_len=64, device="cpu",
+            batch_size=16, limit=300, split_seed=5, clean_below=clean_below,
+        )  # fmt: skip
+
     lines: list[str] = []
-    cleaned = train(TrainOptions(output_dir=tmp_path / "cleaned", clean_below=0.5, **common), lines.append)  # type: ignore[arg-type]
+    cleaned = train(options("cleaned", clean_below=0.5), lines.append)
     report = json.loads((tmp_path / "cleaned" / "label_cleaning.json").read_text(encoding="utf-8"))
-    assert report["dropped"] == len(report["dropped_reviews"]) >= 1  # p < 0.5: every review the probe gets wrong
+    assert (
+        report["dropped"] == len(report["dropped_reviews"]) >= 1
+    )  # p < 0.5: every review the probe gets wrong
     assert report["kept"] + report["dropped"] == 240 and cleaned.train_size == report["kept"]
     assert (cleaned.dev_size, cleaned.test_size) == (30, 30)
     probabilities = [row["probability"] for row in report["dropped_reviews"]]
     assert probabilities == sorted(probabilities) and max(probabilities) < 0.5
     assert {row["label"] for row in report["dropped_reviews"]} <= {"negative", "positive"}
     assert any(f"dropped {report['dropped']} of 240 train reviews" in line for line in lines)
-    plain = train(TrainOptions(output_dir=tmp_path / "plain", **common), lambda _: None)  # type: ignore[arg-type]
-    held_out = [(tmp_path / name / "heldout.jsonl").read_text(encoding="utf-8") for name in ("cleaned", "plain")]
+    plain = train(options("plain"), lambda _: None)
+    held_out = [
+        (tmp_path / name / "heldout.jsonl").read_text(encoding="utf-8") for name in ("cleaned", "plain")
+    ]
     assert held_out[0] == held_out[1] and plain.train_size == 240  # the same held-out reviews
