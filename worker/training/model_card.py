@@ -183,7 +183,13 @@ def model_card(
         + f"), `ErnieForSequenceClassification`, max_seq_len {options.max_seq_len} tokens.",
         "",
         f"- Model: {arch}.",
-        f"- Data: {source}; de-duplicated, texts with both labels dropped.",
+        f"- Data: {source}; de-duplicated, texts with both labels dropped"
+        + (
+            f"; train reviews whose label a cross-validated probe on the pretrained encoder gave a "
+            f"probability below {options.clean_below} dropped before training (`label_cleaning.json`)."
+            if options.clean_below
+            else "."
+        ),
         f"- Split (seed {options.data_split_seed}): train {report.train_size}, dev {report.dev_size}, "
         f"test {report.test_size} (`{HELDOUT_FILE}` holds the test split; it was never used for training "
         "or model selection).",

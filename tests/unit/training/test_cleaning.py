@@ -92,6 +92,8 @@ def test_fine_tuning_with_clean_below_drops_train_reviews_only(tiny_model_dir: P
     assert probabilities == sorted(probabilities) and max(probabilities) < 0.5
     assert {row["label"] for row in report["dropped_reviews"]} <= {"negative", "positive"}
     assert any(f"dropped {report['dropped']} of 240 train reviews" in line for line in lines)
+    card = (tmp_path / "cleaned" / "README.md").read_text(encoding="utf-8")
+    assert "probability below 0.5 dropped before training (`label_cleaning.json`)" in card
     plain = train(options("plain"), lambda _: None)
     held_out = [
         (tmp_path / name / "heldout.jsonl").read_text(encoding="utf-8") for name in ("cleaned", "plain")
