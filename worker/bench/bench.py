@@ -220,6 +220,7 @@ def bench_end_to_end(
     first_consume = min(r["processed_at_ms"] - r["processing_time_ms"] for r, _ in results)
     last_ack = max((ts if ts is not None else r["processed_at_ms"]) for r, ts in results)
     seconds = (last_ack - first_consume) / 1000.0
+    append_ms = [ts for _, ts in results if ts is not None]
     tok = metric_sum(last_scrape, "sentiment_tokenization_seconds_sum")
     inf = metric_sum(last_scrape, "sentiment_inference_seconds_sum")
     return Phase(
@@ -229,6 +230,7 @@ def bench_end_to_end(
         dead_letters=len(dead),
         extra={
             "conservation": check,
+            "steady_messages_per_second": steady_rate(append_ms),
             "worker_summary": summary,
             "rss": rss_summary(samples, len(texts)),
             "tokenization_share": tok / (tok + inf) if tok is not None and inf and tok + inf > 0 else None,
@@ -236,6 +238,18 @@ def bench_end_to_end(
             "timed_from": "first consume (processed_at − processing_time) to the last result's broker append",
         },
     )
+
+
+def steady_rate(append_ms: Sequence[int], trim: float = 0.1) -> float | None:
+    """Results per second between the result at `trim` and the one at 1 − `trim` of a drain, by broker
+    append time: the drain's steady rate, without the pipeline filling at the start and emptying at the end.
+    None for fewer than 20 results or no time between them."""
+    times = sorted(append_ms)
+    if len(times) < 20:
+        return None
+    first, last = int(len(times) * trim), int(len(times) * (1 - trim)) - 1
+    seconds = (times[last] - times[first]) / 1000.0
+    return round((last - first) / seconds, 1) if seconds > 0 else None
 
 
 # ----- phase 3: predict -----

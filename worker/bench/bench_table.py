@@ -45,6 +45,11 @@ def _drains(rates: list[float], fmt: Callable[..., str]) -> str:
     return f"median of {len(rates)} drains: {', '.join(fmt(rate) for rate in rates)} msg/s; "
 
 
+def _steady(rate: float | None, fmt: Callable[..., str]) -> str:
+    """The kept drain's steady rate (its middle 80 % of results), when known."""
+    return "" if rate is None else f"steady (the middle 80 % of results) {fmt(rate)} msg/s; "
+
+
 def format_table(report: dict[str, Any]) -> str:
     """The report as an aligned table (the JSON has the full detail, e.g. the RSS series)."""
     m, e, n, lat = report["model_only"], report["end_to_end"], report["naive"], report["latency"]
@@ -70,6 +75,7 @@ def format_table(report: dict[str, Any]) -> str:
             "end-to-end",
             f"{fmt(e['messages_per_second'])} msg/s ({e['messages']} reviews through the broker, "
             f"{_drains(e['rates_of_every_drain'], fmt)}"
+            f"{_steady(e.get('steady_messages_per_second'), fmt)}"
             f"conservation {'ok' if e['conservation']['ok'] else 'BROKEN'})",
         ),
         ("predict", _predict_row(report.get("predict"), report.get("e2e_vs_predict_by_round", []), fmt)),

@@ -12,7 +12,14 @@ from typing import Any
 
 import pytest
 
-from worker.bench.bench import BenchOptions, Phase, drains_and_predict_pairs, median_drain, ratios_and_targets
+from worker.bench.bench import (
+    BenchOptions,
+    Phase,
+    drains_and_predict_pairs,
+    median_drain,
+    ratios_and_targets,
+    steady_rate,
+)
 from worker.bench.bench_table import format_table
 from worker.bench.predict_rate import (
     PredictPairs,
@@ -335,6 +342,9 @@ def test_the_table_shows_every_drains_rate_when_there_were_several() -> None:
     report["end_to_end"]["rates_of_every_drain"] = [90.0, 95.0, 120.0]
     row = next(line for line in format_table(report).splitlines() if line.startswith("end-to-end"))
     assert "95.0 msg/s (1000 reviews through the broker, median of 3 drains: 90.0, 95.0, 120.0 msg/s;" in row
+    report["end_to_end"]["steady_messages_per_second"] = 99.5
+    row = next(line for line in format_table(report).splitlines() if line.startswith("end-to-end"))
+    assert "120.0 msg/s; steady (the middle 80 % of results) 99.5 msg/s; conservation ok)" in row
     single = format_table(report_with(predict_phase(300.0)))
     assert "drains" not in next(line for line in single.splitlines() if line.startswith("end-to-end"))
 
@@ -381,3 +391,13 @@ def test_the_table_shows_each_rounds_drain_over_pair_ratio() -> None:
     report["e2e_vs_predict_by_round"] = [0.925, None, 1.04]
     row = next(line for line in format_table(report).splitlines() if line.startswith("predict "))
     assert "; drain / pair by round 92.5%, –, 104.0%; conservation ok" in row
+
+
+def test_the_steady_rate_leaves_out_the_first_and_last_tenth_of_a_drain() -> None:
+    # 100 results: a slow start (10 results over 2 s), 80 results 10 ms apart, a slow end.
+    start = [i * 200 for i in range(10)]
+    middle = [2000 + i * 10 for i in range(80)]
+    end = [2800 + i * 300 for i in range(10)]
+    assert steady_rate(end + middle + start) == pytest.approx(79 / 0.79)  # results 10..89, in any order
+    assert steady_rate(list(range(19))) is None  # too few results to trim
+    assert steady_rate([5] * 40) is None  # no time between them
