@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from worker.training.data import pad_batch
+
 FOLDS = 5
 L2 = 1.0  # ridge penalty of the logistic regression (features are unit vectors, 512-dim)
 NEWTON_STEPS = 25
@@ -102,8 +104,6 @@ def encoder_features(
     """The [CLS] vector of the last layer of `model`'s encoder (`model.ernie`), unit length, [n, hidden],
     in input order; batched by length, no gradients."""
     import paddle
-
-    from worker.training.data import pad_batch
 
     encoder = model.ernie
     encoder.eval()
