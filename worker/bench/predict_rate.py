@@ -2,11 +2,11 @@
 
 `sentiment-worker predict` labels a file with the engine's best settings (tokenization on one thread,
 inference on the `InferenceStage` thread). Its marginal rate is N / (t(2N) − t(N)), where t(k) is the wall
-time of a `predict` subprocess on a k-line file: start-up and model load are in both and cancel. With
-`repeats` R, the N and 2N runs alternate R times and t(k) is the median of its R runs: on a shared machine a
-single pair's rate swung from 660 to 4,100 lines/s (the fast model, one session), because the difference of
-two wall times carries the noise of both. Each run's output is checked to hold one row per input line,
-numbered 1..k in order (conservation).
+time of a `predict` subprocess on a k-line file: start-up and model load are in both and cancel. With R
+pairs (`PredictPairs.run_pair`), the N and 2N runs alternate and t(k) is the median of its R runs: on a
+shared machine a single pair's rate swung from 660 to 4,100 lines/s (the fast model, one session), because
+the difference of two wall times carries the noise of both. Each run's output is checked to hold one row
+per input line, numbered 1..k in order (conservation).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ __all__ = [
     "PredictRun",
     "PredictRunError",
     "marginal_rate",
-    "measure_predict",
     "one_line",
     "run_predict",
 ]
@@ -177,23 +176,6 @@ class PredictPairs:
             "timed_as": TIMED_AS,
             "command": " ".join([*self.command, "FILE"]),
         }
-
-
-def measure_predict(
-    texts: Sequence[str],
-    n: int,
-    *,
-    repeats: int = 1,
-    **prepare: Any,
-) -> dict[str, Any]:
-    """`repeats` pairs of `PredictPairs(texts, n, **prepare)` back to back (N and 2N alternated), and
-    their report."""
-    if repeats < 1:
-        raise ValueError(f"repeats must be 1 or more, not {repeats}")
-    pairs = PredictPairs(texts, n, **prepare)
-    for _ in range(repeats):
-        pairs.run_pair()
-    return pairs.report()
 
 
 def _rounded(rate: float | None) -> float | None:

@@ -25,7 +25,6 @@ from worker.bench.predict_rate import (
     PredictPairs,
     PredictRunError,
     marginal_rate,
-    measure_predict,
     one_line,
     run_predict,
 )
@@ -58,6 +57,14 @@ def fake_worker(tmp_path: Path) -> list[str]:
     script = tmp_path / "fake_worker.py"
     script.write_text(FAKE_WORKER, encoding="utf-8")
     return [sys.executable, str(script)]
+
+
+def measure_predict(texts: list[str], n: int, *, repeats: int = 1, **prepare: Any) -> dict[str, Any]:
+    """`repeats` `predict` pairs back to back, and their report."""
+    pairs = PredictPairs(texts, n, **prepare)
+    for _ in range(repeats):
+        pairs.run_pair()
+    return pairs.report()
 
 
 # ----- the marginal rate -----
@@ -301,11 +308,12 @@ def test_predict_repeats_defaults_flag_and_refusal(tmp_path: Path) -> None:
     assert bench_options(parse("--predict-repeats", "5")).predict_repeats == 5
     with pytest.raises(CommandError, match="--predict-repeats"):
         bench_options(parse("--predict-repeats", "0"))
-    with pytest.raises(ValueError, match="repeats must be 1 or more"):
-        measure_predict(
-            ["a", "b"], 1, model="m", device="cpu", max_batch_size=1, max_batch_tokens=1,
-            config={}, env={}, workdir=tmp_path, timeout_s=1, repeats=0,
-        )  # fmt: skip
+    unrun = PredictPairs(
+        ["a", "b"], 1, model="m", device="cpu", max_batch_size=1, max_batch_tokens=1,
+        config={}, env={}, workdir=tmp_path, timeout_s=1,
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="no predict pair has run"):
+        unrun.report()
 
 
 # ----- repeated drains -----
