@@ -35,6 +35,7 @@ _TRAIN_FLAGS: list[tuple[str, Callable[[str], Any], str]] = [
     ("max_grad_norm", float, "global-norm gradient clipping, 0 = off"),
     ("dropout", float, "scratch: hidden and attention dropout"),
     ("label_smoothing", float, "label smoothing of the cross-entropy"),
+    ("rdrop", float, "R-Drop: weight of the KL term between two dropout passes of each batch (0 = off)"),
     (
         "clean_below",
         float,

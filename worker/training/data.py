@@ -146,3 +146,21 @@ def smoothed_cross_entropy(logits: Any, labels: Any, smoothing: float) -> Any:
         uniform = -F.log_softmax(logits.astype("float32"), axis=-1).mean()
         loss = (1.0 - smoothing) * loss + smoothing * uniform
     return loss
+
+
+def rdrop_loss(logits: Any, labels: Any, smoothing: float, weight: float) -> Any:
+    """R-Drop (Liang et al., 2021): ``logits`` holds two forward passes of the same examples, stacked (first
+    half, second half), each under its own dropout masks. The loss is the two halves' mean cross-entropy
+    plus ``weight`` times the symmetric KL divergence between their predicted distributions (the mean of
+    KL(a||b) and KL(b||a), summed over labels, averaged over examples)."""
+    import paddle.nn.functional as F
+
+    half = logits.shape[0] // 2
+    first, second = logits[:half].astype("float32"), logits[half:].astype("float32")
+    cross_entropy = 0.5 * (
+        smoothed_cross_entropy(first, labels, smoothing) + smoothed_cross_entropy(second, labels, smoothing)
+    )
+    log_a, log_b = F.log_softmax(first, axis=-1), F.log_softmax(second, axis=-1)
+    # KL(a||b) + KL(b||a) = sum over labels of (p_a - p_b) * (log p_a - log p_b)
+    symmetric_kl = ((log_a.exp() - log_b.exp()) * (log_a - log_b)).sum(axis=-1).mean()
+    return cross_entropy + weight * 0.5 * symmetric_kl

@@ -196,6 +196,11 @@ def model_card(
         f"- Training: {report.steps} optimizer steps"
         + (" (ended early with `--finish`)" if options.finish else "")
         + (
+            f", R-Drop (two dropout passes per batch, symmetric KL weight {options.rdrop})"
+            if options.rdrop
+            else ""
+        )
+        + (
             f", the weights of the dev evaluations at steps {', '.join(map(str, report.averaged_steps))} "
             "averaged (chosen on dev)"
             if report.averaged_steps

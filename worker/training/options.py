@@ -62,6 +62,10 @@ class TrainOptions:
     """Global-norm gradient clipping; 0 disables."""
     dropout: float = 0.1
     label_smoothing: float = 0.0
+    rdrop: float = 0.0
+    """R-Drop: each micro-batch runs forward twice under different dropout masks, and this weight times the
+    symmetric KL divergence between the two predictions joins the loss (``data.rdrop_loss``); 0: off.
+    Costs about twice the compute per step."""
     clean_below: float = 0.0
     """Label cleaning (pretrained init): drop the train reviews whose own label gets a cross-validated
     probability below this from a probe on the pretrained encoder's features (`cleaning.py`); 0: off."""
@@ -143,6 +147,10 @@ class TrainOptions:
             problems.append("max_seq_len must be >= 3 ([CLS] text [SEP])")
         if not 0.0 <= self.label_smoothing < 1.0:
             problems.append("label_smoothing must be in [0, 1)")
+        if self.rdrop < 0:
+            problems.append("rdrop must be >= 0")
+        if self.rdrop and self.teacher is not None:
+            problems.append("rdrop regularises fine-tuning on gold labels: not with a teacher (distillation)")
         if not 0.0 <= self.clean_below < 1.0:
             problems.append("clean_below must be in [0, 1)")
         if self.clean_below and self.init == SCRATCH:

@@ -40,6 +40,7 @@ from worker.training.data import (
     pad_batch,
     per_class,
     predict_probs,
+    rdrop_loss,
     smoothed_cross_entropy,
 )
 from worker.training.distill import (
@@ -351,6 +352,8 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
             step_loss = 0.0
             for m, idx in enumerate(micros):
                 ids, mask = pad_batch([train_ids[i] for i in idx], pad_id)
+                if options.rdrop:  # the same examples twice, in one forward pass: two dropout masks
+                    ids, mask = np.concatenate([ids, ids]), np.concatenate([mask, mask])
                 with _no_sync(model, m < len(micros) - 1):
                     amp_ctx = paddle.amp.auto_cast(level="O1") if amp_used else nullcontext()
                     with amp_ctx:
@@ -358,6 +361,13 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
                     if soft is not None:
                         loss = distillation_loss(
                             logits, train_labels[idx], soft[idx], options.temperature, options.soft_weight
+                        )
+                    elif options.rdrop:
+                        loss = rdrop_loss(
+                            logits,
+                            paddle.to_tensor(train_labels[idx]),
+                            options.label_smoothing,
+                            options.rdrop,
                         )
                     else:
                         loss = smoothed_cross_entropy(
