@@ -11,9 +11,11 @@ The folds are drawn with the split seed: runs that differ only in `--seed` drop 
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -126,3 +128,18 @@ def encoder_features(
                 progress(f"label cleaning: embedded {done}/{len(order)} train reviews")
     encoder.train()
     return out if out is not None else np.zeros((0, 0), dtype=np.float32)
+
+
+def kept_by_earlier_cleaning(path: Path, threshold: float, train_size: int) -> list[int] | None:
+    """The kept train indices an earlier start of this run wrote to `path`, or None when the file is missing
+    or was written for another threshold or split (then the cleaning runs again)."""
+    if not path.is_file():
+        return None
+    report = json.loads(path.read_text(encoding="utf-8"))
+    rows = report.get("dropped_reviews", [])
+    if report.get("threshold") != threshold or report.get("train_size") != train_size:
+        return None
+    if not all(isinstance(row.get("train_index"), int) for row in rows):
+        return None
+    dropped = {row["train_index"] for row in rows}
+    return [i for i in range(train_size) if i not in dropped]

