@@ -24,6 +24,7 @@ class _Marked:
         self._marked: set[tuple[int, ...]] = set()
         self._lock = threading.Lock()
         self.labels, self.name, self.version = inner.labels, inner.name, inner.version
+        self.call_overhead_tokens = inner.call_overhead_tokens
         self.device = getattr(inner, "device", None)
 
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:

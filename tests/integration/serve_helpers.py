@@ -77,6 +77,7 @@ class SlowClassifier:
         self.delay_s = delay_s
         self.labels = inner.labels
         self.name, self.version = inner.name, inner.version
+        self.call_overhead_tokens = inner.call_overhead_tokens
 
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
         return list(self._inner.token_ids(texts))

@@ -155,6 +155,7 @@ class SlowedClassifier:
     def __init__(self, inner: Any, delay_s: float) -> None:
         self._inner, self._delay_s = inner, delay_s
         self.labels, self.name, self.version = inner.labels, inner.name, inner.version
+        self.call_overhead_tokens = inner.call_overhead_tokens
 
     def token_ids(self, texts: Any) -> Any:
         return self._inner.token_ids(texts)

@@ -12,36 +12,86 @@ from collections.abc import Sequence
 
 
 def plan_batches(
-    token_counts: Sequence[int], *, max_batch_size: int, max_batch_tokens: int
+    token_counts: Sequence[int],
+    *,
+    max_batch_size: int,
+    max_batch_tokens: int,
+    call_overhead_tokens: int | None = None,
 ) -> list[list[int]]:
     """Group item indices into inference batches.
 
-    Items are sorted by token count (stable, so equal lengths keep input order) and packed greedily so that
-    each batch has at most `max_batch_size` items and at most `max_batch_tokens` padded tokens
+    Items are sorted by token count (stable, so equal lengths keep input order) and cut into consecutive
+    batches of at most `max_batch_size` items and at most `max_batch_tokens` padded tokens
     (`len(batch) * max(token_count in batch)`, what the model actually computes on). An item that alone
     exceeds `max_batch_tokens` gets a batch of its own; the caller decides what to do with it (truncate,
     chunk, or dead-letter). Every index appears exactly once. Batches come out shortest first; the caller
     restores window input order when it publishes results.
+
+    Where to cut: `call_overhead_tokens` None packs greedily, as few batches as the bounds allow. A number
+    is what one more model call costs, in padded tokens (the backend's fixed cost per call, see
+    `TextClassifierBase.call_overhead_tokens`): the cuts then minimise padded tokens + calls x that cost,
+    exactly (dynamic programming over the sorted items). A backend whose calls are cheap gets more,
+    tighter batches from a small window instead of a few padded to their longest review.
     """
     if max_batch_size < 1:
         raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
     if max_batch_tokens < 1:
         raise ValueError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
+    if call_overhead_tokens is not None and call_overhead_tokens < 0:
+        raise ValueError(f"call_overhead_tokens must be >= 0, got {call_overhead_tokens}")
+    for index, n_tokens in enumerate(token_counts):
+        if n_tokens < 0:
+            raise ValueError(f"token count must be >= 0, got {n_tokens} at index {index}")
     order = sorted(range(len(token_counts)), key=token_counts.__getitem__)
+    if call_overhead_tokens is None:
+        return _pack_greedily(order, token_counts, max_batch_size, max_batch_tokens)
+    return _cut_cheapest(order, token_counts, max_batch_size, max_batch_tokens, call_overhead_tokens)
+
+
+def _pack_greedily(
+    order: list[int], token_counts: Sequence[int], max_batch_size: int, max_batch_tokens: int
+) -> list[list[int]]:
     batches: list[list[int]] = []
     current: list[int] = []
     for index in order:
-        n_tokens = token_counts[index]
-        if n_tokens < 0:
-            raise ValueError(f"token count must be >= 0, got {n_tokens} at index {index}")
         # Ascending order: this item is the longest in the batch, so it sets the padded length.
         size = len(current) + 1
-        if current and (size > max_batch_size or size * n_tokens > max_batch_tokens):
+        if current and (size > max_batch_size or size * token_counts[index] > max_batch_tokens):
             batches.append(current)
             current = []
         current.append(index)
     if current:
         batches.append(current)
+    return batches
+
+
+def _cut_cheapest(
+    order: list[int], token_counts: Sequence[int], max_batch_size: int, max_batch_tokens: int, per_call: int
+) -> list[list[int]]:
+    """The cuts of `order` (ascending token counts) into batches within the bounds that minimise padded
+    tokens + `per_call` per batch: cost[j] = min over the last batch order[i:j] of cost[i] + per_call +
+    (j - i) * count(order[j - 1])."""
+    lengths = [token_counts[index] for index in order]
+    n = len(lengths)
+    cost = [0] + [0] * n
+    start = [0] * (n + 1)
+    for j in range(1, n + 1):
+        longest = lengths[j - 1]
+        best, best_start = cost[j - 1] + per_call + longest, j - 1  # order[j - 1] alone always fits
+        for i in range(j - 2, max(0, j - max_batch_size) - 1, -1):
+            size = j - i
+            if size * longest > max_batch_tokens:
+                break  # a longer batch ending here pads even more
+            candidate = cost[i] + per_call + size * longest
+            if candidate <= best:  # ties: the longer batch, fewer calls
+                best, best_start = candidate, i
+        cost[j], start[j] = best, best_start
+    batches: list[list[int]] = []
+    j = n
+    while j > 0:
+        batches.append(order[start[j] : j])
+        j = start[j]
+    batches.reverse()
     return batches
 
 

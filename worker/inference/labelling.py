@@ -21,6 +21,8 @@ class Classifier(Protocol):
     """What the inference stage needs of a model (see worker.model.SentimentClassifier)."""
 
     labels: list[str]
+    call_overhead_tokens: int | None
+    """One model call's fixed cost in padded tokens, for the batch planner (None: fewest batches)."""
 
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]: ...
 
@@ -154,7 +156,13 @@ def label_ids(
         return [], stats
     lengths = [len(row) for row in ids]
     stats.real_tokens = sum(lengths)
-    for batch in plan_batches(lengths, max_batch_size=max_batch_size, max_batch_tokens=budget.current):
+    batches = plan_batches(
+        lengths,
+        max_batch_size=max_batch_size,
+        max_batch_tokens=budget.current,
+        call_overhead_tokens=classifier.call_overhead_tokens,
+    )
+    for batch in batches:
         _predict_splitting(classifier, ids, lengths, batch, outputs, stats, budget, clock)
     if any(out is None for out in outputs):
         raise AssertionError("inference left sequences without an output")  # a bug, never bad input

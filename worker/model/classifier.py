@@ -26,6 +26,11 @@ class TextClassifierBase:
     _encoder: SequenceEncoder
     _tokenizer: Any
     _pad_id: int
+    call_overhead_tokens: int | None = None
+    """The fixed cost of one model call, in padded tokens, for the batch planner (`plan_batches`): a
+    window is cut into more, tighter batches while that saves more padding than this per extra call.
+    None: pack as few batches as the bounds allow (Paddle's dynamic graph, and every GPU, whose calls are
+    dear). Each backend sets its own from measurements on CPU."""
 
     @property
     def pad_id(self) -> int:

@@ -22,6 +22,7 @@ class LengthModel:
     """Probability of "positive" = len(text) / 100; records the batches it is given; can be held."""
 
     labels = ["negative", "positive"]
+    call_overhead_tokens = None  # fewest batches
 
     def __init__(self) -> None:
         self.batches: list[int] = []

