@@ -1,0 +1,90 @@
+"""The batch planner's two ways of cutting a window, side by side on one served model: fewest batches
+(`call_overhead_tokens` None, the planner before 2026-12-03) against the cheapest cut for the backend's
+declared cost of a call. Windows of 32, 64 and 256 reviews of the bench's review mix (`review_texts`) are
+labelled through `label_texts` (tokenizer, planner, model), the two plans alternating, for `--rounds`
+rounds; each line prints reviews/s, process CPU ms per review, padding efficiency and reviews per call, and
+the end prints per window the medians and the cut / fewest ratio.
+
+    OMP_NUM_THREADS=2 KMP_BLOCKTIME=1 OMP_WAIT_POLICY=PASSIVE \\
+        .venv/bin/python benchmarks/batch_planner.py models/fast-int8 [--reviews 4096] [--rounds 3]
+
+The classifier is loaded as `run` loads it (settings from the environment); set the idle-thread variables
+as `run` and `serve` do (above) to measure what they see.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections import defaultdict
+
+from worker.bench.bench import review_texts
+from worker.cli.common import load_model
+from worker.config import WorkerSettings
+from worker.inference.labelling import Classifier, label_texts
+
+WINDOWS = (32, 64, 256)
+
+
+def label_in_windows(
+    classifier: Classifier, texts: list[str], window: int, settings: WorkerSettings
+) -> tuple[float, float, float, float]:
+    """(reviews/s, CPU ms per review, padding efficiency, reviews per call) over `texts` cut in windows."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    real = padded = calls = 0
+    for start in range(0, len(texts), window):
+        _, stats = label_texts(
+            classifier,
+            texts[start : start + window],
+            max_batch_size=settings.max_batch_size,
+            max_batch_tokens=settings.max_batch_tokens,
+        )
+        real, padded, calls = (
+            real + stats.real_tokens,
+            padded + stats.padded_tokens,
+            calls + len(stats.batches),
+        )
+    seconds, cpu_s = time.perf_counter() - wall, time.process_time() - cpu
+    return len(texts) / seconds, cpu_s * 1000 / len(texts), real / padded, len(texts) / calls
+
+
+def main(model: str, reviews: int, rounds: int) -> None:
+    settings = WorkerSettings(model=model, device="cpu")
+    classifier, _ = load_model(settings)
+    declared = classifier.call_overhead_tokens
+    if declared is None:
+        raise SystemExit(f"{model}: its backend declares no call cost here, so both plans are the same")
+    plans = {"fewest": None, f"cut{declared}": declared}
+    texts = review_texts(reviews, seed=7)
+    print(f"{model}: {classifier!r}; {reviews} reviews, budget {settings.max_batch_tokens} tokens")
+    label_in_windows(classifier, texts[:512], 256, settings)  # warm-up
+    rates: dict[tuple[int, str], list[float]] = defaultdict(list)
+    for round_no in range(1, rounds + 1):
+        for window in WINDOWS:
+            for name, cost in plans.items():
+                classifier.call_overhead_tokens = cost
+                rate, cpu_ms, efficiency, per_call = label_in_windows(classifier, texts, window, settings)
+                rates[window, name].append(rate)
+                print(
+                    f"round {round_no} window {window:3d} {name:>8}: {rate:7.1f} reviews/s, "
+                    f"CPU {cpu_ms:6.3f} ms/review, padding efficiency {efficiency:.2f}, "
+                    f"{per_call:4.1f} reviews/call",
+                    flush=True,
+                )
+    classifier.call_overhead_tokens = declared
+    for window in WINDOWS:
+        fewest, cut = (statistics.median(rates[window, name]) for name in plans)
+        print(
+            f"window {window:3d}: median {fewest:7.1f} (fewest) against {cut:7.1f} (cut), "
+            f"ratio {cut / fewest:.2f}"
+        )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model")
+    parser.add_argument("--reviews", type=int, default=4096)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    main(args.model, args.reviews, args.rounds)
