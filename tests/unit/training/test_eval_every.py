@@ -9,23 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.model_fixtures import MICRO_OPTIONS
 from worker.model.device import choose_device
 from worker.model.loading import load_classifier
 from worker.model.metadata import METADATA_FILE
 from worker.training.options import METRICS_FILE, TrainingError, TrainOptions
 from worker.training.training import train
 
-MICRO = {
-    "num_layers": 1,
-    "hidden_size": 32,
-    "num_heads": 2,
-    "intermediate_size": 64,
-    "max_seq_len": 32,
-    "batch_size": 16,
-    "limit": 300,
-    "seed": 3,
-    "device": "cpu",
-}
+MICRO = {**MICRO_OPTIONS, "device": "cpu"}
 
 
 def test_a_stopped_run_leaves_its_best_model_so_far(tmp_path: Path) -> None:

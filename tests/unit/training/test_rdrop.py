@@ -8,22 +8,12 @@ import numpy as np
 import paddle
 import pytest
 
+from tests.model_fixtures import MICRO_OPTIONS
 from worker.training.data import rdrop_loss, smoothed_cross_entropy
 from worker.training.options import MODEL_CARD_FILE, TrainingError, TrainOptions
 from worker.training.training import train
 
-MICRO = {
-    "num_layers": 1,
-    "hidden_size": 32,
-    "num_heads": 2,
-    "intermediate_size": 64,
-    "max_seq_len": 32,
-    "batch_size": 16,
-    "limit": 300,
-    "seed": 3,
-    "epochs": 1,
-    "device": "cpu",
-}
+MICRO = {**MICRO_OPTIONS, "epochs": 1, "device": "cpu"}
 
 
 def _log_softmax(x: np.ndarray) -> np.ndarray:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.model_fixtures import TINY_OPTIONS, TinyTraining
+from tests.model_fixtures import MICRO_OPTIONS, TINY_OPTIONS, TinyTraining
 from worker.cli import main
 from worker.model.device import choose_device
 from worker.model.loading import load_classifier
@@ -34,18 +34,6 @@ from worker.training.options import (
 )
 from worker.training.training import train
 from worker.training.vocab import SPECIAL_TOKENS, build_char_vocab
-
-# A very small model for the mechanics tests (accumulation, AMP, resume): ~1-2 s per run on 2 cores.
-MICRO = {
-    "num_layers": 1,
-    "hidden_size": 32,
-    "num_heads": 2,
-    "intermediate_size": 64,
-    "max_seq_len": 32,
-    "batch_size": 16,
-    "limit": 300,
-    "seed": 3,
-}
 
 
 def test_corpus_is_deduplicated_without_conflicts() -> None:
@@ -266,7 +254,7 @@ def _weights(path: Path) -> dict[str, np.ndarray]:
 
 
 def test_accum_steps_with_half_batch_gives_the_full_batch_update(tmp_path: Path) -> None:
-    common = {**MICRO, "epochs": 1, "dropout": 0.0, "device": "cpu"}
+    common = {**MICRO_OPTIONS, "epochs": 1, "dropout": 0.0, "device": "cpu"}
     full = train(TrainOptions(output_dir=tmp_path / "full", **{**common, "batch_size": 32}), lambda _: None)  # type: ignore[arg-type]
     accum = train(
         TrainOptions(output_dir=tmp_path / "accum", **{**common, "batch_size": 16, "accum_steps": 2}),  # type: ignore[arg-type]
@@ -285,7 +273,7 @@ def test_accum_steps_with_half_batch_gives_the_full_batch_update(tmp_path: Path)
 
 
 def test_split_seed_keeps_the_heldout_reviews_while_the_seed_changes_the_run(tmp_path: Path) -> None:
-    common = {**MICRO, "epochs": 1, "device": "cpu", "split_seed": 3}
+    common = {**MICRO_OPTIONS, "epochs": 1, "device": "cpu", "split_seed": 3}
     for seed in (3, 4, 5):
         train(TrainOptions(output_dir=tmp_path / f"seed{seed}", **{**common, "seed": seed}), lambda _: None)  # type: ignore[arg-type]
     heldout = {
@@ -298,7 +286,9 @@ def test_split_seed_keeps_the_heldout_reviews_while_the_seed_changes_the_run(tmp
     assert (metrics["seed"], metrics["split_seed"]) == (4, 3)
     # Without --split-seed, the seed draws the split too.
     train(
-        TrainOptions(output_dir=tmp_path / "own", **{**MICRO, "epochs": 1, "device": "cpu", "seed": 4}),
+        TrainOptions(
+            output_dir=tmp_path / "own", **{**MICRO_OPTIONS, "epochs": 1, "device": "cpu", "seed": 4}
+        ),
         lambda _: None,
     )  # type: ignore[arg-type]
     assert (tmp_path / "own" / HELDOUT_FILE).read_text(encoding="utf-8") != heldout[3]
@@ -307,7 +297,7 @@ def test_split_seed_keeps_the_heldout_reviews_while_the_seed_changes_the_run(tmp
 def test_amp_on_cpu_is_ignored_loudly(tmp_path: Path) -> None:
     lines: list[str] = []
     report = train(
-        TrainOptions(output_dir=tmp_path, amp=True, epochs=1, device="cpu", **MICRO),  # type: ignore[arg-type]
+        TrainOptions(output_dir=tmp_path, amp=True, epochs=1, device="cpu", **MICRO_OPTIONS),  # type: ignore[arg-type]
         lines.append,
     )
     warning = [line for line in lines if "--amp ignored" in line]
@@ -319,7 +309,7 @@ def test_amp_on_cpu_is_ignored_loudly(tmp_path: Path) -> None:
 
 
 def test_resume_after_interruption_matches_an_uninterrupted_run(tmp_path: Path) -> None:
-    common = {**MICRO, "epochs": 2, "dropout": 0.1, "keep_checkpoint": True, "device": "cpu"}
+    common = {**MICRO_OPTIONS, "epochs": 2, "dropout": 0.1, "keep_checkpoint": True, "device": "cpu"}
     whole = train(TrainOptions(output_dir=tmp_path / "whole", **common), lambda _: None)  # type: ignore[arg-type]
     steps_per_epoch = whole.steps // 2
     lines: list[str] = []
@@ -343,7 +333,7 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(tmp_path: Path) 
 
 
 def test_finish_ends_a_stopped_run_with_its_best_model_so_far(tmp_path: Path) -> None:
-    common = {**MICRO, "epochs": 3, "eval_every": 2, "device": "cpu"}
+    common = {**MICRO_OPTIONS, "epochs": 3, "eval_every": 2, "device": "cpu"}
     stopped = train(TrainOptions(output_dir=tmp_path, stop_after_steps=11, **common), lambda _: None)  # type: ignore[arg-type]
     assert stopped.interrupted and not (tmp_path / METRICS_FILE).exists()
     interim = _weights(tmp_path / "model_state.pdparams")  # eval_every wrote the best model so far
@@ -361,7 +351,7 @@ def test_finish_ends_a_stopped_run_with_its_best_model_so_far(tmp_path: Path) ->
 
 
 def test_resume_refuses_other_options_or_a_missing_checkpoint(tmp_path: Path) -> None:
-    common = {**MICRO, "epochs": 1, "device": "cpu"}
+    common = {**MICRO_OPTIONS, "epochs": 1, "device": "cpu"}
     train(TrainOptions(output_dir=tmp_path, stop_after_steps=2, **common), lambda _: None)  # type: ignore[arg-type]
     with pytest.raises(TrainingError, match="different options"):
         train(TrainOptions(output_dir=tmp_path, resume=True, learning_rate=5e-4, **common), lambda _: None)  # type: ignore[arg-type]
@@ -448,7 +438,7 @@ def test_mlm_pretraining_is_for_scratch_models_only(tmp_path: Path) -> None:
 
 @pytest.mark.gpu
 def test_amp_on_gpu_trains_with_grad_scaler_and_matches_fp32_closely(tmp_path: Path) -> None:
-    common = {**MICRO, "epochs": 2, "dropout": 0.0, "device": "gpu", "limit": 600}
+    common = {**MICRO_OPTIONS, "epochs": 2, "dropout": 0.0, "device": "gpu", "limit": 600}
     fp32 = train(TrainOptions(output_dir=tmp_path / "fp32", **common), lambda _: None)  # type: ignore[arg-type]
     lines: list[str] = []
     amp = train(TrainOptions(output_dir=tmp_path / "amp", amp=True, **common), lines.append)  # type: ignore[arg-type]
