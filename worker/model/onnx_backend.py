@@ -116,8 +116,9 @@ class OnnxClassifier(TextClassifierBase):
         self.options = options
         self.precision = precision
         # Measured on the fast model (ONNX Runtime INT8, 2 Xeon cores): a call costs ~0.25 ms + ~0.01 ms per
-        # padded token, so one call is worth ~25-30 tokens; cutting 32-text windows by it labelled them
-        # 1.2-1.3x faster than packing as few batches as possible (benchmarks/results/, planner file).
+        # padded token, so one call is worth ~25-30 tokens. Cutting by it labelled 32-review windows 2.1x and
+        # 256-review windows 1.06-1.10x as fast as the fewest batches, on both shipped models
+        # (benchmarks/results/2026-12-03-batch-planner-cut-by-call-cost-xeon.md).
         self.call_overhead_tokens = ONNX_CPU_CALL_OVERHEAD_TOKENS if device.kind == "cpu" else None
         self._session = session
         self._tokenizer = tokenizer
