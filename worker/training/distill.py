@@ -155,6 +155,13 @@ def load_state(directory: Path) -> dict[str, np.ndarray]:
     return {name: np.asarray(value) for name, value in state.items()}
 
 
+def teacher_tokenizer(teacher: Path) -> Any:
+    """The tokenizer a teacher directory reads text with."""
+    from paddlenlp.transformers import ErnieTokenizer
+
+    return ErnieTokenizer.from_pretrained(str(teacher))
+
+
 def build_student(
     teacher: Path,
     *,
@@ -170,9 +177,9 @@ def build_student(
     """A new, narrower ERNIE classifier on the teacher's tokenizer, its embeddings projected from the
     teacher's (`projected_embeddings`); the encoder layers start fresh. `teacher` is a training directory."""
     import paddle
-    from paddlenlp.transformers import ErnieConfig, ErnieForSequenceClassification, ErnieTokenizer
+    from paddlenlp.transformers import ErnieConfig, ErnieForSequenceClassification
 
-    tokenizer = ErnieTokenizer.from_pretrained(str(teacher))
+    tokenizer = teacher_tokenizer(teacher)
     config = ErnieConfig(
         vocab_size=len(tokenizer.vocab),
         hidden_size=hidden_size,

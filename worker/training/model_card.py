@@ -158,24 +158,29 @@ def model_card(
     hp = options.hyper_parameters()
     skip = {"output_dir", "resume", "stop_after_steps", "checkpoint_every", "keep_checkpoint"}
     rows = "\n".join(f"| {k} | {v} |" for k, v in hp.items() if k not in skip)
-    student = (
-        f"ERNIE student of `{options.teacher}`: {options.num_layers} layers, hidden {options.hidden_size}, "
-        f"{options.num_heads} heads, FFN {options.intermediate_size}, on the teacher's vocabulary of "
-        f"{report.vocab_size} tokens with its embeddings projected to {options.hidden_size} dimensions; "
-        f"distilled with temperature {options.temperature}, soft-target weight {options.soft_weight}, "
+    distilled = (
+        f"distilled from `{options.teacher}`"
+        + (" (an ensemble: the teachers' mean probability)" if len(options.teacher_dirs()) > 1 else "")
+        + f" with temperature {options.temperature}, soft-target weight {options.soft_weight}, "
         f"{options.augment_copies} augmented copies of the train split labelled by the teacher"
     )
-    arch = (
-        student
-        if options.teacher is not None
-        else (
+    if options.init == SCRATCH and options.teacher is not None:
+        arch = (
+            f"ERNIE student: {options.num_layers} layers, hidden {options.hidden_size}, "
+            f"{options.num_heads} heads, FFN {options.intermediate_size}, on the teacher's vocabulary of "
+            f"{report.vocab_size} tokens with its embeddings projected to {options.hidden_size} dimensions; "
+            + distilled
+        )
+    elif options.init == SCRATCH:
+        arch = (
             f"ERNIE from scratch: {options.num_layers} layers, hidden {options.hidden_size}, "
             f"{options.num_heads} heads, FFN {options.intermediate_size}, character vocabulary of "
             f"{report.vocab_size} tokens built from the train split"
-            if options.init == SCRATCH
-            else f"fine-tuned from `{options.init}` (vocabulary of {report.vocab_size} tokens)"
         )
-    )
+    else:
+        arch = f"fine-tuned from `{options.init}` (vocabulary of {report.vocab_size} tokens)"
+        if options.teacher is not None:
+            arch += "; " + distilled + " (self-distillation: the student has the teachers' shape)"
     lines = [
         f"# {options.model_name()}",
         "",

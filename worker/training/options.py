@@ -96,8 +96,11 @@ class TrainOptions:
     best dev accuracy is also written to ``output_dir`` as a loadable model at once, so a run that is
     stopped or killed still leaves its best model so far."""
     teacher: str | None = None
-    """Distillation (init=scratch): a fine-tuned model directory whose soft targets the student learns
-    from. The student takes the teacher's tokenizer and embeddings projected to ``hidden_size``."""
+    """Distillation: a fine-tuned model directory whose soft targets the new model learns from, or several
+    separated by commas (an ensemble: their probabilities averaged, each teacher reading the texts with its
+    own tokenizer). With init=scratch the student is a new, narrower model on the first teacher's tokenizer,
+    its embeddings projected to ``hidden_size``; with a pretrained init the student is that model, the
+    teachers' own shape (self-distillation, "born-again" networks)."""
     temperature: float = 2.0
     """Distillation: softmax temperature of the soft targets."""
     soft_weight: float = 0.7
@@ -135,6 +138,12 @@ class TrainOptions:
             return f"sentiment-{Path(self.init).name}"
         return self.name
 
+    def teacher_dirs(self) -> list[Path]:
+        """The teacher directories ``teacher`` names (none without distillation)."""
+        if self.teacher is None:
+            return []
+        return [Path(part.strip()) for part in self.teacher.split(",")]
+
     def fingerprint(self) -> str:
         """Hash of the options that must match for ``resume`` to continue the same run."""
         fixed = {k: v for k, v in self.hyper_parameters().items() if k not in _RESUME_FREE}
@@ -165,8 +174,8 @@ class TrainOptions:
             problems.append("patience must be >= 1")
         if self.truncation not in ("head", "head_tail"):
             problems.append(f"truncation must be head or head_tail, not {self.truncation!r}")
-        if self.teacher is not None and self.init != SCRATCH:
-            problems.append("teacher (distillation) trains a new student: use it with init=scratch")
+        if self.teacher is not None and any(not str(part).strip() for part in self.teacher.split(",")):
+            problems.append(f"teacher {self.teacher!r} names an empty directory: separate directories by commas")
         if self.teacher is None and self.augment_copies:
             problems.append("augment_copies needs a teacher to label the copies")
         if not 0.0 <= self.soft_weight <= 1.0 or self.temperature <= 0 or self.augment_copies < 0:

@@ -48,6 +48,7 @@ from worker.training.distill import (
     build_student,
     distillation_loss,
     soften,
+    teacher_tokenizer,
     teacher_probabilities,
 )
 from worker.training.evaluate import (
@@ -105,21 +106,38 @@ def _soft_targets(
     train_labels: np.ndarray,
     progress: Callable[[str], None],
 ) -> tuple[list[list[int]], np.ndarray, np.ndarray]:
-    """The train sequences plus augmented ones (label -1: no gold label), and the teacher's softened
-    probabilities for all of them."""
-    assert options.teacher is not None
+    """The train sequences plus augmented ones (label -1: no gold label), and the teachers' softened
+    probabilities for all of them: one teacher's, or the mean of several (an ensemble). A teacher whose
+    vocabulary differs from the student's (a pruned one, say) reads the same texts with its own tokenizer."""
+    teachers = options.teacher_dirs()
     texts = augment_texts([ex.text for ex in parts.train], options.augment_copies, options.seed)
-    extra = encode(tokenizer, [LabeledText(t, -1) for t in texts], options.max_seq_len, options.truncation)
+    augmented = [LabeledText(t, -1) for t in texts]
+    extra = encode(tokenizer, augmented, options.max_seq_len, options.truncation)
     ids = train_ids + extra
     labels = np.concatenate([train_labels, np.full(len(extra), -1, dtype=np.int64)])
     progress(
         f"distillation: {len(train_ids)} train + {len(extra)} augmented reviews labelled by "
-        f"{options.teacher} (T={options.temperature}, soft weight {options.soft_weight})"
+        f"{', '.join(map(str, teachers))} (T={options.temperature}, soft weight {options.soft_weight})"
     )
-    probs = teacher_probabilities(options.teacher, ids, max_seq_len=options.max_seq_len, progress=progress)
-    agree = float((probs[: len(train_ids)].argmax(axis=1) == train_labels).mean()) if len(train_ids) else 0.0
-    progress(f"teacher agrees with {agree:.1%} of the train labels")
+    each: list[np.ndarray] = []
+    for teacher in teachers:
+        own = teacher_tokenizer(teacher)
+        teacher_ids = ids
+        if dict(own.vocab.token_to_idx) != dict(tokenizer.vocab.token_to_idx):
+            examples = [*parts.train, *augmented]
+            teacher_ids = encode(own, examples, options.max_seq_len, options.truncation)
+        probs = teacher_probabilities(teacher, teacher_ids, max_seq_len=options.max_seq_len, progress=progress)
+        progress(f"teacher {teacher} agrees with {_agreement(probs, train_labels):.1%} of the train labels")
+        each.append(probs)
+    probs = np.mean(each, axis=0).astype(np.float32)
+    if len(each) > 1:
+        progress(f"the {len(each)} teachers' mean agrees with {_agreement(probs, train_labels):.1%} of the train labels")
     return ids, labels, soften(probs, options.temperature)
+
+
+def _agreement(probs: np.ndarray, labels: np.ndarray) -> float:
+    """Share of the gold `labels` that the first len(labels) rows of `probs` pick."""
+    return float((probs[: len(labels)].argmax(axis=1) == labels).mean()) if len(labels) else 0.0
 
 
 def _clean_labels(
@@ -254,9 +272,9 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
 
     out = Path(options.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    if options.teacher is not None:
+    if options.teacher is not None and options.init == SCRATCH:
         model, tokenizer = build_student(
-            Path(options.teacher), num_layers=options.num_layers, hidden_size=options.hidden_size,
+            options.teacher_dirs()[0], num_layers=options.num_layers, hidden_size=options.hidden_size,
             num_heads=options.num_heads, intermediate_size=options.intermediate_size, dropout=options.dropout,
             max_seq_len=options.max_seq_len, num_labels=len(DEFAULT_LABELS), progress=say,
         )  # fmt: skip
