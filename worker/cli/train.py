@@ -56,9 +56,13 @@ _TRAIN_FLAGS: list[tuple[str, Callable[[str], Any], str]] = [
     ("limit", int, "use only N examples (seeded sample)"),
     ("min_char_freq", int, "scratch: keep characters seen at least N times in train"),
     ("name", str, "model name written to sentiment_model.json"),
-    ("teacher", str, "distillation: a fine-tuned model directory the new model learns from, or several "
-     "separated by commas (an ensemble); with --init scratch a narrower student, with a pretrained --init "
-     "the same shape (self-distillation)"),
+    (
+        "teacher",
+        str,
+        "distillation: a fine-tuned model directory the new model learns from, or several "
+        "separated by commas (an ensemble); with --init scratch a narrower student, with a pretrained --init "
+        "the same shape (self-distillation)",
+    ),
     ("temperature", float, "distillation: temperature of the teacher's soft targets"),
     ("soft_weight", float, "distillation: share of the soft-target loss (the rest: gold labels)"),
     ("augment_copies", int, "distillation: altered copies of the train reviews labelled by the teacher"),

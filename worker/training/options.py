@@ -174,8 +174,8 @@ class TrainOptions:
             problems.append("patience must be >= 1")
         if self.truncation not in ("head", "head_tail"):
             problems.append(f"truncation must be head or head_tail, not {self.truncation!r}")
-        if self.teacher is not None and any(not str(part).strip() for part in self.teacher.split(",")):
-            problems.append(f"teacher {self.teacher!r} names an empty directory: separate directories by commas")
+        if self.teacher is not None and any(not part.strip() for part in self.teacher.split(",")):
+            problems.append(f"teacher {self.teacher!r} names an empty directory: separate them by commas")
         if self.teacher is None and self.augment_copies:
             problems.append("augment_copies needs a teacher to label the copies")
         if not 0.0 <= self.soft_weight <= 1.0 or self.temperature <= 0 or self.augment_copies < 0:

@@ -48,8 +48,8 @@ from worker.training.distill import (
     build_student,
     distillation_loss,
     soften,
-    teacher_tokenizer,
     teacher_probabilities,
+    teacher_tokenizer,
 )
 from worker.training.evaluate import (
     ClassificationMetrics,
@@ -126,12 +126,16 @@ def _soft_targets(
         if dict(own.vocab.token_to_idx) != dict(tokenizer.vocab.token_to_idx):
             examples = [*parts.train, *augmented]
             teacher_ids = encode(own, examples, options.max_seq_len, options.truncation)
-        probs = teacher_probabilities(teacher, teacher_ids, max_seq_len=options.max_seq_len, progress=progress)
-        progress(f"teacher {teacher} agrees with {_agreement(probs, train_labels):.1%} of the train labels")
+        probs = teacher_probabilities(
+            teacher, teacher_ids, max_seq_len=options.max_seq_len, progress=progress
+        )
+        agree = _agreement(probs, train_labels)
+        progress(f"teacher {teacher} agrees with {agree:.1%} of the train labels")
         each.append(probs)
     probs = np.mean(each, axis=0).astype(np.float32)
     if len(each) > 1:
-        progress(f"the {len(each)} teachers' mean agrees with {_agreement(probs, train_labels):.1%} of the train labels")
+        agree = _agreement(probs, train_labels)
+        progress(f"the {len(each)} teachers' mean agrees with {agree:.1%} of the train labels")
     return ids, labels, soften(probs, options.temperature)
 
 
