@@ -25,6 +25,7 @@ class _Marked:
         self._lock = threading.Lock()
         self.labels, self.name, self.version = inner.labels, inner.name, inner.version
         self.call_overhead_tokens = inner.call_overhead_tokens
+        self.parallel_calls = inner.parallel_calls
         self.device = getattr(inner, "device", None)
 
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:

@@ -78,6 +78,7 @@ class SlowClassifier:
         self.labels = inner.labels
         self.name, self.version = inner.name, inner.version
         self.call_overhead_tokens = inner.call_overhead_tokens
+        self.parallel_calls = 1  # the delays add up, one call at a time
 
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
         return list(self._inner.token_ids(texts))

@@ -156,6 +156,7 @@ class SlowedClassifier:
         self._inner, self._delay_s = inner, delay_s
         self.labels, self.name, self.version = inner.labels, inner.name, inner.version
         self.call_overhead_tokens = inner.call_overhead_tokens
+        self.parallel_calls = 1  # the delays add up, one call at a time
 
     def token_ids(self, texts: Any) -> Any:
         return self._inner.token_ids(texts)

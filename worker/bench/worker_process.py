@@ -224,6 +224,7 @@ def served_inference(settings: WorkerSettings) -> dict[str, Any]:
         "tokenizer": settings.tokenizer,
         "long_text": settings.long_text,
         "cpu_threads": settings.cpu_threads,
+        "cpu_threads_per_call": settings.cpu_threads_per_call,
     }
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -23,6 +25,8 @@ class Classifier(Protocol):
     labels: list[str]
     call_overhead_tokens: int | None
     """One model call's fixed cost in padded tokens, for the batch planner (None: fewest batches)."""
+    parallel_calls: int
+    """How many `predict_ids` calls may run side by side: a window's batches run on that many threads."""
 
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]: ...
 
@@ -71,7 +75,8 @@ def is_out_of_memory(exc: BaseException) -> bool:
 class TokenBudget:
     """The running padded-token budget of inference batches; lowered when a batch runs out of memory.
 
-    Owned by the inference thread. `lowered` counts the out-of-memory events that lowered it.
+    Owned by the inference thread (its lanes update it under a lock). `lowered` counts the out-of-memory
+    events that lowered it.
     """
 
     def __init__(self, max_batch_tokens: int, *, floor_tokens: int = 16) -> None:
@@ -162,11 +167,36 @@ def label_ids(
         max_batch_tokens=budget.current,
         call_overhead_tokens=classifier.call_overhead_tokens,
     )
-    for batch in batches:
-        _predict_splitting(classifier, ids, lengths, batch, outputs, stats, budget, clock)
+    lanes = min(classifier.parallel_calls, len(batches))
+    if lanes <= 1:
+        for batch in batches:
+            _predict_splitting(classifier, ids, lengths, batch, outputs, stats, budget, clock)
+    else:
+        # Each batch writes its own rows of `outputs`; `stats` and `budget` are updated under their lock.
+        pool = _lanes(lanes)
+        done = [
+            pool.submit(_predict_splitting, classifier, ids, lengths, batch, outputs, stats, budget, clock)
+            for batch in batches
+        ]
+        for future in done:
+            future.result()  # a bug in a lane surfaces here; model failures were split and dead-lettered
     if any(out is None for out in outputs):
         raise AssertionError("inference left sequences without an output")  # a bug, never bad input
     return [out for out in outputs if out is not None], stats
+
+
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
+_STATS_LOCK = threading.Lock()
+"""Guards `WindowStats` and `TokenBudget` updates from lanes running side by side."""
+
+
+def _lanes(size: int) -> ThreadPoolExecutor:
+    """The threads that run a window's batches side by side (one pool per size, made once)."""
+    with _POOLS_LOCK:
+        if size not in _POOLS:
+            _POOLS[size] = ThreadPoolExecutor(max_workers=size, thread_name_prefix="model-lane")
+        return _POOLS[size]
 
 
 def _predict_splitting(
@@ -188,8 +218,9 @@ def _predict_splitting(
     except Exception as exc:  # noqa: BLE001 - any model failure is split, then dead-lettered
         oom = is_out_of_memory(exc)
         if oom:
-            stats.out_of_memory_events += 1
-            budget.on_out_of_memory(padded)
+            with _STATS_LOCK:
+                stats.out_of_memory_events += 1
+                budget.on_out_of_memory(padded)
         if len(batch) == 1:
             kind = DeadLetterKind.TOO_LONG_FOR_MEMORY if oom else DeadLetterKind.INFERENCE_FAILED
             reason = (
@@ -198,7 +229,8 @@ def _predict_splitting(
             log.warning("dead-lettering one review: %s", reason)
             outputs[batch[0]] = InferenceFailure(kind, reason[:500])
             return
-        stats.splits += 1
+        with _STATS_LOCK:
+            stats.splits += 1
         log.warning(
             "batch of %d failed (%s); retrying in halves", len(batch), "out of memory" if oom else exc
         )
@@ -206,7 +238,8 @@ def _predict_splitting(
         _predict_splitting(classifier, ids, lengths, batch[:half], outputs, stats, budget, clock)
         _predict_splitting(classifier, ids, lengths, batch[half:], outputs, stats, budget, clock)
         return
-    stats.padded_tokens += padded
-    stats.batches.append(BatchStats(len(batch), padded, clock() - started))
+    with _STATS_LOCK:
+        stats.padded_tokens += padded
+        stats.batches.append(BatchStats(len(batch), padded, clock() - started))
     for row, index in zip(probs, batch, strict=True):
         outputs[index] = row

@@ -31,6 +31,9 @@ class TextClassifierBase:
     window is cut into more, tighter batches while that saves more padding than this per extra call.
     None: pack as few batches as the bounds allow (Paddle's dynamic graph, and every GPU, whose calls are
     dear). Each backend sets its own from measurements on CPU."""
+    parallel_calls: int = 1
+    """How many ``predict_ids`` calls may run side by side to good effect: the engine (`label_ids`) runs a
+    window's batches on that many threads. 1 for the Paddle backends (one call uses every thread)."""
 
     @property
     def pad_id(self) -> int:

@@ -83,6 +83,7 @@ class InferenceOptions:
     long_text: LongTextMode = "head_tail"
     chunk_stride_tokens: int | None = None
     cpu_threads: int | None = None
+    cpu_threads_per_call: int = 1
     use_fp16: bool = False
     use_tensorrt: bool = False
     use_bf16: bool = False
@@ -97,6 +98,7 @@ class InferenceOptions:
             long_text=settings.long_text,
             chunk_stride_tokens=settings.chunk_stride_tokens,
             cpu_threads=settings.cpu_threads,
+            cpu_threads_per_call=settings.cpu_threads_per_call,
             use_fp16=settings.use_fp16,
             use_tensorrt=settings.use_tensorrt,
             use_bf16=settings.use_bf16,
@@ -378,7 +380,9 @@ def _load_onnx(
     model names its own version, so results say which precision labelled them)."""
     parts = _exported_parts(directory, max_seq_len, directory / ONNX_FILE, "ONNX")
     chosen = parts.max_seq_len
-    onnx_options = OnnxOptions(cpu_threads=options.cpu_threads or os.cpu_count() or 1)
+    onnx_options = OnnxOptions(
+        cpu_threads=options.cpu_threads or os.cpu_count() or 1, threads_per_call=options.cpu_threads_per_call
+    )
     try:
         session = make_session(directory / ONNX_FILE, device, onnx_options)
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own error types for corrupt graphs

@@ -36,9 +36,20 @@ def is_onnx_dir(directory: Path) -> bool:
 
 @dataclass(frozen=True)
 class OnnxOptions:
-    """Session settings: CPU intra-op threads."""
+    """Session settings on CPU: `cpu_threads` in all, `threads_per_call` of them (the session's intra-op
+    threads) in each model call, so ``parallel_calls`` calls run side by side."""
 
     cpu_threads: int = 1
+    threads_per_call: int | None = None
+    """None: all `cpu_threads` in one call at a time."""
+
+    @property
+    def intra_op_threads(self) -> int:
+        return max(1, min(self.threads_per_call or self.cpu_threads, self.cpu_threads))
+
+    @property
+    def parallel_calls(self) -> int:
+        return max(1, self.cpu_threads // self.intra_op_threads)
 
 
 def providers_for(device: DeviceChoice) -> list[str]:
@@ -59,7 +70,7 @@ def make_session(path: Path, device: DeviceChoice, options: OnnxOptions) -> Any:
     """An ``onnxruntime.InferenceSession`` for ``path`` on ``device``."""
     session_options = ort.SessionOptions()
     session_options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    session_options.intra_op_num_threads = max(1, options.cpu_threads)
+    session_options.intra_op_num_threads = options.intra_op_threads
     session_options.inter_op_num_threads = 1
     session_options.log_severity_level = 3  # errors only: ORT warns about every unused initializer
     if os.environ.get("OMP_WAIT_POLICY", "").upper() == "PASSIVE":
@@ -84,8 +95,8 @@ class OnnxClassifier(TextClassifierBase):
     """An ONNX model behind an ONNX Runtime session; the same interface as the Paddle backends.
 
     ``precision`` is ``float32`` or ``int8`` (from the directory's metadata). ``predict_ids`` may be
-    called from any thread (ORT sessions are thread-safe; a lock keeps one batch at a time, like the
-    static backend, so threads don't oversubscribe the cores).
+    called from any thread (ORT sessions are thread-safe); at most ``parallel_calls`` run at once, each on
+    the session's intra-op threads, so callers don't oversubscribe the cores.
     """
 
     backend = "onnx"
@@ -120,11 +131,15 @@ class OnnxClassifier(TextClassifierBase):
         # 256-review windows 1.06-1.10x as fast as the fewest batches, on both shipped models
         # (benchmarks/results/2026-12-03-batch-planner-cut-by-call-cost-xeon.md).
         self.call_overhead_tokens = ONNX_CPU_CALL_OVERHEAD_TOKENS if device.kind == "cpu" else None
+        # Two single-threaded calls side by side labelled 1.2-1.4x the reviews/s of one call on two threads
+        # (fast model, ORT INT8, 256-review windows, 2-core Xeon): small batches of short reviews split
+        # poorly across threads, and sleeping intra-op threads wake once per operator.
+        self.parallel_calls = options.parallel_calls if device.kind == "cpu" else 1
         self._session = session
         self._tokenizer = tokenizer
         self._encoder = encoder
         self._pad_id = int(tokenizer.pad_token_id)
-        self._lock = threading.Lock()
+        self._calls = threading.BoundedSemaphore(self.parallel_calls)
         names = [i.name for i in session.get_inputs()]
         if sorted(names) != sorted(INPUT_NAMES):
             raise ValueError(f"ONNX graph takes {names}, expected {list(INPUT_NAMES)}")
@@ -136,7 +151,7 @@ class OnnxClassifier(TextClassifierBase):
         if n == 0:
             return np.zeros((0, len(self.labels)), dtype=np.float32)
         ids, mask = self._check_batch(batch)
-        with self._lock:
+        with self._calls:
             (out,) = self._session.run([self._output], {"input_ids": ids, "attention_mask": mask})
         probs = np.asarray(out, dtype=np.float32)
         if probs.shape != (n, len(self.labels)):

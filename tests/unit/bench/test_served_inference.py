@@ -13,7 +13,13 @@ from worker.config import WorkerSettings
 def test_the_http_bench_server_gets_the_model_only_phase_inference(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SENTIMENT_API_TOKEN", "from-the-shell")  # not the bench's setting: not passed on
     settings = WorkerSettings(
-        model="models/x", backend="static", use_bf16=True, cpu_threads=1, long_text="chunk", tokenizer="slow"
+        model="models/x",
+        backend="static",
+        use_bf16=True,
+        cpu_threads=1,
+        cpu_threads_per_call=2,
+        long_text="chunk",
+        tokenizer="slow",
     )
     env = server_env(settings, max_batch_tokens=2048, max_wait_ms=3)
     assert "SENTIMENT_API_TOKEN" not in env
@@ -31,5 +37,5 @@ def test_the_http_bench_server_gets_the_model_only_phase_inference(monkeypatch: 
         True,
         1,
     )
-    assert (served.long_text, served.tokenizer) == ("chunk", "slow")
+    assert (served.long_text, served.tokenizer, served.cpu_threads_per_call) == ("chunk", "slow", 2)
     assert (served.max_batch_tokens, served.http_max_wait_ms) == (2048, 3)

@@ -23,6 +23,7 @@ class LengthModel:
 
     labels = ["negative", "positive"]
     call_overhead_tokens = None  # fewest batches
+    parallel_calls = 1  # one call at a time
 
     def __init__(self) -> None:
         self.batches: list[int] = []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -18,6 +20,7 @@ class FakeLengthClassifier:
 
     labels = ["negative", "positive"]
     call_overhead_tokens = None  # fewest batches
+    parallel_calls = 1  # one call at a time
 
     def __init__(self, oom_over_tokens: int | None = None) -> None:
         self.oom_over_tokens = oom_over_tokens
@@ -100,3 +103,63 @@ def test_empty_window_needs_no_model() -> None:
 )
 def test_out_of_memory_is_recognised(exc: BaseException, expected: bool) -> None:
     assert is_out_of_memory(exc) is expected
+
+
+class FakeSideBySideClassifier(FakeLengthClassifier):
+    """FakeLengthClassifier that takes `parallel_calls` calls at once, each lasting `delay_s`, and records
+    how many ran at the same time."""
+
+    def __init__(
+        self, parallel_calls: int, delay_s: float = 0.01, oom_over_tokens: int | None = None
+    ) -> None:
+        super().__init__(oom_over_tokens)
+        self.parallel_calls = parallel_calls  # type: ignore[misc]
+        self.delay_s = delay_s
+        self.running = 0
+        self.most_at_once = 0
+        self._lock = threading.Lock()
+
+    def predict_ids(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
+        with self._lock:
+            self.running += 1
+            self.most_at_once = max(self.most_at_once, self.running)
+        try:
+            time.sleep(self.delay_s)
+            with self._lock:
+                return super().predict_ids(batch)
+        finally:
+            with self._lock:
+                self.running -= 1
+
+
+def test_batches_run_side_by_side_as_the_classifier_allows_and_outputs_keep_input_order() -> None:
+    rng = np.random.default_rng(11)
+    texts = ["字" * int(n) for n in rng.integers(1, 120, size=200)]
+    texts[17] = "BOOM 坏数据"
+    one_lane = FakeSideBySideClassifier(1, delay_s=0.0)
+    alone, alone_stats = label_texts(one_lane, texts, max_batch_size=16, max_batch_tokens=512)
+    two_lanes = FakeSideBySideClassifier(2)
+    outputs, stats = label_texts(two_lanes, texts, max_batch_size=16, max_batch_tokens=512)
+    assert (one_lane.most_at_once, two_lanes.most_at_once) == (1, 2)
+    failures = [i for i, o in enumerate(outputs) if isinstance(o, InferenceFailure)]
+    assert failures == [17] == [i for i, o in enumerate(alone) if isinstance(o, InferenceFailure)]
+    kept = [i for i in range(len(texts)) if i != 17]
+    assert [_length_of(outputs[i]) for i in kept] == [len(texts[i]) + 2 for i in kept]  # type: ignore[arg-type]
+    # the same batches, counted once each, whichever lane ran them
+    assert sorted(map(sorted, two_lanes.batches)) == sorted(map(sorted, one_lane.batches))
+    assert (stats.padded_tokens, stats.splits, len(stats.batches)) == (
+        alone_stats.padded_tokens,
+        alone_stats.splits,
+        len(alone_stats.batches),
+    )
+
+
+def test_out_of_memory_in_a_lane_lowers_the_shared_budget_once_per_event() -> None:
+    texts = ["短评" * 5] * 12 + ["长" * 300] * 2
+    fake = FakeSideBySideClassifier(2, delay_s=0.001, oom_over_tokens=100)
+    outputs, stats = label_texts(fake, texts, max_batch_size=4, max_batch_tokens=100_000)
+    assert all(not isinstance(o, InferenceFailure) for o in outputs[:12])
+    assert all(
+        isinstance(o, InferenceFailure) and o.kind == DeadLetterKind.TOO_LONG_FOR_MEMORY for o in outputs[12:]
+    )
+    assert stats.out_of_memory_events == len([b for b in fake.batches if len(b) * max(b) > 100])

@@ -108,6 +108,7 @@ class FakeClassifier:
     max_seq_len: int = 128
     labels: Sequence[str] = ("negative", "positive")
     call_overhead_tokens = None  # fewest batches
+    parallel_calls = 1  # one call at a time
 
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
         return [[1, *(100 + ord(c) % 50 for c in text), 2] for text in texts]

@@ -112,6 +112,7 @@ class FakeChunkingClassifier:
 
     labels = ["negative", "positive"]
     call_overhead_tokens = None  # fewest batches
+    parallel_calls = 1  # one call at a time
 
     def __init__(self) -> None:
         self.encoder = SequenceEncoder(

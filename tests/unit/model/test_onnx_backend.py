@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -176,3 +179,55 @@ def test_gpu_onnx_backend(tiny_onnx_dir: Path, dynamic: Any) -> None:
         activate(choose_device("cpu"))
     assert float(np.abs(got - expected).max()) <= 1e-4
     assert gpu.device.kind == "gpu" and gpu.call_overhead_tokens is None  # GPU calls: fewest batches
+
+
+@pytest.mark.parametrize(
+    ("threads", "per_call", "intra_op", "parallel"),
+    [(2, 1, 1, 2), (2, 2, 2, 1), (4, 2, 2, 2), (3, 2, 2, 1), (2, None, 2, 1), (1, 4, 1, 1)],
+)
+def test_cpu_threads_are_split_into_calls_side_by_side(
+    threads: int, per_call: int | None, intra_op: int, parallel: int
+) -> None:
+    options = OnnxOptions(cpu_threads=threads, threads_per_call=per_call)
+    assert (options.intra_op_threads, options.parallel_calls) == (intra_op, parallel)
+
+
+class _CountingSession:
+    """A real ORT session that records how many `run` calls overlap (each held 20 ms longer)."""
+
+    def __init__(self, session: Any) -> None:
+        self._session, self.running, self.most_at_once = session, 0, 0
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._session, name)
+
+    def run(self, *args: Any) -> Any:
+        with self._lock:
+            self.running += 1
+            self.most_at_once = max(self.most_at_once, self.running)
+        try:
+            time.sleep(0.02)
+            return self._session.run(*args)
+        finally:
+            with self._lock:
+                self.running -= 1
+
+
+@pytest.mark.parametrize(("per_call", "parallel"), [(1, 2), (2, 1)])
+def test_an_onnx_classifier_takes_as_many_calls_at_once_as_its_threads_allow(
+    tiny_onnx_dir: Path, per_call: int, parallel: int
+) -> None:
+    options = InferenceOptions(backend="onnx", tokenizer="slow", cpu_threads=2, cpu_threads_per_call=per_call)
+    classifier = load_classifier(str(tiny_onnx_dir), choose_device("cpu"), options=options)
+    assert classifier.parallel_calls == parallel
+    assert classifier._session.get_session_options().intra_op_num_threads == 2 // parallel
+    counting = _CountingSession(classifier._session)
+    classifier._session = counting
+    ids = classifier.token_ids(["很好", "太差了", "一般般吧"])
+    expected = classifier.predict_ids(ids)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        results = list(pool.map(lambda _: classifier.predict_ids(ids), range(8)))
+    assert counting.most_at_once == parallel  # never more calls at once than the threads allow
+    for probs in results:
+        np.testing.assert_allclose(probs, expected, atol=1e-6)

@@ -16,6 +16,7 @@ from worker.tools.predict import FileLines, ProgressBar, predict_lines
 class ThreadNotingModel:
     labels = ["negative", "positive"]
     call_overhead_tokens = None  # fewest batches
+    parallel_calls = 1  # one call at a time
 
     def __init__(self) -> None:
         self.tokenized_on: set[str] = set()
