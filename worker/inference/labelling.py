@@ -173,10 +173,12 @@ def label_ids(
             _predict_splitting(classifier, ids, lengths, batch, outputs, stats, budget, clock)
     else:
         # Each batch writes its own rows of `outputs`; `stats` and `budget` are updated under their lock.
+        # Dearest batches first, so the lanes finish the window close together (not on the longest batch).
         pool = _lanes(lanes)
+        dearest_first = sorted(batches, key=lambda batch: -len(batch) * max(lengths[i] for i in batch))
         done = [
             pool.submit(_predict_splitting, classifier, ids, lengths, batch, outputs, stats, budget, clock)
-            for batch in batches
+            for batch in dearest_first
         ]
         for future in done:
             future.result()  # a bug in a lane surfaces here; model failures were split and dead-lettered

@@ -1,0 +1,71 @@
+"""One ONNX Runtime call across all CPU threads against single-threaded calls side by side
+(`cpu_threads_per_call`, 2026-12-03), on one served model. Windows of 32 and 256 reviews of the bench's
+review mix (`review_texts`) are labelled through `label_texts` (tokenizer, planner, model: the engine every
+command uses), the two settings alternating, for `--rounds` rounds; each line prints reviews/s, process CPU
+ms per review, padding efficiency and reviews per call, and the end prints per window the medians and the
+side-by-side / one-call ratio.
+
+    OMP_NUM_THREADS=2 KMP_BLOCKTIME=1 OMP_WAIT_POLICY=PASSIVE \\
+        .venv/bin/python benchmarks/cpu_threads_per_call.py models/fast-int8 [--reviews 4096] [--rounds 3]
+
+Both classifiers are loaded as `run` loads them (settings from the environment, then `cpu_threads_per_call`
+set to 1 and to all threads); set the idle-thread variables as `run` and `serve` do (above).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+from collections import defaultdict
+
+from batch_planner import label_in_windows
+
+from worker.bench.bench import review_texts
+from worker.cli.common import load_model
+from worker.config import WorkerSettings
+
+WINDOWS = (32, 256)
+
+
+def main(model: str, reviews: int, rounds: int) -> None:
+    base = WorkerSettings(model=model, device="cpu")
+    threads = base.cpu_threads or os.cpu_count() or 1
+    arms = {}
+    for name, per_call in (("one call", threads), ("side by side", 1)):
+        classifier, _ = load_model(base.model_copy(update={"cpu_threads_per_call": per_call}))
+        if getattr(classifier, "backend", None) != "onnx":
+            raise SystemExit(f"{model}: served by {classifier!r}; the setting applies to the onnx backend only")
+        arms[name] = classifier
+        print(f"{name:>12}: {classifier.parallel_calls} calls x {threads // classifier.parallel_calls} threads")
+    texts = review_texts(reviews, seed=7)
+    print(f"{model}: {reviews} reviews, {threads} threads, budget {base.max_batch_tokens} tokens")
+    for classifier in arms.values():
+        label_in_windows(classifier, texts[:512], 256, base)  # warm-up
+    rates: dict[tuple[int, str], list[float]] = defaultdict(list)
+    for round_no in range(1, rounds + 1):
+        for window in WINDOWS:
+            for name, classifier in arms.items():
+                rate, cpu_ms, efficiency, per_call = label_in_windows(classifier, texts, window, base)
+                rates[window, name].append(rate)
+                print(
+                    f"round {round_no} window {window:3d} {name:>12}: {rate:7.1f} reviews/s, "
+                    f"CPU {cpu_ms:6.3f} ms/review, padding efficiency {efficiency:.2f}, "
+                    f"{per_call:4.1f} reviews/call",
+                    flush=True,
+                )
+    for window in WINDOWS:
+        one, side = (statistics.median(rates[window, name]) for name in arms)
+        print(
+            f"window {window:3d}: median {one:7.1f} (one call) against {side:7.1f} (side by side), "
+            f"ratio {side / one:.2f}"
+        )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model")
+    parser.add_argument("--reviews", type=int, default=4096)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    main(args.model, args.reviews, args.rounds)
