@@ -85,9 +85,15 @@ class FakeThroughputProbe:
     """Seconds = overhead + tokens / rate, with attention cost growing with length; saturates at `rate`."""
 
     def __init__(
-        self, *, overhead_s: float = 0.01, rate: float = 20_000.0, slow_past_tokens: int | None = None
+        self,
+        *,
+        overhead_s: float = 0.01,
+        rate: float = 20_000.0,
+        slow_past_tokens: int | None = None,
+        parallel_calls: int = 1,
     ):
         self.overhead_s, self.rate, self.slow_past_tokens = overhead_s, rate, slow_past_tokens
+        self.parallel_calls = parallel_calls
         self.calls: list[tuple[int, int]] = []
 
     def batch_seconds(self, batch_size: int, seq_len: int) -> float:
@@ -230,6 +236,30 @@ def test_throughput_search_respects_the_latency_bound_and_a_slowdown() -> None:
     slowing = FakeThroughputProbe(overhead_s=0.01, rate=20_000.0, slow_past_tokens=1024)
     tokens, _, _, _ = search_throughput_budget(slowing, max_seq_len=128, latency_bound_s=10.0)
     assert tokens == 1024
+
+
+def test_throughput_search_counts_the_batches_labelled_side_by_side() -> None:
+    one = FakeThroughputProbe(overhead_s=0.01, rate=20_000.0)
+    two = FakeThroughputProbe(overhead_s=0.01, rate=20_000.0, parallel_calls=2)  # same seconds, two batches
+    _, one_details, _, _ = search_throughput_budget(one, max_seq_len=128, latency_bound_s=10.0)
+    _, two_details, _, _ = search_throughput_budget(two, max_seq_len=128, latency_bound_s=10.0)
+    for alone, side_by_side in zip(one_details["rows"], two_details["rows"], strict=True):
+        assert side_by_side["tokens_per_second"] == pytest.approx(2 * alone["tokens_per_second"])
+        assert side_by_side["worst_batch_seconds"] == alone["worst_batch_seconds"]  # each call's latency
+
+
+def test_a_budget_tuned_for_one_call_at_a_time_is_not_reused_for_calls_side_by_side(tmp_path: Path) -> None:
+    first = tune(
+        FakeClassifier(), _options(tmp_path), throughput_probe=FakeThroughputProbe(), device=("cpu", "c"),
+        paddle_version="3",
+    )  # fmt: skip
+    side_by_side = FakeClassifier()
+    side_by_side.parallel_calls = 2  # type: ignore[misc]
+    probe = FakeThroughputProbe(parallel_calls=2)
+    second = tune(
+        side_by_side, _options(tmp_path), throughput_probe=probe, device=("cpu", "c"), paddle_version="3"
+    )
+    assert not first.from_cache and not second.from_cache and probe.calls  # measured again
 
 
 # ----- entry point and cache -----

@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 import pytest
 
+from worker.inference.tuning.probes import ClassifierThroughputProbe
 from worker.model.device import activate, choose_device
 from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier, resolve_backend
 from worker.model.metadata import METADATA_FILE, weights_version
@@ -231,3 +232,14 @@ def test_an_onnx_classifier_takes_as_many_calls_at_once_as_its_threads_allow(
     assert counting.most_at_once == parallel  # never more calls at once than the threads allow
     for probs in results:
         np.testing.assert_allclose(probs, expected, atol=1e-6)
+
+
+def test_the_tuner_times_calls_side_by_side_as_the_engine_runs_them(tiny_onnx_dir: Path) -> None:
+    options = InferenceOptions(backend="onnx", tokenizer="slow", cpu_threads=2, cpu_threads_per_call=1)
+    classifier = load_classifier(str(tiny_onnx_dir), choose_device("cpu"), options=options)
+    counting = _CountingSession(classifier._session)
+    classifier._session = counting
+    probe = ClassifierThroughputProbe(classifier, repeats=1)
+    assert probe.parallel_calls == 2
+    assert probe.batch_seconds(4, 16) >= 0.02  # a round lasts at least one (held) call
+    assert counting.most_at_once == 2

@@ -109,6 +109,7 @@ def tuning_key(
         key["safety_margin"] = str(options.safety_margin)
     else:
         key["latency_bound_s"] = str(options.latency_bound_s)
+        key["parallel_calls"] = str(classifier.parallel_calls)  # calls side by side: another throughput
     return key
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from worker.inference.labelling import Classifier
@@ -28,8 +29,13 @@ class MemoryProbe(Protocol):
 class ThroughputProbe(Protocol):
     """Times the real model on one batch shape."""
 
+    parallel_calls: int
+    """Calls timed side by side (the classifier's `parallel_calls`): the model labels that many batches
+    in the seconds `batch_seconds` reports."""
+
     def batch_seconds(self, batch_size: int, seq_len: int) -> float:
-        """Seconds of one inference call on a [batch_size, seq_len] batch (warm)."""
+        """Seconds of one inference call on a [batch_size, seq_len] batch (warm), with `parallel_calls`
+        such calls running side by side."""
         ...
 
 
@@ -75,7 +81,8 @@ class PaddleCudaMemoryProbe:
 
 
 class ClassifierThroughputProbe:
-    """The real CPU probe: best of `repeats` timed `predict_ids` calls after one warm-up call."""
+    """The real CPU probe: best of `repeats` timed rounds of `parallel_calls` side-by-side `predict_ids`
+    calls (as the engine runs a window's batches), after one warm-up round."""
 
     def __init__(
         self, classifier: Classifier, *, repeats: int = 2, clock: Callable[[], float] = time.perf_counter
@@ -83,13 +90,23 @@ class ClassifierThroughputProbe:
         self._classifier = classifier
         self._repeats = max(1, repeats)
         self._clock = clock
+        self.parallel_calls = max(1, classifier.parallel_calls)
 
     def batch_seconds(self, batch_size: int, seq_len: int) -> float:
         batch = synthetic_batch(self._classifier, batch_size, seq_len)
-        self._classifier.predict_ids(batch)
-        best = math.inf
-        for _ in range(self._repeats):
-            started = self._clock()
-            self._classifier.predict_ids(batch)
-            best = min(best, self._clock() - started)
+        with ThreadPoolExecutor(max_workers=self.parallel_calls) as lanes:
+
+            def one_round() -> None:
+                calls = [
+                    lanes.submit(self._classifier.predict_ids, batch) for _ in range(self.parallel_calls)
+                ]
+                for call in calls:
+                    call.result()
+
+            one_round()
+            best = math.inf
+            for _ in range(self._repeats):
+                started = self._clock()
+                one_round()
+                best = min(best, self._clock() - started)
         return best

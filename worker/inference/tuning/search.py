@@ -222,7 +222,8 @@ def search_throughput_budget(
             total_tokens += batch * seq_len
             total_seconds += seconds
             worst = max(worst, seconds)
-        row = ThroughputRow(budget, total_tokens / total_seconds, worst, worst <= latency_bound_s)
+        rate = total_tokens * probe.parallel_calls / total_seconds  # that many batches in those seconds
+        row = ThroughputRow(budget, rate, worst, worst <= latency_bound_s)
         rows.append(row)
         say(
             f"budget {budget:>6} tokens: {row.tokens_per_second:,.0f} tokens/s, slowest batch "
