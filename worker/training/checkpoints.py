@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,14 +77,18 @@ def _carry_over(source: Path, target: Path) -> None:
         shutil.copy2(source, target)
 
 
-def load_checkpoint(ckpt: Path, model: Any, optimizer: Any, scaler: Any, fingerprint: str) -> LoopState:
+def load_checkpoint(
+    ckpt: Path, model: Any, optimizer: Any, scaler: Any, fingerprints: Collection[str]
+) -> LoopState:
+    """The loop state of the checkpoint in `ckpt`, its weights loaded into `model`, `optimizer` and `scaler`;
+    refused unless it carries one of `fingerprints` (the same options)."""
     import paddle
 
     state_file = ckpt / "state.json"
     if not state_file.is_file():
         raise TrainingError(f"--resume: no checkpoint at {ckpt} (nothing to resume; drop --resume)")
     raw = json.loads(state_file.read_text(encoding="utf-8"))
-    if raw.pop("fingerprint", None) != fingerprint:
+    if raw.pop("fingerprint", None) not in fingerprints:
         raise TrainingError(
             f"--resume: the checkpoint in {ckpt} was made with different options; resume with the same "
             "data, model and hyper-parameter flags, or start over without --resume"

@@ -26,6 +26,10 @@ _RESUME_FREE = {
 }  # fmt: skip
 
 
+def _digest(values: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:16]
+
+
 class TrainingError(RuntimeError):
     """A user-fixable training problem (bad data, incompatible checkpoint, unusable init model)."""
 
@@ -145,9 +149,18 @@ class TrainOptions:
         return [Path(part.strip()) for part in self.teacher.split(",")]
 
     def fingerprint(self) -> str:
-        """Hash of the options that must match for ``resume`` to continue the same run."""
-        fixed = {k: v for k, v in self.hyper_parameters().items() if k not in _RESUME_FREE}
-        return hashlib.sha256(json.dumps(fixed, sort_keys=True).encode()).hexdigest()[:16]
+        """Hash of the options that must match for ``resume`` to continue the same run. Options at their
+        default are left out, so an option added later leaves the checkpoints of runs that do not use it
+        resumable."""
+        defaults = type(self)(output_dir=self.output_dir).hyper_parameters()
+        return _digest({k: v for k, v in self._fixed().items() if v != defaults[k]})
+
+    def legacy_fingerprint(self) -> str:
+        """The fingerprint of checkpoints written before 2026-12-03: every option, defaults included."""
+        return _digest(self._fixed())
+
+    def _fixed(self) -> dict[str, Any]:
+        return {k: v for k, v in self.hyper_parameters().items() if k not in _RESUME_FREE}
 
     def validate(self) -> None:
         """Raise TrainingError for impossible settings."""

@@ -328,7 +328,8 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
     fingerprint = options.fingerprint()
     state = LoopState()
     if options.resume or options.finish:
-        state = load_checkpoint(ckpt, model, optimizer, scaler, fingerprint)
+        accepted = {fingerprint, options.legacy_fingerprint()}  # checkpoints written before 2026-12-03 too
+        state = load_checkpoint(ckpt, model, optimizer, scaler, accepted)
         say(
             f"resumed from {ckpt}: epoch {state.epoch} step {state.step_in_epoch}, "
             f"global step {state.global_step}"

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -357,6 +358,37 @@ def test_resume_refuses_other_options_or_a_missing_checkpoint(tmp_path: Path) ->
         train(TrainOptions(output_dir=tmp_path, resume=True, learning_rate=5e-4, **common), lambda _: None)  # type: ignore[arg-type]
     with pytest.raises(TrainingError, match="no checkpoint"):
         train(TrainOptions(output_dir=tmp_path / "none", resume=True, **common), lambda _: None)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class _OptionsWithANewOption(TrainOptions):
+    """TrainOptions as a later version might have it: one more option."""
+
+    new_option: float = 0.0
+
+
+def test_an_option_added_later_leaves_the_fingerprint_of_runs_that_do_not_use_it(tmp_path: Path) -> None:
+    common = {**MICRO_OPTIONS, "epochs": 1, "device": "cpu"}
+    today = TrainOptions(output_dir=tmp_path, **common).fingerprint()  # type: ignore[arg-type]
+    assert _OptionsWithANewOption(output_dir=tmp_path, **common).fingerprint() == today  # type: ignore[arg-type]
+    assert _OptionsWithANewOption(output_dir=tmp_path, new_option=1.0, **common).fingerprint() != today  # type: ignore[arg-type]
+    assert TrainOptions(output_dir=tmp_path, **{**common, "learning_rate": 5e-4}).fingerprint() != today  # type: ignore[arg-type]
+
+
+def test_a_checkpoint_with_the_fingerprint_written_before_2026_12_03_resumes(tmp_path: Path) -> None:
+    common = {**MICRO_OPTIONS, "epochs": 1, "device": "cpu"}
+    options = TrainOptions(output_dir=tmp_path, stop_after_steps=2, **common)  # type: ignore[arg-type]
+    train(options, lambda _: None)
+    state_file = tmp_path / CHECKPOINT_DIR / "state.json"
+    state = json.loads(state_file.read_text(encoding="utf-8"))
+    assert state["fingerprint"] == options.fingerprint() != options.legacy_fingerprint()
+    state_file.write_text(
+        json.dumps({**state, "fingerprint": options.legacy_fingerprint()}), encoding="utf-8"
+    )
+    lines: list[str] = []
+    report = train(TrainOptions(output_dir=tmp_path, resume=True, **common), lines.append)  # type: ignore[arg-type]
+    assert any("resumed from" in line and "global step 2" in line for line in lines), lines
+    assert not report.interrupted and report.steps > 2
 
 
 def test_fine_tune_from_a_local_model_dir_on_a_user_csv(tiny_model_dir: Path, tmp_path: Path) -> None:
