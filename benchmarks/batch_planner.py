@@ -18,6 +18,7 @@ import argparse
 import statistics
 import time
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 
 from worker.bench.bench import review_texts
 from worker.cli.common import load_model
@@ -49,36 +50,54 @@ def label_in_windows(
     return len(texts) / seconds, cpu_s * 1000 / len(texts), real / padded, len(texts) / calls
 
 
+def alternate(
+    arms: dict[str, Callable[[], Classifier]],
+    texts: list[str],
+    windows: Sequence[int],
+    rounds: int,
+    settings: WorkerSettings,
+) -> None:
+    """Labels `texts` in windows of each size with each arm (a callable giving the classifier to use, set up
+    for that arm), the arms alternating within every round; prints each run, then per window the medians of
+    the first two arms and their ratio (second / first)."""
+    rates: dict[tuple[int, str], list[float]] = defaultdict(list)
+    width = max(len(name) for name in arms)
+    for round_no in range(1, rounds + 1):
+        for window in windows:
+            for name, arm in arms.items():
+                rate, cpu_ms, efficiency, per_call = label_in_windows(arm(), texts, window, settings)
+                rates[window, name].append(rate)
+                print(
+                    f"round {round_no} window {window:3d} {name:>{width}}: {rate:7.1f} reviews/s, "
+                    f"CPU {cpu_ms:6.3f} ms/review, padding efficiency {efficiency:.2f}, "
+                    f"{per_call:4.1f} reviews/call",
+                    flush=True,
+                )
+    first, second = list(arms)[:2]
+    for window in windows:
+        a, b = (statistics.median(rates[window, name]) for name in (first, second))
+        print(f"window {window:3d}: median {a:7.1f} ({first}) against {b:7.1f} ({second}), ratio {b / a:.2f}")
+
+
 def main(model: str, reviews: int, rounds: int) -> None:
     settings = WorkerSettings(model=model, device="cpu")
     classifier, _ = load_model(settings)
     declared = classifier.call_overhead_tokens
     if declared is None:
         raise SystemExit(f"{model}: its backend declares no call cost here, so both plans are the same")
-    plans = {"fewest": None, f"cut{declared}": declared}
+
+    def planned_with(cost: int | None) -> Callable[[], Classifier]:
+        def arm() -> Classifier:
+            classifier.call_overhead_tokens = cost
+            return classifier
+
+        return arm
+
     texts = review_texts(reviews, seed=7)
     print(f"{model}: {classifier!r}; {reviews} reviews, budget {settings.max_batch_tokens} tokens")
     label_in_windows(classifier, texts[:512], 256, settings)  # warm-up
-    rates: dict[tuple[int, str], list[float]] = defaultdict(list)
-    for round_no in range(1, rounds + 1):
-        for window in WINDOWS:
-            for name, cost in plans.items():
-                classifier.call_overhead_tokens = cost
-                rate, cpu_ms, efficiency, per_call = label_in_windows(classifier, texts, window, settings)
-                rates[window, name].append(rate)
-                print(
-                    f"round {round_no} window {window:3d} {name:>8}: {rate:7.1f} reviews/s, "
-                    f"CPU {cpu_ms:6.3f} ms/review, padding efficiency {efficiency:.2f}, "
-                    f"{per_call:4.1f} reviews/call",
-                    flush=True,
-                )
+    alternate({"fewest": planned_with(None), "cut": planned_with(declared)}, texts, WINDOWS, rounds, settings)
     classifier.call_overhead_tokens = declared
-    for window in WINDOWS:
-        fewest, cut = (statistics.median(rates[window, name]) for name in plans)
-        print(
-            f"window {window:3d}: median {fewest:7.1f} (fewest) against {cut:7.1f} (cut), "
-            f"ratio {cut / fewest:.2f}"
-        )
 
 
 if __name__ == "__main__":

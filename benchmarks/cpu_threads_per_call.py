@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-from collections import defaultdict
 
-from batch_planner import label_in_windows
+from batch_planner import alternate, label_in_windows
 
 from worker.bench.bench import review_texts
 from worker.cli.common import load_model
@@ -35,31 +33,18 @@ def main(model: str, reviews: int, rounds: int) -> None:
     for name, per_call in (("one call", threads), ("side by side", 1)):
         classifier, _ = load_model(base.model_copy(update={"cpu_threads_per_call": per_call}))
         if getattr(classifier, "backend", None) != "onnx":
-            raise SystemExit(f"{model}: served by {classifier!r}; the setting applies to the onnx backend only")
+            raise SystemExit(
+                f"{model}: served by {classifier!r}; the setting applies to the onnx backend only"
+            )
         arms[name] = classifier
-        print(f"{name:>12}: {classifier.parallel_calls} calls x {threads // classifier.parallel_calls} threads")
+        print(
+            f"{name:>12}: {classifier.parallel_calls} calls x {threads // classifier.parallel_calls} threads"
+        )
     texts = review_texts(reviews, seed=7)
     print(f"{model}: {reviews} reviews, {threads} threads, budget {base.max_batch_tokens} tokens")
     for classifier in arms.values():
         label_in_windows(classifier, texts[:512], 256, base)  # warm-up
-    rates: dict[tuple[int, str], list[float]] = defaultdict(list)
-    for round_no in range(1, rounds + 1):
-        for window in WINDOWS:
-            for name, classifier in arms.items():
-                rate, cpu_ms, efficiency, per_call = label_in_windows(classifier, texts, window, base)
-                rates[window, name].append(rate)
-                print(
-                    f"round {round_no} window {window:3d} {name:>12}: {rate:7.1f} reviews/s, "
-                    f"CPU {cpu_ms:6.3f} ms/review, padding efficiency {efficiency:.2f}, "
-                    f"{per_call:4.1f} reviews/call",
-                    flush=True,
-                )
-    for window in WINDOWS:
-        one, side = (statistics.median(rates[window, name]) for name in arms)
-        print(
-            f"window {window:3d}: median {one:7.1f} (one call) against {side:7.1f} (side by side), "
-            f"ratio {side / one:.2f}"
-        )
+    alternate({name: (lambda c=c: c) for name, c in arms.items()}, texts, WINDOWS, rounds, base)
 
 
 if __name__ == "__main__":
