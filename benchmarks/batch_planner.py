@@ -100,10 +100,15 @@ def main(model: str, reviews: int, rounds: int) -> None:
     classifier.call_overhead_tokens = declared
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def command_line(main: Callable[[str, int, int], None], doc: str) -> None:
+    """`MODEL [--reviews N] [--rounds N]` → main(model, reviews, rounds); help: `doc`'s first paragraph."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("model")
     parser.add_argument("--reviews", type=int, default=4096)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     main(args.model, args.reviews, args.rounds)
+
+
+if __name__ == "__main__":
+    command_line(main, __doc__)

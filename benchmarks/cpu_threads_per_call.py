@@ -14,10 +14,9 @@ set to 1 and to all threads); set the idle-thread variables as `run` and `serve`
 
 from __future__ import annotations
 
-import argparse
 import os
 
-from batch_planner import alternate, label_in_windows
+from batch_planner import alternate, command_line, label_in_windows
 
 from worker.bench.bench import review_texts
 from worker.cli.common import load_model
@@ -48,9 +47,4 @@ def main(model: str, reviews: int, rounds: int) -> None:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("model")
-    parser.add_argument("--reviews", type=int, default=4096)
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
-    main(args.model, args.reviews, args.rounds)
+    command_line(main, __doc__)
