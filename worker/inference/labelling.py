@@ -167,14 +167,13 @@ def label_ids(
         max_batch_tokens=budget.current,
         call_overhead_tokens=classifier.call_overhead_tokens,
     )
-    lanes = min(classifier.parallel_calls, len(batches))
-    if lanes <= 1:
+    if min(classifier.parallel_calls, len(batches)) <= 1:
         for batch in batches:
             _predict_splitting(classifier, ids, lengths, batch, outputs, stats, budget, clock)
     else:
         # Each batch writes its own rows of `outputs`; `stats` and `budget` are updated under their lock.
         # Dearest batches first, so the lanes finish the window close together (not on the longest batch).
-        pool = _lanes(lanes)
+        pool = _lanes(classifier.parallel_calls)
         dearest_first = sorted(batches, key=lambda batch: -len(batch) * max(lengths[i] for i in batch))
         done = [
             pool.submit(_predict_splitting, classifier, ids, lengths, batch, outputs, stats, budget, clock)
@@ -194,10 +193,11 @@ _STATS_LOCK = threading.Lock()
 
 
 def _lanes(size: int) -> ThreadPoolExecutor:
-    """The threads that run a window's batches side by side (one pool per size, made once)."""
+    """The threads that run a window's batches side by side: one pool per classifier width (`parallel_calls`),
+    made once, whatever the window's batch count (threads named ``model-lane-{size}_N``)."""
     with _POOLS_LOCK:
         if size not in _POOLS:
-            _POOLS[size] = ThreadPoolExecutor(max_workers=size, thread_name_prefix="model-lane")
+            _POOLS[size] = ThreadPoolExecutor(max_workers=size, thread_name_prefix=f"model-lane-{size}")
         return _POOLS[size]
 
 

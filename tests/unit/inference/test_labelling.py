@@ -163,3 +163,17 @@ def test_out_of_memory_in_a_lane_lowers_the_shared_budget_once_per_event() -> No
         isinstance(o, InferenceFailure) and o.kind == DeadLetterKind.TOO_LONG_FOR_MEMORY for o in outputs[12:]
     )
     assert stats.out_of_memory_events == len([b for b in fake.batches if len(b) * max(b) > 100])
+
+
+def test_lanes_are_one_pool_per_classifier_width_whatever_a_window_s_batch_count() -> None:
+    def lane_threads() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name.startswith("model-lane")}
+
+    before = lane_threads()
+    fake = FakeSideBySideClassifier(3, delay_s=0.001)
+    for window in (2, 9, 40, 6, 100, 17):  # windows of 1, 2, 3 and more batches
+        texts = ["字" * (5 + i % 90) for i in range(window)]
+        outputs, _ = label_texts(fake, texts, max_batch_size=4, max_batch_tokens=4096)
+        assert [_length_of(o) for o in outputs] == [len(t) + 2 for t in texts]  # type: ignore[arg-type]
+    added = lane_threads() - before
+    assert 2 <= len(added) <= 3 and all(t.name.startswith("model-lane-3_") for t in added)
