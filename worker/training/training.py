@@ -174,16 +174,16 @@ def _clean_labels(
         f"{FOLDS}-fold probe gave p < {options.clean_below} (the probe's own accuracy "
         f"{result.probe_accuracy:.1%})"
     )
-    dropped = [
-        {
-            "train_index": i,
-            "text": parts.train[i].text,
-            "label": DEFAULT_LABELS[int(train_labels[i])],
-            "probability": round(result.own_label_probability[i], 4),
-        }
-        for i in sorted(result.dropped, key=lambda i: result.own_label_probability[i])
-    ]
-    if rank == 0:
+    if rank == 0:  # the one writer builds the report
+        dropped = [
+            {
+                "train_index": i,
+                "text": parts.train[i].text,
+                "label": DEFAULT_LABELS[int(train_labels[i])],
+                "probability": round(result.own_label_probability[i], 4),
+            }
+            for i in sorted(result.dropped, key=lambda i: result.own_label_probability[i])
+        ]
         report = {**result.summary(), "train_size": len(train_ids), "dropped_reviews": dropped}
         (out / CLEANING_FILE).write_text(json.dumps(report, ensure_ascii=False, indent=1), encoding="utf-8")
     return result.kept
