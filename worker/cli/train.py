@@ -42,6 +42,12 @@ _TRAIN_FLAGS: list[tuple[str, Callable[[str], Any], str]] = [
         "drop train reviews whose label a cross-validated probe on the pretrained "
         "encoder gives a probability below this (0 = off)",
     ),
+    (
+        "keep_layers",
+        str,
+        "pretrained init: keep only these encoder layers, e.g. 0,1 (a shallower, faster model; with "
+        "--teacher and the teacher as --init, a student initialised from the teacher's layers)",
+    ),
     ("mlm_epochs", int, "scratch: masked-LM pre-training epochs on the train texts first"),
     ("mlm_learning_rate", float, "peak learning rate of the masked-LM pre-training"),
     ("patience", int, "early stopping: epochs without a better dev accuracy"),

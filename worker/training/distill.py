@@ -210,6 +210,20 @@ def build_student(
     return model, tokenizer
 
 
+def keep_encoder_layers(model: Any, layers: list[int]) -> None:
+    """Cut an ERNIE classifier's encoder down to `layers` (0-based, in order), in place: the kept layers
+    keep their weights, the config says the new depth, so `save_pretrained` writes a loadable model."""
+    import paddle
+
+    encoder = model.ernie.encoder
+    depth = len(encoder.layers)
+    if max(layers) >= depth:
+        raise ValueError(f"layers {layers} asked of an encoder with {depth} layers (0..{depth - 1})")
+    encoder.layers = paddle.nn.LayerList([encoder.layers[i] for i in layers])
+    encoder.num_layers = len(layers)
+    model.config.num_hidden_layers = len(layers)
+
+
 def distillation_loss(
     logits: Any, labels: np.ndarray, soft: np.ndarray, temperature: float, soft_weight: float
 ) -> Any:

@@ -147,6 +147,15 @@ def write_outputs(
     (out / MODEL_CARD_FILE).write_text(model_card(options, report, source, test, hardware), encoding="utf-8")
 
 
+def _distilled(options: TrainOptions) -> str:
+    ensemble = " (an ensemble: the teachers' mean probability)" if len(options.teacher_dirs()) > 1 else ""
+    return (
+        f"distilled from `{options.teacher}`{ensemble} with temperature {options.temperature}, soft-target "
+        f"weight {options.soft_weight}, {options.augment_copies} augmented copies of the train split "
+        "labelled by the teacher"
+    )
+
+
 def model_card(
     options: TrainOptions,
     report: TrainReport,
@@ -158,18 +167,12 @@ def model_card(
     hp = options.hyper_parameters()
     skip = {"output_dir", "resume", "stop_after_steps", "checkpoint_every", "keep_checkpoint"}
     rows = "\n".join(f"| {k} | {v} |" for k, v in hp.items() if k not in skip)
-    distilled = (
-        f"distilled from `{options.teacher}`"
-        + (" (an ensemble: the teachers' mean probability)" if len(options.teacher_dirs()) > 1 else "")
-        + f" with temperature {options.temperature}, soft-target weight {options.soft_weight}, "
-        f"{options.augment_copies} augmented copies of the train split labelled by the teacher"
-    )
     if options.init == SCRATCH and options.teacher is not None:
         arch = (
             f"ERNIE student: {options.num_layers} layers, hidden {options.hidden_size}, "
             f"{options.num_heads} heads, FFN {options.intermediate_size}, on the teacher's vocabulary of "
             f"{report.vocab_size} tokens with its embeddings projected to {options.hidden_size} dimensions; "
-            + distilled
+            + _distilled(options)
         )
     elif options.init == SCRATCH:
         arch = (
@@ -179,8 +182,16 @@ def model_card(
         )
     else:
         arch = f"fine-tuned from `{options.init}` (vocabulary of {report.vocab_size} tokens)"
+        layers = options.kept_layers()
+        if layers is not None:
+            arch += f"; only its encoder layers {options.keep_layers} kept ({len(layers)} layers)"
         if options.teacher is not None:
-            arch += "; " + distilled + " (self-distillation: the student has the teachers' shape)"
+            shape = (
+                "a student initialised from the init's layers"
+                if layers is not None
+                else "self-distillation: the student has the teachers' shape"
+            )
+            arch += f"; {_distilled(options)} ({shape})"
     lines = [
         f"# {options.model_name()}",
         "",

@@ -72,6 +72,10 @@ class TrainOptions:
     """R-Drop: each micro-batch runs forward twice under different dropout masks, and this weight times the
     symmetric KL divergence between the two predictions joins the loss (``data.rdrop_loss``); 0: off.
     Costs about twice the compute per step."""
+    keep_layers: str | None = None
+    """Pretrained init: keep only these encoder layers, 0-based and comma-separated (``0,1``): a shallower,
+    faster model whose layers start from the init's. With a teacher, a student "initialised from the
+    teacher's layers" when the init is the teacher itself. None: all layers."""
     clean_below: float = 0.0
     """Label cleaning (pretrained init): drop the train reviews whose own label gets a cross-validated
     probability below this from a probe on the pretrained encoder's features (`cleaning.py`); 0: off."""
@@ -148,6 +152,12 @@ class TrainOptions:
             return []
         return [Path(part.strip()) for part in self.teacher.split(",")]
 
+    def kept_layers(self) -> list[int] | None:
+        """The encoder layers ``keep_layers`` names, in order (None: all)."""
+        if self.keep_layers is None:
+            return None
+        return [int(part) for part in self.keep_layers.split(",")]
+
     def fingerprint(self) -> str:
         """Hash of the options that must match for ``resume`` to continue the same run. Options at their
         default are left out, so an option added later leaves the checkpoints of runs that do not use it
@@ -195,8 +205,22 @@ class TrainOptions:
             problems.append("soft_weight must be in [0, 1], temperature > 0, augment_copies >= 0")
         if self.init == SCRATCH and self.hidden_size % self.num_heads:
             problems.append("hidden_size must be a multiple of num_heads")
+        problems.extend(self._keep_layers_problems())
         if problems:
             raise TrainingError("; ".join(problems))
+
+    def _keep_layers_problems(self) -> list[str]:
+        if self.keep_layers is None:
+            return []
+        if self.init == SCRATCH:
+            return ["keep_layers picks layers of a pretrained init: use it with --init DIR or a model name"]
+        try:
+            layers = self.kept_layers() or []
+        except ValueError:
+            return [f"keep_layers {self.keep_layers!r}: give 0-based layer numbers separated by commas (0,1)"]
+        if not layers or min(layers) < 0 or len(set(layers)) != len(layers) or layers != sorted(layers):
+            return [f"keep_layers {self.keep_layers!r}: give distinct layer numbers >= 0 in increasing order"]
+        return []
 
 
 @dataclass(frozen=True)

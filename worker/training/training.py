@@ -47,6 +47,7 @@ from worker.training.distill import (
     augment_texts,
     build_student,
     distillation_loss,
+    keep_encoder_layers,
     soften,
     teacher_probabilities,
     teacher_tokenizer,
@@ -211,7 +212,16 @@ def _build_pretrained(options: TrainOptions, progress: Callable[[str], None]) ->
         raise TrainingError(
             f"max_seq_len {options.max_seq_len} exceeds {options.init}'s {positions} positions"
         )
-    progress(f"init: {options.init} ({sum(int(np.prod(p.shape)) for p in model.parameters()):,} parameters)")
+    layers = options.kept_layers()
+    if layers is not None:
+        try:
+            keep_encoder_layers(model, layers)
+        except ValueError as exc:
+            raise TrainingError(f"--keep-layers: {exc}") from None
+    kept = "" if layers is None else f", encoder layers {options.keep_layers} kept"
+    progress(
+        f"init: {options.init} ({sum(int(np.prod(p.shape)) for p in model.parameters()):,} parameters{kept})"
+    )
     return model, tokenizer
 
 

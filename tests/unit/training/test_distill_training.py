@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -94,3 +95,78 @@ def test_self_distillation_from_an_ensemble_whose_teachers_read_with_their_own_v
     card = (out / "README.md").read_text("utf-8")
     assert "self-distillation" in card and "an ensemble" in card
     assert report.test_accuracy > 0.6
+
+
+def _three_layer_classifier() -> object:
+    from paddlenlp.transformers import ErnieConfig, ErnieForSequenceClassification
+
+    paddle.seed(11)
+    config = ErnieConfig(
+        vocab_size=50, hidden_size=16, num_hidden_layers=3, num_attention_heads=2, intermediate_size=32,
+        max_position_embeddings=16, num_labels=2, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    )  # fmt: skip
+    return ErnieForSequenceClassification(config)
+
+
+def test_keep_encoder_layers_keeps_the_chosen_layers_with_their_weights(tmp_path: Path) -> None:
+    from paddlenlp.transformers import ErnieForSequenceClassification
+
+    from worker.training.distill import keep_encoder_layers
+
+    model = _three_layer_classifier()
+    before = {k: np.asarray(v).copy() for k, v in model.state_dict().items()}  # type: ignore[attr-defined]
+    keep_encoder_layers(model, [0, 2])
+    after = {k: np.asarray(v) for k, v in model.state_dict().items()}  # type: ignore[attr-defined]
+    layer_keys = sorted({k.split(".")[3] for k in after if k.startswith("ernie.encoder.layers.")})
+    assert layer_keys == ["0", "1"]
+    for name, value in after.items():
+        source = name.replace("encoder.layers.1.", "encoder.layers.2.")  # new layer 1 is old layer 2
+        np.testing.assert_array_equal(value, before[source], err_msg=name)
+    # the shallower model saves and loads as a model of two layers, with the same outputs
+    ids = paddle.to_tensor([[1, 5, 9, 2, 0]])
+    model.eval()  # type: ignore[attr-defined]
+    logits = np.asarray(model(ids))  # type: ignore[operator]
+    model.save_pretrained(str(tmp_path))  # type: ignore[attr-defined]
+    config = json.loads((tmp_path / "config.json").read_text("utf-8"))
+    assert config["num_hidden_layers"] == 2
+    loaded = ErnieForSequenceClassification.from_pretrained(str(tmp_path))
+    loaded.eval()
+    np.testing.assert_allclose(np.asarray(loaded(ids)), logits, atol=1e-6)
+    with pytest.raises(ValueError, match="encoder with 2 layers"):
+        keep_encoder_layers(model, [0, 2])
+
+
+def test_a_student_initialised_from_the_teachers_layers(tiny_model_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "from-layers"
+    lines: list[str] = []
+    options = TrainOptions(
+        output_dir=out, init=str(tiny_model_dir), keep_layers="0", teacher=str(tiny_model_dir),
+        max_seq_len=64, epochs=1, learning_rate=1e-3, limit=1500, seed=7, name="tiny-from-layers",
+    )  # fmt: skip
+    report = train(options, progress=lines.append)
+    assert "encoder layers 0 kept" in "\n".join(lines)
+    card = (out / "README.md").read_text("utf-8")
+    assert "only its encoder layers 0 kept (1 layers)" in card
+    assert "a student initialised from the init's layers" in card and "self-distillation" not in card
+    assert report.test_accuracy > 0.6
+    # a layer the init does not have is a clear error, before any training
+    with pytest.raises(
+        TrainingError, match="--keep-layers: layers \\[1\\] asked of an encoder with 1 layers"
+    ):
+        train(replace(options, keep_layers="1", output_dir=tmp_path / "too-deep"), progress=lines.append)
+
+
+@pytest.mark.parametrize(
+    ("keep", "init", "message"),
+    [
+        ("0", "scratch", "use it with --init DIR"),
+        ("a,b", "model-dir", "give 0-based layer numbers"),
+        ("1,0", "model-dir", "distinct layer numbers >= 0 in increasing order"),
+        ("0,0", "model-dir", "distinct layer numbers"),
+        ("-1", "model-dir", "distinct layer numbers >= 0"),
+    ],
+)
+def test_keep_layers_is_checked(keep: str, init: str, message: str, tmp_path: Path) -> None:
+    with pytest.raises(TrainingError, match=message):
+        TrainOptions(output_dir=tmp_path, init=init, keep_layers=keep).validate()
+    assert TrainOptions(output_dir=tmp_path, init="model-dir", keep_layers="0,2").kept_layers() == [0, 2]
