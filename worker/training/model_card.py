@@ -151,8 +151,9 @@ def _distilled(options: TrainOptions) -> str:
     ensemble = " (an ensemble: the teachers' mean probability)" if len(options.teacher_dirs()) > 1 else ""
     return (
         f"distilled from `{options.teacher}`{ensemble} with temperature {options.temperature}, soft-target "
-        f"weight {options.soft_weight}, {options.augment_copies} augmented copies of the train split "
-        "labelled by the teacher"
+        f"weight {options.soft_weight}, {options.augment_copies} augmented copies of the train split"
+        + (f" and {options.synonym_copies} with thesaurus synonyms" if options.synonym_copies else "")
+        + " labelled by the teacher"
     )
 
 

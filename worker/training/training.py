@@ -71,6 +71,7 @@ from worker.training.options import (
     TrainOptions,
     TrainReport,
 )
+from worker.training.thesaurus import ThesaurusError, synonym_texts
 from worker.training.vocab import build_char_vocab, write_vocab
 
 
@@ -111,13 +112,19 @@ def _soft_targets(
     probabilities for all of them: one teacher's, or the mean of several (an ensemble). A teacher whose
     vocabulary differs from the student's (a pruned one, say) reads the same texts with its own tokenizer."""
     teachers = options.teacher_dirs()
-    texts = augment_texts([ex.text for ex in parts.train], options.augment_copies, options.seed)
+    train_texts = [ex.text for ex in parts.train]
+    try:
+        swapped = synonym_texts(train_texts, options.synonym_copies, options.seed)
+    except ThesaurusError as exc:
+        raise TrainingError(f"--synonym-copies: {exc}") from None
+    texts = augment_texts(train_texts, options.augment_copies, options.seed) + swapped
     augmented = [LabeledText(t, -1) for t in texts]
     extra = encode(tokenizer, augmented, options.max_seq_len, options.truncation)
+    synonyms = f" ({len(swapped)} with thesaurus synonyms)" if options.synonym_copies else ""
     ids = train_ids + extra
     labels = np.concatenate([train_labels, np.full(len(extra), -1, dtype=np.int64)])
     progress(
-        f"distillation: {len(train_ids)} train + {len(extra)} augmented reviews labelled by "
+        f"distillation: {len(train_ids)} train + {len(extra)} augmented reviews{synonyms} labelled by "
         f"{', '.join(map(str, teachers))} (T={options.temperature}, soft weight {options.soft_weight})"
     )
     each: list[np.ndarray] = []

@@ -23,7 +23,7 @@ def test_a_student_distilled_from_the_tiny_model(tiny_model_dir: Path, tmp_path:
     options = TrainOptions(
         output_dir=out, teacher=str(tiny_model_dir), num_layers=1, hidden_size=32, num_heads=2,
         intermediate_size=64, max_seq_len=64, epochs=2, learning_rate=2e-3, limit=1500, seed=7,
-        augment_copies=1, name="tiny-student",
+        augment_copies=1, synonym_copies=1, name="tiny-student",
     )  # fmt: skip
     report = train(options, progress=lines.append)
     # the student reads text exactly as its teacher does
@@ -33,12 +33,19 @@ def test_a_student_distilled_from_the_tiny_model(tiny_model_dir: Path, tmp_path:
     text = "\n".join(lines)
     assert "embeddings projected from the teacher's" in text
     train_size = report.train_size
-    assert f"distillation: {train_size} train + " in text and "augmented reviews labelled by" in text
+    copies = re.search(
+        rf"distillation: {train_size} train \+ (\d+) augmented reviews \((\d+) with thesaurus", text
+    )
+    assert copies is not None
+    # one altered copy and one synonym copy of (nearly) every train review
+    assert 0.9 * train_size <= int(copies.group(2)) <= train_size
+    assert int(copies.group(1)) - int(copies.group(2)) <= train_size
     assert f"teacher {tiny_model_dir} agrees with" in text
     metrics = json.loads((out / METRICS_FILE).read_text("utf-8"))
     assert metrics["test_accuracy"] == report.test_accuracy > 0.6  # learned something real
     card = (out / "README.md").read_text("utf-8")
     assert "ERNIE student: 1 layers" in card and f"distilled from `{tiny_model_dir}`" in card
+    assert "1 augmented copies of the train split and 1 with thesaurus synonyms labelled by" in card
     # and it serves like any model
     assert main(["evaluate", "--model", str(out), "--heldout", "--no-static", "--json"]) == 0
 
@@ -46,7 +53,7 @@ def test_a_student_distilled_from_the_tiny_model(tiny_model_dir: Path, tmp_path:
 def test_distillation_options_are_checked(tiny_model_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(TrainingError, match="names an empty directory"):
         TrainOptions(output_dir=tmp_path, teacher=f"{tiny_model_dir},").validate()
-    with pytest.raises(TrainingError, match="augment_copies needs a teacher"):
+    with pytest.raises(TrainingError, match="augment_copies and synonym_copies need a teacher"):
         TrainOptions(output_dir=tmp_path, augment_copies=1).validate()
     with pytest.raises(TrainingError, match="soft_weight must be in"):
         TrainOptions(output_dir=tmp_path, teacher=str(tiny_model_dir), soft_weight=1.5).validate()
