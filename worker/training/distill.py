@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 import tempfile
 import time
@@ -74,6 +76,33 @@ def _predict_sorted(
             )
             last = now
     return probs
+
+
+def soft_targets_key(teachers: Sequence[Path], sequences: Sequence[Sequence[int]]) -> str:
+    """What the teachers' probabilities depend on: the teacher directories and the student's token ids."""
+    digest = hashlib.sha256(json.dumps([str(t) for t in teachers]).encode())
+    for sequence in sequences:
+        digest.update(np.asarray(sequence, dtype=np.int64).tobytes() + b"|")
+    return digest.hexdigest()[:16]
+
+
+def save_soft_targets(path: Path, key: str, probs: np.ndarray) -> None:
+    """Keep the teachers' probabilities for a resumed or finished run of the same options."""
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, key=np.array(key), probs=probs)
+    tmp.replace(path)
+
+
+def load_soft_targets(path: Path, key: str) -> np.ndarray | None:
+    """The probabilities an earlier start of this run kept at `path`, or None when there are none for
+    these teachers and sequences."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path) as saved:
+            return saved["probs"] if str(saved["key"]) == key else None
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def soften(probs: np.ndarray, temperature: float) -> np.ndarray:

@@ -48,6 +48,9 @@ from worker.training.distill import (
     build_student,
     distillation_loss,
     keep_encoder_layers,
+    load_soft_targets,
+    save_soft_targets,
+    soft_targets_key,
     soften,
     teacher_probabilities,
     teacher_tokenizer,
@@ -66,6 +69,7 @@ from worker.training.options import (
     CHECKPOINT_DIR,
     CLEANING_FILE,
     SCRATCH,
+    SOFT_TARGETS_FILE,
     EpochRecord,
     TrainingError,
     TrainOptions,
@@ -106,11 +110,15 @@ def _soft_targets(
     parts: Split,
     train_ids: list[list[int]],
     train_labels: np.ndarray,
+    cache: Path,
+    write_cache: bool,
     progress: Callable[[str], None],
 ) -> tuple[list[list[int]], np.ndarray, np.ndarray]:
     """The train sequences plus augmented ones (label -1: no gold label), and the teachers' softened
     probabilities for all of them: one teacher's, or the mean of several (an ensemble). A teacher whose
-    vocabulary differs from the student's (a pruned one, say) reads the same texts with its own tokenizer."""
+    vocabulary differs from the student's (a pruned one, say) reads the same texts with its own tokenizer.
+    The probabilities are kept in `cache` (written when `write_cache`: rank 0), so a resumed or finished
+    run reads them back instead of running the teachers again."""
     teachers = options.teacher_dirs()
     train_texts = [ex.text for ex in parts.train]
     try:
@@ -127,6 +135,11 @@ def _soft_targets(
         f"distillation: {len(train_ids)} train + {len(extra)} augmented reviews{synonyms} labelled by "
         f"{', '.join(map(str, teachers))} (T={options.temperature}, soft weight {options.soft_weight})"
     )
+    key = soft_targets_key(teachers, ids)
+    kept = load_soft_targets(cache, key) if options.resume or options.finish else None
+    if kept is not None:
+        progress(f"distillation: the teachers' probabilities read back from {cache} (resumed run)")
+        return ids, labels, soften(kept, options.temperature)
     each: list[np.ndarray] = []
     for teacher in teachers:
         own = teacher_tokenizer(teacher)
@@ -144,6 +157,8 @@ def _soft_targets(
     if len(each) > 1:
         agree = _agreement(probs, train_labels)
         progress(f"the {len(each)} teachers' mean agrees with {agree:.1%} of the train labels")
+    if write_cache:
+        save_soft_targets(cache, key, probs)
     return ids, labels, soften(probs, options.temperature)
 
 
@@ -318,7 +333,9 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
         train_ids, train_labels = [train_ids[i] for i in keep], train_labels[keep]
     soft: np.ndarray | None = None
     if options.teacher is not None:
-        train_ids, train_labels, soft = _soft_targets(options, tokenizer, parts, train_ids, train_labels, say)
+        train_ids, train_labels, soft = _soft_targets(
+            options, tokenizer, parts, train_ids, train_labels, out / SOFT_TARGETS_FILE, rank == 0, say
+        )
     lengths = [len(s) for s in train_ids]
     if options.mlm_epochs and not options.resume:  # on resume the checkpoint holds the pre-trained weights
         mlm_pretrain(model, tokenizer, train_ids, options, say)
@@ -558,5 +575,6 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
         write_outputs(options, report, net, tokenizer, parts, source, test, device.kind, world, train_labels)
         if not options.keep_checkpoint:
             shutil.rmtree(ckpt, ignore_errors=True)
+            (out / SOFT_TARGETS_FILE).unlink(missing_ok=True)
         say(f"saved model to {out} in {seconds:.0f}s")
     return report

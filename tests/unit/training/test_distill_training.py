@@ -13,7 +13,7 @@ import paddle
 import pytest
 
 from worker.cli import main
-from worker.training.options import METRICS_FILE, TrainingError, TrainOptions
+from worker.training.options import METRICS_FILE, SOFT_TARGETS_FILE, TrainingError, TrainOptions
 from worker.training.training import train
 
 
@@ -177,3 +177,41 @@ def test_keep_layers_is_checked(keep: str, init: str, message: str, tmp_path: Pa
     with pytest.raises(TrainingError, match=message):
         TrainOptions(output_dir=tmp_path, init=init, keep_layers=keep).validate()
     assert TrainOptions(output_dir=tmp_path, init="model-dir", keep_layers="0,2").kept_layers() == [0, 2]
+
+
+def test_a_resumed_distillation_reads_the_teachers_probabilities_back(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    common = {
+        "teacher": str(tiny_model_dir), "num_layers": 1, "hidden_size": 32, "num_heads": 2,
+        "intermediate_size": 64, "max_seq_len": 32, "batch_size": 16, "limit": 300, "epochs": 1, "seed": 3,
+        "augment_copies": 1,
+    }  # fmt: skip
+    out = tmp_path / "cut"
+    whole = train(TrainOptions(output_dir=tmp_path / "whole", **common), lambda _: None)  # type: ignore[arg-type]
+    assert not (tmp_path / "whole" / SOFT_TARGETS_FILE).exists()  # a completed run leaves no cache behind
+    stopped = train(TrainOptions(output_dir=out, stop_after_steps=3, **common), lambda _: None)  # type: ignore[arg-type]
+    assert stopped.interrupted and (out / SOFT_TARGETS_FILE).is_file()
+    lines: list[str] = []
+    resumed = train(TrainOptions(output_dir=out, resume=True, **common), lines.append)  # type: ignore[arg-type]
+    text = "\n".join(lines)
+    assert "teachers' probabilities read back from" in text
+    assert "agrees with" not in text and "teacher: exporting" not in text  # no teacher ran again
+    # the same soft targets: the resumed run ends where the uninterrupted one did
+    assert resumed.test_accuracy == whole.test_accuracy and resumed.steps == whole.steps
+    assert not (out / SOFT_TARGETS_FILE).exists()
+
+
+def test_soft_targets_kept_for_other_teachers_or_sequences_are_not_reused(tmp_path: Path) -> None:
+    from worker.training.distill import load_soft_targets, save_soft_targets, soft_targets_key
+
+    path = tmp_path / SOFT_TARGETS_FILE
+    probs = np.array([[0.2, 0.8], [0.9, 0.1]], dtype=np.float32)
+    key = soft_targets_key([Path("teacher")], [[2, 5, 3], [2, 3]])
+    save_soft_targets(path, key, probs)
+    np.testing.assert_array_equal(load_soft_targets(path, key), probs)
+    assert load_soft_targets(path, soft_targets_key([Path("other")], [[2, 5, 3], [2, 3]])) is None
+    assert load_soft_targets(path, soft_targets_key([Path("teacher")], [[2, 5], [3, 2, 3]])) is None
+    path.write_bytes(b"not an npz")
+    assert load_soft_targets(path, key) is None
+    assert load_soft_targets(tmp_path / "missing.npz", key) is None
