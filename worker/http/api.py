@@ -118,7 +118,7 @@ class SentimentApi:
         except UnicodeDecodeError as exc:
             return error_response(422, "invalid_request", validation_reason([_json_invalid(str(exc))]))
         try:
-            request = SentimentRequest.model_validate(data)
+            request = SentimentRequest.model_validate(data, from_attributes=True)  # as FastAPI validates
         except ValidationError as exc:
             return error_response(422, "invalid_request", validation_reason(exc.errors()))
         return await self.answer(request)
