@@ -113,10 +113,10 @@ class SentimentApi:
             return error_response(422, "invalid_request", "Field required")
         try:
             data = json.loads(body)
-        except json.JSONDecodeError as exc:
-            return error_response(422, "invalid_request", validation_reason([_json_invalid(exc.msg)]))
-        except UnicodeDecodeError as exc:
-            return error_response(422, "invalid_request", validation_reason([_json_invalid(str(exc))]))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:  # FastAPI reports a decode error's msg
+            detail = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
+            malformed = {"type": "json_invalid", "ctx": {"error": detail}}
+            return error_response(422, "invalid_request", validation_reason([malformed]))
         try:
             request = SentimentRequest.model_validate(data, from_attributes=True)  # as FastAPI validates
         except ValidationError as exc:
@@ -282,10 +282,6 @@ def validation_reason(errors: Any) -> str:
         msg = str(error.get("msg", "invalid")).removeprefix("Value error, ")
         parts.append(f"{'.'.join(loc)}: {msg}" if loc else msg)
     return "; ".join(parts) or "invalid request"
-
-
-def _json_invalid(detail: str) -> dict[str, Any]:
-    return {"type": "json_invalid", "ctx": {"error": detail}}
 
 
 def is_json_media_type(content_type: str | None) -> bool:
