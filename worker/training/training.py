@@ -59,6 +59,12 @@ from worker.training.evaluate import (
     ClassificationMetrics,
     classification_metrics,
 )
+from worker.training.layer_distill import (
+    forward_with_layers,
+    layer_loss,
+    principal_targets,
+    teacher_cls_states,
+)
 from worker.training.mlm import mlm_pretrain
 from worker.training.model_card import (
     summary_table,
@@ -160,6 +166,22 @@ def _soft_targets(
     if write_cache:
         save_soft_targets(cache, key, probs)
     return ids, labels, soften(probs, options.temperature)
+
+
+def _layer_targets(
+    options: TrainOptions, model: Any, tokenizer: Any, ids: list[list[int]], progress: Callable[[str], None]
+) -> np.ndarray:
+    """The unit-length targets [n, student layers, student width] of intermediate-layer distillation: the
+    first teacher's [CLS] states on every transfer sequence, on their top principal directions."""
+    teacher = options.teacher_dirs()[0]
+    if dict(teacher_tokenizer(teacher).vocab.token_to_idx) != dict(tokenizer.vocab.token_to_idx):
+        raise TrainingError(
+            f"--layer-weight: the student reads text with another vocabulary than {teacher}; use a student "
+            "on the teacher's tokenizer (--init scratch) or drop --layer-weight"
+        )
+    config = unwrap(model).config
+    states = teacher_cls_states(teacher, ids, int(config.num_hidden_layers), progress=progress)
+    return principal_targets(states, int(config.hidden_size))
 
 
 def _agreement(probs: np.ndarray, labels: np.ndarray) -> float:
@@ -336,6 +358,8 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
         train_ids, train_labels, soft = _soft_targets(
             options, tokenizer, parts, train_ids, train_labels, out / SOFT_TARGETS_FILE, rank == 0, say
         )
+    targets = _layer_targets(options, model, tokenizer, train_ids, say) if options.layer_weight else None
+    student_layers = int(unwrap(model).config.num_hidden_layers)
     lengths = [len(s) for s in train_ids]
     if options.mlm_epochs and not options.resume:  # on resume the checkpoint holds the pre-trained weights
         mlm_pretrain(model, tokenizer, train_ids, options, say)
@@ -418,7 +442,7 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
             # dropout masks depend only on (seed, step): a resumed run draws the same ones
             paddle.seed(options.seed * 7919 + state.global_step * 31 + rank)
             micros = micro_batches(step_batch, options.batch_size)
-            step_loss = 0.0
+            step_loss = step_layers = 0.0
             for m, idx in enumerate(micros):
                 ids, mask = pad_batch([train_ids[i] for i in idx], pad_id)
                 if options.rdrop:  # the same examples twice, in one forward pass: two dropout masks
@@ -426,11 +450,18 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
                 with _no_sync(model, m < len(micros) - 1):
                     amp_ctx = paddle.amp.auto_cast(level="O1") if amp_used else nullcontext()
                     with amp_ctx:
-                        logits = forward(model, ids, mask)
+                        if targets is not None:
+                            logits, cls_states = forward_with_layers(model, ids, mask, student_layers)
+                        else:
+                            logits = forward(model, ids, mask)
                     if soft is not None:
                         loss = distillation_loss(
                             logits, train_labels[idx], soft[idx], options.temperature, options.soft_weight
                         )
+                        if targets is not None:
+                            layers_term = layer_loss(cls_states, targets[idx])
+                            step_layers += float(layers_term) * len(idx) / len(step_batch)
+                            loss = loss + options.layer_weight * layers_term
                     elif options.rdrop:
                         loss = rdrop_loss(
                             logits,
@@ -466,7 +497,8 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
                 left = (total_steps - state.global_step) * effective / rate if rate > 0 else 0.0
                 say(
                     f"epoch {epoch}/{options.epochs} step {step}/{len(batches)} loss {step_loss:.4f} "
-                    f"{rate:.0f} seq/s ETA {left:.0f}s"
+                    + (f"(layer term {step_layers:.4f}) " if targets is not None else "")
+                    + f"{rate:.0f} seq/s ETA {left:.0f}s"
                 )
             if options.stop_after_steps is not None and state.global_step >= options.stop_after_steps:
                 interrupted = True
