@@ -136,9 +136,18 @@ SMALL_LIMITS = {"http_max_texts": 8, "http_max_body_bytes": 4096, "max_text_char
 
 @pytest.fixture(scope="module")
 def served_small_with_cors(tiny_classifier: Any) -> Any:
-    """The same limits with CORS on: `POST /v1/sentiment` then goes through FastAPI's route, not ApiGuard's
-    lean path (the CORS middleware sits inside the guard)."""
+    """The same limits with CORS on (the CORS middleware is the outermost: it adds its headers to every
+    answer, the lean route's and the guard's refusals included)."""
     with serving(tiny_classifier, http_cors_origins=[ORIGIN], **SMALL_LIMITS) as served:
+        yield served.url
+
+
+@pytest.fixture(scope="module")
+def served_small_routed(tiny_classifier: Any) -> Any:
+    """The same limits and CORS, `POST /v1/sentiment` through FastAPI's route (`http_lean_route` off)."""
+    with serving(
+        tiny_classifier, http_cors_origins=[ORIGIN], http_lean_route=False, **SMALL_LIMITS
+    ) as served:
         yield served.url
 
 
@@ -159,19 +168,63 @@ def served_small_with_cors(tiny_classifier: Any) -> Any:
     ],
 )
 def test_the_lean_route_answers_as_fastapis_route_does(
-    served_small: str, served_small_with_cors: str, body: bytes
+    served_small: str, served_small_with_cors: str, served_small_routed: str, body: bytes
 ) -> None:
     headers = {"Content-Type": "application/json", "Origin": ORIGIN}
-    lean = httpx.post(served_small + API, content=body, headers=headers)
-    routed = httpx.post(served_small_with_cors + API, content=body, headers=headers)
-    assert lean.status_code == routed.status_code
-    lean_body, routed_body = lean.json(), routed.json()
+    lean = httpx.post(served_small_with_cors + API, content=body, headers=headers)
+    routed = httpx.post(served_small_routed + API, content=body, headers=headers)
+    no_cors = httpx.post(served_small + API, content=body, headers=headers)
+    assert lean.status_code == routed.status_code == no_cors.status_code
+    bodies = [lean.json(), routed.json(), no_cors.json()]
     if lean.status_code == 200:  # timings differ; the results and the model do not
-        lean_body.pop("timing"), routed_body.pop("timing")
-    assert lean_body == routed_body
-    # CORS on: the browser may read the answer; off: no CORS header at all
+        for answer in bodies:
+            answer.pop("timing")
+    assert bodies[0] == bodies[1] == bodies[2]
+    # CORS on: the browser may read the answer, by either route; off: no CORS header at all
+    assert lean.headers.get("access-control-allow-origin") == ORIGIN
     assert routed.headers.get("access-control-allow-origin") == ORIGIN
-    assert "access-control-allow-origin" not in lean.headers
+    assert "access-control-allow-origin" not in no_cors.headers
+
+
+def test_with_cors_the_guards_refusals_are_readable_and_a_preflight_needs_no_token(
+    tiny_classifier: Any,
+) -> None:
+    secret = "s3cret-token-cors"
+    origin = {"Origin": ORIGIN}
+    with serving(tiny_classifier, api_token=secret, http_cors_origins=[ORIGIN], **SMALL_LIMITS) as served:
+        preflight = httpx.options(
+            served.url + API,
+            headers={
+                **origin,
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization, content-type",
+            },
+        )
+        missing = httpx.post(served.url + API, json={"text": TEXTS[0]}, headers=origin)
+        auth = {**origin, "Authorization": f"Bearer {secret}"}
+        not_json = httpx.post(
+            served.url + API, content=b"text", headers={**auth, "Content-Type": "text/plain"}
+        )
+        too_large = httpx.post(served.url + API, json={"text": "好" * 5000}, headers=auth)
+        right = httpx.post(served.url + API, json={"text": TEXTS[0]}, headers=auth)
+        other_origin = httpx.post(
+            served.url + API, json={"text": TEXTS[0]}, headers={**auth, "Origin": "https://elsewhere.example"}
+        )
+    assert preflight.status_code == 200
+    assert preflight.headers["access-control-allow-origin"] == ORIGIN
+    assert "POST" in preflight.headers["access-control-allow-methods"]
+    answers = [missing, not_json, too_large, right]
+    assert [a.status_code for a in answers] == [401, 415, 413, 200]
+    assert [a.json().get("error") for a in answers[:3]] == [
+        "unauthorized",
+        "unsupported_media_type",
+        "body_too_large",
+    ]
+    assert all(a.headers.get("access-control-allow-origin") == ORIGIN for a in answers)
+    assert (
+        other_origin.status_code == 200
+    )  # CORS is the browser's rule: the server answers, without the header
+    assert "access-control-allow-origin" not in other_origin.headers
 
 
 def test_a_body_that_is_not_utf8_is_malformed_json(served_small: str) -> None:

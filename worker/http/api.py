@@ -216,7 +216,7 @@ def build_app(api: SentimentApi) -> FastAPI:
         summary="Label one review or a list of reviews (results in request order)",
     )
     async def sentiment(request: SentimentRequest) -> Response:
-        # Documents the route (OpenAPI); ApiGuard answers it on its lean path (`label_body`) before FastAPI.
+        # Documents the route (OpenAPI); ApiGuard answers it (`label_body`) unless http_lean_route is off.
         return await api.answer(request)
 
     @app.exception_handler(RequestValidationError)
@@ -250,13 +250,6 @@ def build_app(api: SentimentApi) -> FastAPI:
     async def readyz() -> Response:
         return answer("/readyz")
 
-    if s.http_cors_origins:
-        app.add_middleware(
-            CORSMiddleware,
-            allow_origins=s.http_cors_origins,
-            allow_methods=["GET", "POST"],
-            allow_headers=["Authorization", "Content-Type"],
-        )
     token = s.api_token.get_secret_value() if s.api_token is not None else None
     app.add_middleware(
         ApiGuard,
@@ -264,9 +257,15 @@ def build_app(api: SentimentApi) -> FastAPI:
         max_body_bytes=s.http_max_body_bytes,
         metrics=api.http_metrics,
         early_refusal=api.early_refusal,
-        # The lean path answers before the middlewares inside the guard (CORS adds its headers there).
-        api_route=None if s.http_cors_origins else api.label_body,
+        api_route=api.label_body if s.http_lean_route else None,
     )
+    if s.http_cors_origins:  # added last: outermost, so every answer carries its headers, the guard's too
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=s.http_cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
     return app
 
 
