@@ -40,8 +40,8 @@ class OnnxOptions:
     threads) in each model call, so ``parallel_calls`` calls run side by side."""
 
     cpu_threads: int = 1
-    threads_per_call: int | None = None
-    """None: all `cpu_threads` in one call at a time."""
+    threads_per_call: int | None = 1
+    """1, as the `cpu_threads_per_call` setting; None: all `cpu_threads` in one call at a time."""
 
     @property
     def intra_op_threads(self) -> int:
