@@ -18,7 +18,7 @@ import json
 import random
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -60,22 +60,30 @@ def teacher_probabilities(
 def _predict_sorted(
     classifier: Any, sequences: Sequence[Sequence[int]], batch_size: int, progress: Callable[[str], None]
 ) -> np.ndarray:
-    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
     probs = np.zeros((len(sequences), len(classifier.labels)), dtype=np.float32)
+    for idx in by_length(sequences, batch_size, "teacher", progress):
+        probs[idx] = classifier.predict_ids([sequences[i] for i in idx])
+    return probs
+
+
+def by_length(
+    sequences: Sequence[Sequence[int]], batch_size: int, what: str, progress: Callable[[str], None]
+) -> Iterator[list[int]]:
+    """The indices of `sequences` in batches of similar length (shortest first), with a progress line
+    (`what`: done, rate, ETA) every 30 s and at the end."""
+    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
     started = last = time.monotonic()
     for start in range(0, len(order), batch_size):
-        idx = order[start : start + batch_size]
-        probs[idx] = classifier.predict_ids([sequences[i] for i in idx])
+        yield order[start : start + batch_size]
         now = time.monotonic()
         if now - last >= 30 or start + batch_size >= len(order):
             done = min(start + batch_size, len(order))
             rate = done / max(now - started, 1e-9)
             progress(
-                f"teacher: {done}/{len(order)} sequences, {rate:.0f} seq/s, "
+                f"{what}: {done}/{len(order)} sequences, {rate:.0f} seq/s, "
                 f"ETA {(len(order) - done) / rate:.0f}s"
             )
             last = now
-    return probs
 
 
 def soft_targets_key(teachers: Sequence[Path], sequences: Sequence[Sequence[int]]) -> str:

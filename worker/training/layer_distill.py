@@ -14,7 +14,6 @@ probabilities (`distill.py`).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from worker.training.data import pad_batch
+from worker.training.distill import by_length
 
 
 def layer_map(student_layers: int, teacher_layers: int) -> list[int]:
@@ -53,40 +53,28 @@ def teacher_cls_states(
     picked = layer_map(student_layers, int(model.config.num_hidden_layers))
     pad_id = int(model.config.pad_token_id or 0)
     progress(f"layer targets: the teacher's layers {picked} for the student's 1..{student_layers}")
-    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
     states = np.zeros((len(sequences), student_layers, int(model.config.hidden_size)), dtype=np.float32)
-    started = last = time.monotonic()
     with paddle.no_grad():
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size]
+        for idx in by_length(sequences, batch_size, "layer targets", progress):
             ids, mask = pad_batch([sequences[i] for i in idx], pad_id)
-            hidden = _hidden_states(model, ids, mask)
+            hidden = _outputs(model, ids, mask).hidden_states
             states[idx] = np.stack([hidden[layer][:, 0, :].numpy() for layer in picked], axis=1)
-            now = time.monotonic()
-            if now - last >= 30 or start + batch_size >= len(order):
-                done = min(start + batch_size, len(order))
-                rate = done / max(now - started, 1e-9)
-                progress(
-                    f"layer targets: {done}/{len(order)} sequences, {rate:.0f} seq/s, "
-                    f"ETA {(len(order) - done) / rate:.0f}s"
-                )
-                last = now
     return states
 
 
-def _hidden_states(model: Any, ids: np.ndarray, mask: np.ndarray) -> Sequence[Any]:
-    """The embeddings' output and each encoder layer's, [batch, tokens, width] each (index 0: embeddings)."""
+def _outputs(model: Any, ids: np.ndarray, mask: np.ndarray) -> Any:
+    """The model's logits and hidden states: the embeddings' output and each encoder layer's, [batch, tokens,
+    width] each (`hidden_states[0]`: the embeddings)."""
     import paddle
 
     t_ids = paddle.to_tensor(ids)
-    out = model(
+    return model(
         t_ids,
         token_type_ids=paddle.zeros_like(t_ids),
         attention_mask=paddle.to_tensor(mask),
         output_hidden_states=True,
         return_dict=True,
     )
-    return out.hidden_states  # type: ignore[no-any-return]
 
 
 def principal_targets(states: np.ndarray, width: int) -> np.ndarray:
@@ -109,14 +97,7 @@ def forward_with_layers(model: Any, ids: np.ndarray, mask: np.ndarray, layers: i
     """The student's logits and its [CLS] state after each of its `layers` layers, [batch, layers, width]."""
     import paddle
 
-    t_ids = paddle.to_tensor(ids)
-    out = model(
-        t_ids,
-        token_type_ids=paddle.zeros_like(t_ids),
-        attention_mask=paddle.to_tensor(mask),
-        output_hidden_states=True,
-        return_dict=True,
-    )
+    out = _outputs(model, ids, mask)
     cls = paddle.stack([out.hidden_states[i][:, 0, :] for i in range(1, layers + 1)], axis=1)
     return out.logits, cls
 
