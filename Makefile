@@ -42,7 +42,7 @@ TEACHER_FLAGS ?= --init bge-small-zh --epochs $(TEACHER_EPOCHS) --batch-size 32 
 	--name sentiment-bge-small-zh
 STUDENT_FLAGS ?= --teacher $(MODEL_DIR) --num-layers 3 --hidden-size 128 --num-heads 4 --intermediate-size 512 \
 	--max-seq-len 128 --truncation head_tail --epochs 3 --learning-rate 1e-3 --augment-copies 2 \
-	--temperature 2 --soft-weight 0.9 --name sentiment-bge-student-3x128
+	--temperature 2 --soft-weight 0.9 --layer-weight 1.0 --name sentiment-bge-student-3x128
 # Allowed loss of the candidate against the current default (accuracy and macro-F1) before it replaces it.
 PROMOTION_MARGIN ?= 0.005
 PYTEST_ARGS ?=
@@ -164,10 +164,12 @@ fast-model-int8: $(FAST_SERVED_MODEL_DIR)/model.onnx
 
 teacher: base-model
 	$(CLI) train $(TEACHER_FLAGS) --output-dir $(TEACHER_DIR)
+	$(CLI) calibrate --model $(TEACHER_DIR)
 
 candidate: install
-	@test -f $(TEACHER_DIR)/metrics.json || { echo "no teacher in $(TEACHER_DIR): make teacher first" >&2; exit 2; }
+	@test -f $(MODEL_DIR)/metrics.json || { echo "no teacher in $(MODEL_DIR) (the students learn from it): git checkout $(MODEL_DIR)" >&2; exit 2; }
 	$(CLI) train $(STUDENT_FLAGS) --output-dir $(CANDIDATE_DIR)
+	$(CLI) calibrate --model $(CANDIDATE_DIR)
 
 # The promotion gate: a model replaces a shipped one only when it is not worse on the same held-out reviews.
 default-model: teacher
