@@ -155,17 +155,22 @@ def register(subparsers: Subparsers) -> None:
     evaluate.add_argument(
         "--margin", type=float, default=0.005, help="--compare: allowed loss in accuracy and macro-F1 (0.005)"
     )
+    evaluate.add_argument(
+        "--ece-margin", type=float, default=0.02, help="--compare: allowed rise in calibration error (0.02)"
+    )
     evaluate.set_defaults(func=cmd_evaluate)
 
     promote = subparsers.add_parser(
         "promote",
         help="replace the default model by a candidate if it passes the gate, weights stored in float16",
         description="Both models are evaluated on the candidate's held-out reviews; the candidate replaces "
-        "--default only if neither accuracy nor macro-F1 is worse by more than --margin (exit 1 otherwise).",
+        "--default only if neither accuracy nor macro-F1 is worse by more than --margin and its calibration "
+        "error (ECE) is not higher by more than --ece-margin (exit 1 otherwise).",
     )
     promote.add_argument("--candidate", required=True, type=Path, help="a directory made by `train`")
     promote.add_argument("--default", type=Path, default=Path("models/default"), help="the model it replaces")
     promote.add_argument("--margin", type=float, default=0.005, help="allowed loss in accuracy and macro-F1")
+    promote.add_argument("--ece-margin", type=float, default=0.02, help="allowed rise in calibration error")
     promote.add_argument("--float32", action="store_true", help="keep float32 weights (default: float16)")
     promote.add_argument("--device", default="auto", choices=["gpu", "cpu", "auto"])
     promote.set_defaults(func=cmd_promote)
@@ -231,7 +236,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     }  # fmt: skip
     report = _evaluate_one(args.model, examples, path, **measure)
     if args.compare is not None:
-        comparison = Comparison(report, _evaluate_one(args.compare, examples, path, **measure), args.margin)
+        incumbent = _evaluate_one(args.compare, examples, path, **measure)
+        comparison = Comparison(report, incumbent, args.margin, args.ece_margin)
         if args.json:
             print(json.dumps(comparison.to_json(), ensure_ascii=False), flush=True)
         else:
@@ -277,9 +283,8 @@ def cmd_promote(args: argparse.Namespace) -> int:
     measure = {"device": args.device, "max_seq_len": None, "batch_size": 64, "static_probe": False}
     candidate = _evaluate_one(str(args.candidate), examples, heldout, **measure)
     if (args.default / HELDOUT_FILE).is_file():
-        comparison = Comparison(
-            candidate, _evaluate_one(str(args.default), examples, heldout, **measure), args.margin
-        )
+        incumbent = _evaluate_one(str(args.default), examples, heldout, **measure)
+        comparison = Comparison(candidate, incumbent, args.margin, args.ece_margin)
         print(format_comparison(comparison), flush=True)
         if comparison.regressions:
             print(f"kept {args.default}; {args.candidate} was not promoted", flush=True)

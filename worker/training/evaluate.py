@@ -16,6 +16,8 @@ from worker.training.speed import measure_backend_speed
 
 HELDOUT_FILE = "heldout.jsonl"
 ECE_BINS = 10
+ECE_MARGIN = 0.02
+"""The promotion gate's default: how much higher the candidate's calibration error may be."""
 
 
 @dataclass(frozen=True)
@@ -260,15 +262,23 @@ class Comparison:
     incumbent: EvaluationReport
     margin: float
     """How much lower the candidate's accuracy and macro-F1 may be (absolute, e.g. 0.01 = one point)."""
+    ece_margin: float = ECE_MARGIN
+    """How much higher the candidate's expected calibration error may be (absolute)."""
 
     @property
     def regressions(self) -> list[str]:
-        """What the candidate loses by more than the margin (empty: it may replace the incumbent)."""
+        """What the candidate loses by more than the margins (empty: it may replace the incumbent)."""
         out = []
         for name in ("accuracy", "macro_f1"):
             new, old = getattr(self.candidate.metrics, name), getattr(self.incumbent.metrics, name)
             if new < old - self.margin:
                 out.append(f"{name} {new:.4f} < {old:.4f} - {self.margin:g}")
+        new_ece, old_ece = self.candidate.metrics.ece, self.incumbent.metrics.ece
+        if new_ece > old_ece + self.ece_margin:
+            out.append(
+                f"ECE {new_ece:.4f} > {old_ece:.4f} + {self.ece_margin:g} (less calibrated: "
+                "`sentiment-worker calibrate` it first)"
+            )
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -277,6 +287,7 @@ class Comparison:
             "candidate": self.candidate.to_json(),
             "incumbent": self.incumbent.to_json(),
             "margin": self.margin,
+            "ece_margin": self.ece_margin,
             "regressions": self.regressions,
             "promote": not self.regressions,
         }
@@ -300,7 +311,8 @@ def format_comparison(comparison: Comparison) -> str:
         digits = 1 if name.startswith("seq/s") else 4
         lines.append(f"{name:<18}{new:>14.{digits}f}{old:>14.{digits}f}{new - old:>+10.{digits}f}")
     verdict = (
-        f"PROMOTE: no metric worse by more than {comparison.margin:g}"
+        f"PROMOTE: accuracy and macro-F1 not worse by more than {comparison.margin:g}, ECE not higher by "
+        f"more than {comparison.ece_margin:g}"
         if not comparison.regressions
         else "KEEP THE INCUMBENT: " + "; ".join(comparison.regressions)
     )

@@ -12,6 +12,7 @@ from worker.training.evaluate import (
     HELDOUT_FILE,
     classification_metrics,
     expected_calibration_error,
+    format_comparison,
     format_report,
     static_speed_probe,
 )
@@ -148,7 +149,11 @@ def test_promotion_gate_refuses_a_worse_candidate_and_passes_an_equal_one(
     assert main([*args, "--model", str(worse), "--compare", str(tiny_model_dir)]) == 1
     refused = json.loads(capsys.readouterr().out)
     assert refused["promote"] is False
-    assert [r.split()[0] for r in refused["regressions"]] == ["accuracy", "macro_f1"]
+    assert [r.split()[0] for r in refused["regressions"]] == [
+        "accuracy",
+        "macro_f1",
+        "ECE",
+    ]  # a flipped head is also confidently wrong
     assert refused["candidate"]["metrics"]["n"] == refused["incumbent"]["metrics"]["n"] == 200
     assert refused["candidate"]["metrics"]["accuracy"] < refused["incumbent"]["metrics"]["accuracy"] - 0.2
 
@@ -178,3 +183,27 @@ def test_promote_ships_a_better_candidate_in_float16_and_refuses_a_worse_one(
     assert main(["promote", "--candidate", str(worse), "--default", str(default)]) == 1
     assert f"kept {default}" in capsys.readouterr().out
     assert (default / "model_state.pdparams").stat().st_size == size  # untouched
+
+
+def test_the_gate_refuses_a_candidate_less_calibrated_by_more_than_the_ece_margin() -> None:
+    from worker.training.evaluate import ECE_MARGIN, Comparison, EvaluationReport, Throughput
+
+    labels = np.array([0, 1, 0, 1])
+    speed = Throughput(4, 1.0, 4.0, 32, None, "dynamic throughput only")
+
+    def report(confidence: float) -> EvaluationReport:  # every review right, at this confidence
+        probs = np.array(
+            [[confidence, 1 - confidence] if y == 0 else [1 - confidence, confidence] for y in labels]
+        )
+        return EvaluationReport("m", "v", "d.jsonl", classification_metrics(labels, probs, NAMES), speed)
+
+    sure, unsure = report(0.99), report(0.9)  # ECE 0.01 and 0.10, the same accuracy and macro-F1
+    refused = Comparison(unsure, sure, margin=0.005)
+    assert refused.ece_margin == ECE_MARGIN
+    assert [r.split()[0] for r in refused.regressions] == ["ECE"]
+    assert "calibrate" in refused.regressions[0] and "KEEP THE INCUMBENT: ECE 0.1000" in format_comparison(
+        refused
+    )
+    assert Comparison(unsure, sure, margin=0.005, ece_margin=0.1).regressions == []
+    assert Comparison(sure, unsure, margin=0.005).regressions == []  # better calibrated: never a regression
+    assert Comparison(sure, unsure, margin=0.005).to_json()["ece_margin"] == ECE_MARGIN
