@@ -172,13 +172,14 @@ def calibrate(directory: Path, predict: Predict, progress: Callable[[str], None]
     dev_labels = np.array([ex.label_id for ex in dev])
     test_labels = np.array([ex.label_id for ex in heldout])
     progress(f"dev {len(dev)} reviews, held-out {len(heldout)}: labelling with the model as it is")
-    dev_before = predict(directory, [ex.text for ex in dev])
-    test_before = predict(directory, [ex.text for ex in heldout])
+    texts = [ex.text for ex in dev] + [ex.text for ex in heldout]  # one model load per state of the weights
+    before = predict(directory, texts)
+    dev_before, test_before = before[: len(dev)], before[len(dev) :]
     temperature = fit_temperature(dev_before, dev_labels)
     progress(f"temperature {temperature:.3f}: folding it into the classification layer")
     fold_temperature(directory, temperature)
-    dev_after = predict(directory, [ex.text for ex in dev])
-    test_after = predict(directory, [ex.text for ex in heldout])
+    after = predict(directory, texts)
+    dev_after, test_after = after[: len(dev)], after[len(dev) :]
     changed = int((test_before.argmax(axis=1) != test_after.argmax(axis=1)).sum())
     if changed > LABELS_CHANGED_TOLERANCE * len(heldout):
         raise CalibrationError(
