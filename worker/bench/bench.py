@@ -28,7 +28,7 @@ import random
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -173,28 +173,24 @@ def bench_model_only(
     stage: InferenceStage[Any, tuple[list[Any], WindowStats]] = InferenceStage(
         label, max_queued_windows=queued_windows, name="model-only-inference"
     )
-    starts = iter(range(0, len(texts), window))
     tokenize_s = infer_s = 0.0
     real = padded = failures = 0
+
+    def tokenized() -> Iterator[tuple[list[list[int]], list[int] | None]]:  # on this thread, ahead
+        nonlocal tokenize_s
+        for start in range(0, len(texts), window):
+            tokenizing = time.perf_counter()
+            window_ids = sequences_for(classifier, texts[start : start + window])
+            tokenize_s += time.perf_counter() - tokenizing
+            yield window_ids
+
     started = time.perf_counter()
     try:
-        exhausted = False
-        while True:
-            while not exhausted and stage.has_room():
-                start = next(starts, None)
-                if start is None:
-                    exhausted = True
-                    break
-                tokenizing = time.perf_counter()
-                stage.submit(sequences_for(classifier, texts[start : start + window]))
-                tokenize_s += time.perf_counter() - tokenizing
-            if exhausted and stage.in_flight == 0:
-                break
-            for outputs, stats in stage.collect(timeout_s=1.0):
-                failures += sum(1 for out in outputs if not isinstance(out, np.ndarray))
-                infer_s += sum(batch.seconds for batch in stats.batches)
-                real += stats.real_tokens
-                padded += stats.padded_tokens
+        for outputs, stats in stage.pipeline(tokenized()):
+            failures += sum(1 for out in outputs if not isinstance(out, np.ndarray))
+            infer_s += sum(batch.seconds for batch in stats.batches)
+            real += stats.real_tokens
+            padded += stats.padded_tokens
     finally:
         stage.close()
     seconds = time.perf_counter() - started

@@ -15,7 +15,7 @@ import logging
 import queue
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -96,6 +96,23 @@ class InferenceStage(Generic[In, Out]):
                 raise RuntimeError(f"inference failed: {entry.error}") from entry.error
             results.append(entry)
         return results
+
+    def pipeline(self, items: Iterable[In]) -> Iterator[Out]:
+        """Submits `items` as room allows and yields their results in order. `items` is drawn on the
+        caller's thread while this stage works on the earlier ones, so a lazy iterable that prepares
+        (tokenizes) each item overlaps that work with inference (`predict`, `bench`'s model-only phase)."""
+        pending = iter(items)
+        exhausted = False
+        while True:
+            while not exhausted and self.has_room():
+                item = next(pending, _STOP)
+                if item is _STOP:
+                    exhausted = True
+                    break
+                self.submit(item)  # type: ignore[arg-type]
+            if exhausted and self.in_flight == 0:
+                return
+            yield from self.collect(timeout_s=1.0)
 
     def call(self, work: Callable[[], R]) -> Future[R]:
         """Runs `work` on the inference thread after everything submitted before it; thread-safe.

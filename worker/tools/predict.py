@@ -69,21 +69,12 @@ def predict_lines(
         label, max_queued_windows=_QUEUED_CHUNKS, name="predict-inference"
     )
     numbered = enumerate(lines, start=1)
-    exhausted = False
+    chunks = iter(lambda: list(islice(numbered, _CHUNK_LINES)), [])
     try:
-        while True:
-            while not exhausted and stage.has_room():
-                chunk = list(islice(numbered, _CHUNK_LINES))
-                if not chunk:
-                    exhausted = True
-                    break
-                stage.submit(_prepare(classifier, chunk, max_text_chars))
-            if exhausted and stage.in_flight == 0:
-                return
-            for labelled in stage.collect(timeout_s=1.0):
-                yield from _rows(labelled, classifier.labels)
-                if on_chunk is not None:
-                    on_chunk(len(labelled.chunk.lines))
+        for labelled in stage.pipeline(_prepare(classifier, chunk, max_text_chars) for chunk in chunks):
+            yield from _rows(labelled, classifier.labels)
+            if on_chunk is not None:
+                on_chunk(len(labelled.chunk.lines))
     finally:
         stage.close()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -83,3 +84,23 @@ def test_token_budget_halves_below_the_batch_that_did_not_fit_and_never_rises() 
     assert (budget.current, budget.lowered) == (3000, 1)
     budget.on_out_of_memory(100)
     assert budget.current == 64  # never below the floor
+
+
+def test_pipeline_yields_in_order_and_draws_items_no_further_ahead_than_its_room() -> None:
+    drawn: list[int] = []
+    stage: InferenceStage[int, int] = InferenceStage(lambda x: x * 10, max_queued_windows=2)
+
+    def items() -> Iterator[int]:
+        for i in range(7):
+            drawn.append(i)
+            yield i
+
+    try:
+        out = []
+        for result in stage.pipeline(items()):
+            out.append(result)
+            assert len(drawn) - len(out) <= 2  # never more than the queue's room drawn ahead of the results
+        assert out == [0, 10, 20, 30, 40, 50, 60] and stage.in_flight == 0
+        assert list(stage.pipeline([])) == []
+    finally:
+        stage.close()
