@@ -173,7 +173,8 @@ class WorkerSettings(BaseSettings):
     tokenizer: Literal["auto", "fast", "slow"] = Field(
         "auto",
         description="fast: Rust WordPiece (same ids as ErnieTokenizer); slow: ErnieTokenizer itself; "
-        "auto: fast if it matches the slow one on probe texts at start-up.",
+        "auto: fast if it matches the slow one on probe texts (checked by the export for an exported model, "
+        "which then loads without PaddleNLP; else at start-up).",
     )
     cpu_threads: int | None = Field(
         None,

@@ -24,7 +24,7 @@ class TextClassifierBase:
     max_seq_len: int
     device: DeviceChoice
     _encoder: SequenceEncoder
-    _tokenizer: Any
+    _tokenizer: Any | None
     _pad_id: int
     call_overhead_tokens: int | None = None
     """The fixed cost of one model call, in padded tokens, for the batch planner (`plan_batches`): a
@@ -42,7 +42,8 @@ class TextClassifierBase:
 
     @property
     def tokenizer(self) -> Any:
-        """The underlying PaddleNLP tokenizer (the reference; ``encoder`` says which one encodes)."""
+        """The underlying PaddleNLP tokenizer (the reference; ``encoder`` says which one encodes); None for
+        an exported model served by the fast tokenizer its export checked and saved (PaddleNLP not loaded)."""
         return self._tokenizer
 
     @property

@@ -22,6 +22,7 @@ import time
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 log = logging.getLogger(__name__)
@@ -127,7 +128,24 @@ class FastErnieTokenizer:
         # Special tokens written in the text stay whole and un-normalized, as ErnieTokenizer's trie split.
         tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special_tokens])
         self._tokenizer = tokenizer
-        self._unk_id = vocab[unk_token]
+
+    @classmethod
+    def from_file(cls, path: Path) -> FastErnieTokenizer:
+        """The fast tokenizer `save` wrote (`tokenizers`' own JSON): no PaddleNLP, no character tables to
+        compute. Raises ValueError when the file is not a tokenizer `tokenizers` can read."""
+        from tokenizers import Tokenizer
+
+        try:
+            tokenizer = Tokenizer.from_file(str(path))
+        except Exception as exc:  # noqa: BLE001 - the Rust side raises Exception for any malformed file
+            raise ValueError(f"{path} is not a tokenizer file: {exc}") from exc
+        fast = cls.__new__(cls)
+        fast._tokenizer = tokenizer
+        return fast
+
+    def save(self, path: Path) -> None:
+        """Writes this tokenizer's whole pipeline (vocabulary, normalizer, splits, special tokens) as JSON."""
+        self._tokenizer.save(str(path))
 
     @classmethod
     def from_paddle(cls, tokenizer: Any) -> FastErnieTokenizer:
@@ -243,6 +261,75 @@ def choose_tokenizer(paddle_tokenizer: Any, kind: TokenizerKind) -> ContentToken
         )
         return slow
     return fast
+
+
+FAST_TOKENIZER_FILE = "fast_tokenizer.json"
+"""The fast tokenizer an export saves beside the model once it matched the reference on probe texts."""
+
+
+@dataclass(frozen=True)
+class SpecialIds:
+    """The ids a sequence is laid out and padded with."""
+
+    cls: int
+    sep: int
+    pad: int
+    unk: int
+
+    @classmethod
+    def of(cls, paddle_tokenizer: Any) -> SpecialIds:
+        t = paddle_tokenizer
+        return cls(int(t.cls_token_id), int(t.sep_token_id), int(t.pad_token_id), int(t.unk_token_id))
+
+
+def save_checked_fast_tokenizer(
+    paddle_tokenizer: Any, directory: Path, probes: Sequence[str]
+) -> dict[str, Any] | None:
+    """Writes `FAST_TOKENIZER_FILE` into `directory` when the fast tokenizer encodes every probe text as the
+    reference does, and returns the record for sentiment_model.json's ``tokenizer`` section (file,
+    `tokenizers` version, probes checked, special ids); None, and nothing written, when it cannot be built
+    or differs (a served model then checks parity with PaddleNLP at every start, as before)."""
+    import tokenizers
+
+    try:
+        fast = FastErnieTokenizer.from_paddle(paddle_tokenizer)
+    except Exception as exc:  # noqa: BLE001 - as choose_tokenizer: any failure means the reference serves
+        log.warning("no fast tokenizer saved: it cannot be built: %s", exc)
+        return None
+    mismatches = parity_mismatches(fast, SlowErnieTokenizer(paddle_tokenizer), probes)
+    if mismatches:
+        log.warning(
+            "no fast tokenizer saved: it differs from the reference on %d probe texts", len(mismatches)
+        )
+        return None
+    fast.save(directory / FAST_TOKENIZER_FILE)
+    ids = SpecialIds.of(paddle_tokenizer)
+    return {
+        "file": FAST_TOKENIZER_FILE,
+        "tokenizers_version": tokenizers.__version__,
+        "parity_probe_texts": len(probes),
+        "special_ids": {"cls": ids.cls, "sep": ids.sep, "pad": ids.pad, "unk": ids.unk},
+    }
+
+
+def load_checked_fast_tokenizer(
+    directory: Path, record: dict[str, Any]
+) -> tuple[FastErnieTokenizer, SpecialIds] | None:
+    """The fast tokenizer `save_checked_fast_tokenizer` saved, with the special ids it recorded; None when
+    `record` (the ``tokenizer`` section) is empty, its file is missing, or it was checked under another
+    `tokenizers` version (whose pipeline may encode differently: the caller checks parity again)."""
+    import tokenizers
+
+    path = directory / str(record.get("file", FAST_TOKENIZER_FILE))
+    if not record or not path.is_file() or record.get("tokenizers_version") != tokenizers.__version__:
+        return None
+    try:
+        ids = SpecialIds(**{k: int(v) for k, v in dict(record["special_ids"]).items()})
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(
+            f"the tokenizer record of {directory} is invalid ({exc}): re-run the export"
+        ) from exc
+    return FastErnieTokenizer.from_file(path), ids
 
 
 @dataclass(frozen=True)

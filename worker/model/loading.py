@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from worker.model.backend_choice import measured_choice
 from worker.model.classifier import DEFAULT_LABELS, SentimentClassifier, TextClassifierBase
 from worker.model.device import DeviceChoice, activate
-from worker.model.fast_tokenizer import TokenizerKind, choose_tokenizer
+from worker.model.fast_tokenizer import (
+    ContentTokenizer,
+    SpecialIds,
+    TokenizerKind,
+    choose_tokenizer,
+    load_checked_fast_tokenizer,
+)
 from worker.model.long_text import LongTextMode, SequenceEncoder
 from worker.model.metadata import (
     CONFIG_FILES,
@@ -257,12 +263,22 @@ def load_dygraph(directory: Path) -> tuple[Any, Any, ModelMetadata | None]:
 
 
 def _encoder(tokenizer: Any, max_seq_len: int, options: InferenceOptions) -> SequenceEncoder:
+    """The layout over the tokenizer `options.tokenizer` chooses given PaddleNLP's `tokenizer`."""
     try:
         content = choose_tokenizer(tokenizer, options.tokenizer)
+    except ValueError as exc:
+        raise ModelLoadError(str(exc)) from exc
+    return _layout(content, SpecialIds.of(tokenizer), max_seq_len, options)
+
+
+def _layout(
+    content: ContentTokenizer, ids: SpecialIds, max_seq_len: int, options: InferenceOptions
+) -> SequenceEncoder:
+    try:
         return SequenceEncoder(
             content,
-            cls_id=int(tokenizer.cls_token_id),
-            sep_id=int(tokenizer.sep_token_id),
+            cls_id=ids.cls,
+            sep_id=ids.sep,
             max_seq_len=max_seq_len,
             mode=options.long_text,
             stride=options.chunk_stride_tokens,
@@ -337,7 +353,7 @@ def _load_static(
 ) -> TextClassifierBase:
     """An exported directory → StaticClassifier. Its version is the exported weights' version (recorded by
     export in sentiment_model.json), so results name the same model version on both backends."""
-    parts = _exported_parts(directory, max_seq_len, directory / PARAMS_FILE, "exported")
+    parts = _exported_parts(directory, max_seq_len, directory / PARAMS_FILE, "exported", options)
     chosen = parts.max_seq_len
     static_options = StaticOptions(
         cpu_threads=options.cpu_threads or os.cpu_count() or 1,
@@ -363,7 +379,8 @@ def _load_static(
     return StaticClassifier(
         predictor=predictor,
         tokenizer=parts.tokenizer,
-        encoder=_encoder(parts.tokenizer, chosen, options),
+        pad_id=parts.pad_id,
+        encoder=parts.encoder,
         name=parts.name,
         version=parts.version,
         labels=parts.labels,
@@ -378,7 +395,7 @@ def _load_onnx(
 ) -> TextClassifierBase:
     """An ONNX directory → OnnxClassifier. Version and precision come from sentiment_model.json (an INT8
     model names its own version, so results say which precision labelled them)."""
-    parts = _exported_parts(directory, max_seq_len, directory / ONNX_FILE, "ONNX")
+    parts = _exported_parts(directory, max_seq_len, directory / ONNX_FILE, "ONNX", options)
     chosen = parts.max_seq_len
     onnx_options = OnnxOptions(
         cpu_threads=options.cpu_threads or os.cpu_count() or 1, threads_per_call=options.cpu_threads_per_call
@@ -395,7 +412,8 @@ def _load_onnx(
         return OnnxClassifier(
             session=session,
             tokenizer=parts.tokenizer,
-            encoder=_encoder(parts.tokenizer, chosen, options),
+            pad_id=parts.pad_id,
+            encoder=parts.encoder,
             name=parts.name,
             version=parts.version,
             labels=parts.labels,
@@ -412,26 +430,49 @@ class _ExportedParts(NamedTuple):
     """What every exported directory gives its classifier, whatever runs the graph."""
 
     tokenizer: Any
+    """PaddleNLP's ErnieTokenizer; None when the export's checked fast tokenizer serves (no PaddleNLP)."""
+    encoder: SequenceEncoder
+    pad_id: int
     max_seq_len: int
     name: str
     version: str
     labels: list[str]
 
 
-def _exported_parts(directory: Path, max_seq_len: int | None, graph: Path, kind: str) -> _ExportedParts:
-    """Tokenizer, max_seq_len, name, version (sentiment_model.json's, else the graph's hash) and labels."""
-    from paddlenlp.transformers import ErnieTokenizer
-
+def _exported_parts(
+    directory: Path, max_seq_len: int | None, graph: Path, kind: str, options: InferenceOptions
+) -> _ExportedParts:
+    """Tokenizer and layout, max_seq_len, name, version (sentiment_model.json's, else the graph's hash) and
+    labels. The fast tokenizer the export saved after its parity check serves `tokenizer=auto|fast` without
+    importing PaddleNLP (seconds of every replica's start-up, and its memory); `slow`, an export without it,
+    or another `tokenizers` version load PaddleNLP's ErnieTokenizer and check parity now, as before."""
     meta = _read_meta(directory)
-    try:
-        tokenizer = ErnieTokenizer.from_pretrained(str(directory))
-    except Exception as exc:  # noqa: BLE001 - PaddleNLP raises many types; report them all the same way
-        raise ModelLoadError(
-            f"could not load the tokenizer from the {kind} directory {directory}: {exc}; re-run the export"
-        ) from exc
     chosen = _choose_max_seq_len(max_seq_len, meta, _config_value(directory, "max_position_embeddings"))
+    saved = None
+    if options.tokenizer != "slow":
+        try:
+            saved = load_checked_fast_tokenizer(directory, _metadata_section(directory, "tokenizer"))
+        except ValueError as exc:
+            raise ModelLoadError(f"{directory}: {exc}") from exc
+    if saved is not None:
+        content, ids = saved
+        tokenizer = None
+        encoder = _layout(content, ids, chosen, options)
+    else:
+        from paddlenlp.transformers import ErnieTokenizer
+
+        try:
+            tokenizer = ErnieTokenizer.from_pretrained(str(directory))
+        except Exception as exc:  # noqa: BLE001 - PaddleNLP raises many types; report them all the same way
+            raise ModelLoadError(
+                f"could not load the tokenizer from the {kind} directory {directory}: {exc}; "
+                "re-run the export"
+            ) from exc
+        ids, encoder = SpecialIds.of(tokenizer), _encoder(tokenizer, chosen, options)
     return _ExportedParts(
         tokenizer=tokenizer,
+        encoder=encoder,
+        pad_id=ids.pad,
         max_seq_len=chosen,
         name=meta.name if meta is not None else directory.resolve().name,
         version=meta.version if meta is not None and meta.version else _short_hash(graph),

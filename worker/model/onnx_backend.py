@@ -105,7 +105,8 @@ class OnnxClassifier(TextClassifierBase):
         self,
         *,
         session: Any,
-        tokenizer: Any,
+        tokenizer: Any | None,
+        pad_id: int,
         encoder: SequenceEncoder,
         name: str,
         version: str,
@@ -138,7 +139,7 @@ class OnnxClassifier(TextClassifierBase):
         self._session = session
         self._tokenizer = tokenizer
         self._encoder = encoder
-        self._pad_id = int(tokenizer.pad_token_id)
+        self._pad_id = pad_id
         self._calls = threading.BoundedSemaphore(self.parallel_calls)
         names = [i.name for i in session.get_inputs()]
         if sorted(names) != sorted(INPUT_NAMES):

@@ -122,7 +122,8 @@ class StaticClassifier(TextClassifierBase):
         self,
         *,
         predictor: Any,
-        tokenizer: Any,
+        tokenizer: Any | None,
+        pad_id: int,
         encoder: SequenceEncoder,
         name: str,
         version: str,
@@ -146,7 +147,7 @@ class StaticClassifier(TextClassifierBase):
         self._predictor = predictor
         self._tokenizer = tokenizer
         self._encoder = encoder
-        self._pad_id = int(tokenizer.pad_token_id)
+        self._pad_id = pad_id
         self._lock = threading.Lock()
         names = list(predictor.get_input_names())
         if sorted(names) != sorted(INPUT_NAMES):

@@ -22,7 +22,7 @@ import numpy as np
 
 from worker.model.classifier import SentimentClassifier
 from worker.model.device import DeviceChoice, choose_device
-from worker.model.fast_tokenizer import PARITY_PROBES
+from worker.model.fast_tokenizer import PARITY_PROBES, save_checked_fast_tokenizer
 from worker.model.loading import (
     HUB_DEFAULT_MAX_SEQ_LEN,
     Backend,
@@ -129,6 +129,9 @@ def export_model(
                 shutil.copy2(source / name, staging / name)
         _write_metadata(source, staging, meta)
         probes = probe_texts or [*PARITY_PROBES, *corpus_probes()]
+        fast_tokenizer = save_checked_fast_tokenizer(tokenizer, staging, probes)
+        if fast_tokenizer is not None:
+            record_export(staging, fast_tokenizer, section="tokenizer")
         try:
             diff, n = dygraph_parity(source, staging, cpu, probes)
         except ModelLoadError as exc:

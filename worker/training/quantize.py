@@ -37,6 +37,7 @@ import numpy as np
 
 from worker.model.classifier import TextClassifierBase
 from worker.model.device import choose_device
+from worker.model.fast_tokenizer import FAST_TOKENIZER_FILE
 from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier
 from worker.model.metadata import CONFIG_FILES, METADATA_FILE
 from worker.model.onnx_backend import ONNX_FILE, is_onnx_dir
@@ -50,7 +51,7 @@ WeightBits = Literal[7, 8]
 WEIGHT_BITS: tuple[WeightBits, ...] = (7, 8)
 CALIBRATION_FILE = "calibration.jsonl"
 CARD_FILE = "README.md"
-TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", FAST_TOKENIZER_FILE)
 EVAL_BATCH_SIZE = 32
 
 
