@@ -459,6 +459,13 @@ def _exported_parts(
         tokenizer = None
         encoder = _layout(content, ids, chosen, options)
     else:
+        if options.tokenizer != "slow":
+            log.info(
+                "%s has no fast tokenizer checked under this tokenizers version: loading PaddleNLP's "
+                "ErnieTokenizer to check one now (seconds); re-export the model (`export`, then `quantize`; "
+                "for a directory `make` derived: delete it and run `make model`) to start without it",
+                directory,
+            )
         from paddlenlp.transformers import ErnieTokenizer
 
         try:

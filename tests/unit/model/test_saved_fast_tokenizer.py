@@ -6,6 +6,7 @@ version."""
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import subprocess
 import sys
@@ -113,16 +114,19 @@ def _copy_with_record(source: Path, destination: Path, **changes: Any) -> Path:
 
 
 def test_another_tokenizers_version_or_no_file_checks_parity_with_the_reference(
-    tiny_int8_dir: Path, tmp_path: Path
+    tiny_int8_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     cpu, options = choose_device("cpu"), InferenceOptions(backend="onnx")
     other_version = _copy_with_record(tiny_int8_dir, tmp_path / "other", tokenizers_version="0.0.1")
     no_file = shutil.copytree(tiny_int8_dir, tmp_path / "no-file")
     (no_file / FAST_TOKENIZER_FILE).unlink()
     for directory in (other_version, no_file):
-        clf = load_classifier(str(directory), cpu, options=options)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="worker.model.loading"):
+            clf = load_classifier(str(directory), cpu, options=options)
         # the reference was loaded and the fast tokenizer rebuilt from it passed the start-up parity check
         assert clf.tokenizer is not None and clf.encoder.tokenizer.kind == "fast"
+        assert f"{directory} has no fast tokenizer checked" in caplog.text and "re-export" in caplog.text
 
 
 def test_an_invalid_record_is_a_load_error_that_says_re_export(tiny_int8_dir: Path, tmp_path: Path) -> None:
