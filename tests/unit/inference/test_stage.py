@@ -104,3 +104,61 @@ def test_pipeline_yields_in_order_and_draws_items_no_further_ahead_than_its_room
         assert list(stage.pipeline([])) == []
     finally:
         stage.close()
+
+
+@pytest.mark.parametrize("items_at_once", [1, 2])
+def test_with_items_at_once_the_next_window_starts_before_this_one_ends(items_at_once: int) -> None:
+    """Window 0 cannot finish before window 1 has started: only threads side by side get past it. The
+    results still come out in submission order, though window 1 finishes first."""
+    started_1, finished = threading.Event(), []
+
+    def work(x: int) -> int:
+        if x == 0:
+            overlapped = started_1.wait(1.0)
+            finished.append(x)
+            return 100 if overlapped else -100
+        if x == 1:
+            started_1.set()
+        finished.append(x)
+        return x
+
+    stage: InferenceStage[int, int] = InferenceStage(work, max_queued_windows=3, items_at_once=items_at_once)
+    try:
+        for x in range(3):
+            stage.submit(x)
+        got = _collect_all(stage, 3)
+    finally:
+        stage.close()
+    if items_at_once == 1:
+        assert got == [-100, 1, 2] and finished == [0, 1, 2]  # one thread: window 1 waited for window 0
+    else:
+        assert got == [100, 1, 2] and finished[0] == 1  # window 1 ran (and finished) while window 0 waited
+
+
+def test_side_by_side_a_failure_surfaces_in_its_place_and_calls_still_run() -> None:
+    release = threading.Event()
+
+    def work(x: int) -> int:
+        if x == 0:
+            release.wait(2.0)
+            raise ValueError("model exploded on 0")
+        return x
+
+    stage: InferenceStage[int, int] = InferenceStage(work, max_queued_windows=2, items_at_once=2)
+    try:
+        stage.submit(0)
+        stage.submit(1)
+        time.sleep(0.1)
+        assert stage.collect() == []  # window 1 is done, but window 0 comes first
+        release.set()
+        with pytest.raises(RuntimeError, match="model exploded on 0"):
+            _collect_all(stage, 1)
+        assert stage.call(lambda: "called").result(timeout=2) == "called"
+    finally:
+        stage.close()
+    assert stage.call(lambda: "late").cancelled()
+
+
+def test_items_at_once_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="items_at_once"):
+        InferenceStage(lambda x: x, max_queued_windows=1, items_at_once=0)
