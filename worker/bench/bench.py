@@ -171,10 +171,7 @@ def bench_model_only(
         return merge_sequences(outputs, counts), stats
 
     stage: InferenceStage[Any, tuple[list[Any], WindowStats]] = InferenceStage(
-        label,
-        max_queued_windows=queued_windows,
-        name="model-only-inference",
-        items_at_once=classifier.parallel_calls,
+        label, max_queued_windows=queued_windows, name="model-only-inference"
     )
     tokenize_s = infer_s = 0.0
     real = padded = failures = 0

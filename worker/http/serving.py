@@ -176,9 +176,7 @@ class SentimentService:
                 self._on_listening(self.address)
             budget = token_budget(s, self._classifier)
             warm_up(self._classifier, self._model.name)
-            stage: InferenceStage[Any, Any] = InferenceStage(
-                None, max_queued_windows=1, name="inference", items_at_once=self._classifier.parallel_calls
-            )
+            stage: InferenceStage[Any, Any] = InferenceStage(None, max_queued_windows=1, name="inference")
             stack.callback(stage.close)
             attach_batcher(
                 stack,

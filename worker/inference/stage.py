@@ -5,11 +5,8 @@ one. The queue in front of the model is bounded (`max_queued_windows`); when it 
 pauses its partitions instead of buffering more input.
 
 A second lane, `call()`, runs other work on the same thread (the HTTP request batches): FIFO with the
-windows, its result in a future of its own, so the poll loop's `collect()` only ever sees its windows.
-
-With `items_at_once` > 1 (a model whose calls run side by side on lanes: ONNX Runtime on CPU) that many
-threads take windows and calls from the same queue, so the next window's batches wait on the lanes while
-this one's last batch runs; windows are still collected in submission order.
+windows, its result in a future of its own, so the model is used by one thread and the poll loop's
+`collect()` only ever sees its windows.
 """
 
 from __future__ import annotations
@@ -17,7 +14,6 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
@@ -42,54 +38,29 @@ class _Call:
     future: Future[Any]
 
 
-@dataclass(frozen=True)
-class _Item(Generic[In]):
-    number: int  # submission order
-    value: In
-
-
 _STOP = object()
 
 
 class InferenceStage(Generic[In, Out]):
-    """Runs `work` on submitted items in background threads (one unless `items_at_once` says more), FIFO;
-    results are collected in submission order."""
+    """Runs `work` on submitted items in one background thread, FIFO; results are collected in order."""
 
     def __init__(
-        self,
-        work: Callable[[In], Out] | None,
-        *,
-        max_queued_windows: int,
-        name: str = "inference",
-        items_at_once: int = 1,
+        self, work: Callable[[In], Out] | None, *, max_queued_windows: int, name: str = "inference"
     ) -> None:
-        """`work` labels a submitted window; None for a stage that only runs `call()`s (serve).
-
-        `items_at_once`: windows (and calls) worked on side by side, each on a thread of its own; results
-        still come out in submission order. Pass the classifier's `parallel_calls`: while one window's last
-        model batch runs on one lane, the next window's batches are already queued for the other, so no
-        lane idles at a window's end. 1 (one thread) for a model that takes one call at a time."""
+        """`work` labels a submitted window; None for a stage that only runs `call()`s (serve)."""
         if max_queued_windows < 1:
             raise ValueError("max_queued_windows must be >= 1")
-        if items_at_once < 1:
-            raise ValueError("items_at_once must be >= 1")
         self._work = work
         self._capacity = max_queued_windows
         self._inbox: queue.Queue[object] = queue.Queue()
         self._done: deque[Out | _Failed] = deque()
-        self._finished_early: dict[int, Out | _Failed] = {}  # by submission number, waiting for earlier ones
         self._submitted = 0
         self._collected = 0
-        self._next_in_order = 0
         self._closed = False
         self._lock = threading.Lock()
         self._finished = threading.Condition(self._lock)
-        self._threads = [
-            threading.Thread(target=self._run, name=name if i == 0 else f"{name}-{i + 1}", daemon=True)
-            for i in range(items_at_once)
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
 
     @property
     def in_flight(self) -> int:
@@ -105,8 +76,8 @@ class InferenceStage(Generic[In, Out]):
             raise RuntimeError("this inference stage takes calls only")
         if not self.has_room():
             raise RuntimeError("inference queue is full: check has_room() before submitting")
-        self._inbox.put(_Item(self._submitted, item))
         self._submitted += 1
+        self._inbox.put(item)
 
     def collect(self, timeout_s: float = 0.0) -> list[Out]:
         """Finished results in submission order; waits up to `timeout_s` for the first one.
@@ -158,22 +129,19 @@ class InferenceStage(Generic[In, Out]):
         return future
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Stops the threads once they have done what was queued before (calls made later are cancelled)."""
+        """Stops the thread once it has done what was queued before (calls made later are cancelled)."""
         with self._lock:
             self._closed = True
-            for _ in self._threads:
-                self._inbox.put(_STOP)
-        deadline = time.monotonic() + timeout_s
-        for thread in self._threads:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        if any(thread.is_alive() for thread in self._threads):
+            self._inbox.put(_STOP)
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
             log.warning("inference thread still busy after %.0f s; leaving it (daemon)", timeout_s)
-        self._cancel_queued_calls()
 
     def _run(self) -> None:
         while True:
             item = self._inbox.get()
             if item is _STOP:
+                self._cancel_queued_calls()
                 return
             if isinstance(item, _Call):
                 if item.future.set_running_or_notify_cancel():
@@ -182,17 +150,14 @@ class InferenceStage(Generic[In, Out]):
                     except BaseException as exc:  # noqa: BLE001 - the caller's future carries it
                         item.future.set_exception(exc)
                 continue
-            assert self._work is not None and isinstance(item, _Item)  # submit() refuses windows without it
+            assert self._work is not None  # submit() refuses windows without it
             try:
-                result: Out | _Failed = self._work(item.value)
+                result: Out | _Failed = self._work(item)  # type: ignore[arg-type]
             except BaseException as exc:  # noqa: BLE001 - handed to the poll loop, which stops the worker
                 log.error("inference thread failed", exc_info=True)
                 result = _Failed(exc)
             with self._finished:
-                self._finished_early[item.number] = result
-                while self._next_in_order in self._finished_early:  # in submission order, whoever finished
-                    self._done.append(self._finished_early.pop(self._next_in_order))
-                    self._next_in_order += 1
+                self._done.append(result)
                 self._finished.notify_all()
 
     def _cancel_queued_calls(self) -> None:

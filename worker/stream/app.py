@@ -193,9 +193,7 @@ class SentimentWorker:
         warm_up(self._classifier, self._model.name)
         self._health.model_warm = True
         stage: InferenceStage[PreparedWindow, LabelledWindow] = InferenceStage(
-            self._label,
-            max_queued_windows=s.max_queued_windows,
-            items_at_once=self._classifier.parallel_calls,
+            self._label, max_queued_windows=s.max_queued_windows
         )
         stack.callback(stage.close)
         if api is not None:

@@ -66,10 +66,7 @@ def predict_lines(
         return _Labelled(chunk, merge_sequences(outputs, chunk.chunk_counts))
 
     stage: InferenceStage[_Chunk, _Labelled] = InferenceStage(
-        label,
-        max_queued_windows=_QUEUED_CHUNKS,
-        name="predict-inference",
-        items_at_once=classifier.parallel_calls,
+        label, max_queued_windows=_QUEUED_CHUNKS, name="predict-inference"
     )
     numbered = enumerate(lines, start=1)
     chunks = iter(lambda: list(islice(numbered, _CHUNK_LINES)), [])
