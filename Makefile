@@ -140,15 +140,18 @@ $(FAST_MODEL_DIR)/metrics.json:
 	@echo "$(FAST_MODEL_DIR) is shipped in the repository: restore it (git checkout -- $(FAST_MODEL_DIR)) or rebuild it (make fast-model)" >&2
 	@exit 2
 
-# The served forms are derived, never shipped: rebuilt when their model changes. One rule per form, for
-# every model directory D: D-onnx (ONNX export), D-int8 (its ONNX Runtime INT8), D-static (Paddle Inference).
-%-onnx/model.onnx: %/metrics.json %/model_state.pdparams | $(VENV)/.installed
+# The served forms are derived, never shipped: rebuilt when their model changes, or the code that derives them
+# (so a form exported before exports saved their checked fast tokenizer gains it, and starts without PaddleNLP).
+# One rule per form, for every model directory D: D-onnx (ONNX export), D-int8 (its ONNX Runtime INT8),
+# D-static (Paddle Inference).
+EXPORTER := worker/training/export.py worker/training/onnx_export.py worker/model/fast_tokenizer.py
+%-onnx/model.onnx: %/metrics.json %/model_state.pdparams $(EXPORTER) | $(VENV)/.installed
 	$(CLI) export --model $* --output-dir $*-onnx --format onnx --overwrite
 
-%-int8/model.onnx: %-onnx/model.onnx
+%-int8/model.onnx: %-onnx/model.onnx worker/training/quantize.py
 	$(CLI) quantize --model $*-onnx --output-dir $*-int8 --heldout $*/heldout.jsonl --overwrite
 
-%-static/sentiment_model.json: %/metrics.json %/model_state.pdparams | $(VENV)/.installed
+%-static/sentiment_model.json: %/metrics.json %/model_state.pdparams $(EXPORTER) | $(VENV)/.installed
 	$(CLI) export --model $* --output-dir $*-static --overwrite
 
 # The ONNX exports are kept (make deletes the middle of a chain of pattern rules otherwise).

@@ -452,8 +452,8 @@ def _exported_parts(
     if options.tokenizer != "slow":
         try:
             saved = load_checked_fast_tokenizer(directory, _metadata_section(directory, "tokenizer"))
-        except ValueError as exc:
-            raise ModelLoadError(f"{directory}: {exc}") from exc
+        except ValueError as exc:  # the message names the directory and says to re-export
+            raise ModelLoadError(str(exc)) from exc
     if saved is not None:
         content, ids = saved
         tokenizer = None
