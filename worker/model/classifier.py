@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from worker.model.device import DeviceChoice
-from worker.model.fast_tokenizer import SlowErnieTokenizer
+from worker.model.fast_tokenizer import SlowErnieTokenizer, SpecialIds
 from worker.model.long_text import SequenceEncoder, flatten_chunks, merge_chunk_outputs
 
 DEFAULT_LABELS = ["negative", "positive"]
@@ -130,12 +130,10 @@ class SentimentClassifier(TextClassifierBase):
         self.device = device
         self._model = model
         self._tokenizer = tokenizer
-        self._cls_id = int(tokenizer.cls_token_id)
-        self._sep_id = int(tokenizer.sep_token_id)
-        self._pad_id = int(tokenizer.pad_token_id)
-        self._unk_id = int(tokenizer.unk_token_id)
+        ids = SpecialIds.of(tokenizer)
+        self._pad_id = ids.pad
         self._encoder = encoder or SequenceEncoder(
-            SlowErnieTokenizer(tokenizer), cls_id=self._cls_id, sep_id=self._sep_id, max_seq_len=max_seq_len
+            SlowErnieTokenizer(tokenizer), cls_id=ids.cls, sep_id=ids.sep, max_seq_len=max_seq_len
         )
         if self._encoder.max_seq_len != max_seq_len:
             raise ValueError(f"encoder lays out {self._encoder.max_seq_len} tokens, model {max_seq_len}")

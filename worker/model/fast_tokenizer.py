@@ -274,20 +274,19 @@ class SpecialIds:
     cls: int
     sep: int
     pad: int
-    unk: int
 
     @classmethod
     def of(cls, paddle_tokenizer: Any) -> SpecialIds:
         t = paddle_tokenizer
-        return cls(int(t.cls_token_id), int(t.sep_token_id), int(t.pad_token_id), int(t.unk_token_id))
+        return cls(int(t.cls_token_id), int(t.sep_token_id), int(t.pad_token_id))
 
 
 def save_checked_fast_tokenizer(
     paddle_tokenizer: Any, directory: Path, probes: Sequence[str]
 ) -> dict[str, Any] | None:
     """Writes `FAST_TOKENIZER_FILE` into `directory` when the fast tokenizer encodes every probe text as the
-    reference does, and returns the record for sentiment_model.json's ``tokenizer`` section (file,
-    `tokenizers` version, probes checked, special ids); None, and nothing written, when it cannot be built
+    reference does, and returns the record for sentiment_model.json's ``tokenizer`` section (`tokenizers`
+    version, probes checked, special ids); None, and nothing written, when it cannot be built
     or differs (a served model then checks parity with PaddleNLP at every start, as before)."""
     import tokenizers
 
@@ -305,10 +304,9 @@ def save_checked_fast_tokenizer(
     fast.save(directory / FAST_TOKENIZER_FILE)
     ids = SpecialIds.of(paddle_tokenizer)
     return {
-        "file": FAST_TOKENIZER_FILE,
         "tokenizers_version": tokenizers.__version__,
         "parity_probe_texts": len(probes),
-        "special_ids": {"cls": ids.cls, "sep": ids.sep, "pad": ids.pad, "unk": ids.unk},
+        "special_ids": {"cls": ids.cls, "sep": ids.sep, "pad": ids.pad},
     }
 
 
@@ -320,11 +318,12 @@ def load_checked_fast_tokenizer(
     `tokenizers` version (whose pipeline may encode differently: the caller checks parity again)."""
     import tokenizers
 
-    path = directory / str(record.get("file", FAST_TOKENIZER_FILE))
-    if not record or not path.is_file() or record.get("tokenizers_version") != tokenizers.__version__:
+    path = directory / FAST_TOKENIZER_FILE
+    if record.get("tokenizers_version") != tokenizers.__version__ or not path.is_file():
         return None
     try:
-        ids = SpecialIds(**{k: int(v) for k, v in dict(record["special_ids"]).items()})
+        given = dict(record["special_ids"])
+        ids = SpecialIds(cls=int(given["cls"]), sep=int(given["sep"]), pad=int(given["pad"]))
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(
             f"the tokenizer record of {directory} is invalid ({exc}): re-run the export"

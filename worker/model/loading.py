@@ -448,34 +448,7 @@ def _exported_parts(
     or another `tokenizers` version load PaddleNLP's ErnieTokenizer and check parity now, as before."""
     meta = _read_meta(directory)
     chosen = _choose_max_seq_len(max_seq_len, meta, _config_value(directory, "max_position_embeddings"))
-    saved = None
-    if options.tokenizer != "slow":
-        try:
-            saved = load_checked_fast_tokenizer(directory, _metadata_section(directory, "tokenizer"))
-        except ValueError as exc:  # the message names the directory and says to re-export
-            raise ModelLoadError(str(exc)) from exc
-    if saved is not None:
-        content, ids = saved
-        tokenizer = None
-        encoder = _layout(content, ids, chosen, options)
-    else:
-        if options.tokenizer != "slow":
-            log.info(
-                "%s has no fast tokenizer checked under this tokenizers version: loading PaddleNLP's "
-                "ErnieTokenizer to check one now (seconds); re-export the model (`export`, then `quantize`; "
-                "for a directory `make` derived: delete it and run `make model`) to start without it",
-                directory,
-            )
-        from paddlenlp.transformers import ErnieTokenizer
-
-        try:
-            tokenizer = ErnieTokenizer.from_pretrained(str(directory))
-        except Exception as exc:  # noqa: BLE001 - PaddleNLP raises many types; report them all the same way
-            raise ModelLoadError(
-                f"could not load the tokenizer from the {kind} directory {directory}: {exc}; "
-                "re-run the export"
-            ) from exc
-        ids, encoder = SpecialIds.of(tokenizer), _encoder(tokenizer, chosen, options)
+    tokenizer, encoder, ids = _exported_tokenizer(directory, chosen, kind, options)
     return _ExportedParts(
         tokenizer=tokenizer,
         encoder=encoder,
@@ -485,6 +458,37 @@ def _exported_parts(
         version=meta.version if meta is not None and meta.version else _short_hash(graph),
         labels=meta.labels if meta is not None else list(DEFAULT_LABELS),
     )
+
+
+def _exported_tokenizer(
+    directory: Path, max_seq_len: int, kind: str, options: InferenceOptions
+) -> tuple[Any, SequenceEncoder, SpecialIds]:
+    """(PaddleNLP's tokenizer or None, the layout, the special ids) of an exported directory: the fast
+    tokenizer its export checked and saved when `options.tokenizer` allows it and `tokenizers` is the version
+    it was checked with, else PaddleNLP's ErnieTokenizer (and the parity check of `tokenizer=auto`)."""
+    if options.tokenizer != "slow":
+        try:
+            saved = load_checked_fast_tokenizer(directory, _metadata_section(directory, "tokenizer"))
+        except ValueError as exc:  # the message names the directory and says to re-export
+            raise ModelLoadError(str(exc)) from exc
+        if saved is not None:
+            content, ids = saved
+            return None, _layout(content, ids, max_seq_len, options), ids
+        log.info(
+            "%s has no fast tokenizer checked under this tokenizers version: loading PaddleNLP's "
+            "ErnieTokenizer to check one now (seconds); re-export the model (`export`, then `quantize`; "
+            "`make model` does it for the directories it derives) to start without it",
+            directory,
+        )
+    from paddlenlp.transformers import ErnieTokenizer
+
+    try:
+        tokenizer = ErnieTokenizer.from_pretrained(str(directory))
+    except Exception as exc:  # noqa: BLE001 - PaddleNLP raises many types; report them all the same way
+        raise ModelLoadError(
+            f"could not load the tokenizer from the {kind} directory {directory}: {exc}; re-run the export"
+        ) from exc
+    return tokenizer, _encoder(tokenizer, max_seq_len, options), SpecialIds.of(tokenizer)
 
 
 def _metadata_section(directory: Path, key: str) -> dict[str, Any]:
