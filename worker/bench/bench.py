@@ -60,7 +60,7 @@ from worker.inference.labelling import (
     Classifier,
     TokenBudget,
     WindowStats,
-    label_ids,
+    begin_label_ids,
     label_texts,
     merge_sequences,
     sequences_for,
@@ -165,13 +165,20 @@ def bench_model_only(
     )  # warm-up
     budget = TokenBudget(max_batch_tokens)
 
-    def label(window_ids: tuple[list[list[int]], list[int] | None]) -> tuple[list[Any], WindowStats]:
-        ids, counts = window_ids  # on the inference thread
-        outputs, stats = label_ids(classifier, ids, max_batch_size=max_batch_size, budget=budget)
-        return merge_sequences(outputs, counts), stats
+    def begin_label(
+        window_ids: tuple[list[list[int]], list[int] | None],
+    ) -> Callable[[], tuple[list[Any], WindowStats]]:
+        ids, counts = window_ids  # batches queued now, as the worker does; the stage waits for them
+        finish = begin_label_ids(classifier, ids, max_batch_size=max_batch_size, budget=budget)
+
+        def labelled() -> tuple[list[Any], WindowStats]:
+            outputs, stats = finish()
+            return merge_sequences(outputs, counts), stats
+
+        return labelled
 
     stage: InferenceStage[Any, tuple[list[Any], WindowStats]] = InferenceStage(
-        label, max_queued_windows=queued_windows, name="model-only-inference"
+        begin=begin_label, max_queued_windows=queued_windows, name="model-only-inference"
     )
     tokenize_s = infer_s = 0.0
     real = padded = failures = 0

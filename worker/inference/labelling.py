@@ -140,6 +140,9 @@ def label_texts(
     return merge_sequences(outputs, counts), stats
 
 
+Labelled = tuple[list[np.ndarray | InferenceFailure], WindowStats]
+
+
 def label_ids(
     classifier: Classifier,
     ids: Sequence[Sequence[int]],
@@ -147,7 +150,7 @@ def label_ids(
     max_batch_size: int,
     budget: TokenBudget,
     clock: Callable[[], float] = time.perf_counter,
-) -> tuple[list[np.ndarray | InferenceFailure], WindowStats]:
+) -> Labelled:
     """Probabilities (one row per token-id sequence, in input order) or a failure for each sequence.
 
     Sequences are grouped by length into batches of at most `max_batch_size` sequences and
@@ -155,10 +158,29 @@ def label_ids(
     that fails is split in halves and retried (out of memory also lowers the budget); a single sequence
     that still fails gets an `InferenceFailure`.
     """
+    return begin_label_ids(classifier, ids, max_batch_size=max_batch_size, budget=budget, clock=clock)()
+
+
+def begin_label_ids(
+    classifier: Classifier,
+    ids: Sequence[Sequence[int]],
+    *,
+    max_batch_size: int,
+    budget: TokenBudget,
+    clock: Callable[[], float] = time.perf_counter,
+) -> Callable[[], Labelled]:
+    """`label_ids` in two steps: plans the batches and queues them on the model lanes now, on the caller's
+    thread, and returns the function that waits for them and returns what `label_ids` returns.
+
+    The lanes take batches in the order they were queued, so the next window's batches begun while this
+    one runs start the moment a lane is free: no lane idles at a window's boundary waiting for the
+    inference thread (which, on a busy interpreter, waited for the lock at each step). A classifier whose
+    calls cannot run side by side (`parallel_calls` 1) runs its batches in the returned function instead.
+    """
     stats = WindowStats()
     outputs: list[np.ndarray | InferenceFailure | None] = [None] * len(ids)
     if not ids:
-        return [], stats
+        return lambda: ([], stats)
     lengths = [len(row) for row in ids]
     stats.real_tokens = sum(lengths)
     batches = plan_batches(
@@ -167,23 +189,35 @@ def label_ids(
         max_batch_tokens=budget.current,
         call_overhead_tokens=classifier.call_overhead_tokens,
     )
+
+    def predict(batch: list[int]) -> None:
+        _predict_splitting(classifier, ids, lengths, batch, outputs, stats, budget, clock)
+
+    def labelled() -> Labelled:
+        if any(out is None for out in outputs):
+            raise AssertionError("inference left sequences without an output")  # a bug, never bad input
+        return [out for out in outputs if out is not None], stats
+
     if min(classifier.parallel_calls, len(batches)) <= 1:
-        for batch in batches:
-            _predict_splitting(classifier, ids, lengths, batch, outputs, stats, budget, clock)
-    else:
-        # Each batch writes its own rows of `outputs`; `stats` and `budget` are updated under their lock.
-        # Dearest batches first, so the lanes finish the window close together (not on the longest batch).
-        pool = _lanes(classifier.parallel_calls)
-        dearest_first = sorted(batches, key=lambda batch: -len(batch) * max(lengths[i] for i in batch))
-        done = [
-            pool.submit(_predict_splitting, classifier, ids, lengths, batch, outputs, stats, budget, clock)
-            for batch in dearest_first
-        ]
-        for future in done:
+
+        def in_turn() -> Labelled:
+            for batch in batches:
+                predict(batch)
+            return labelled()
+
+        return in_turn
+    # Each batch writes its own rows of `outputs`; `stats` and `budget` are updated under their lock.
+    # Dearest batches first, so the lanes finish the window close together (not on the longest batch).
+    pool = _lanes(classifier.parallel_calls)
+    dearest_first = sorted(batches, key=lambda batch: -len(batch) * max(lengths[i] for i in batch))
+    queued = [pool.submit(predict, batch) for batch in dearest_first]
+
+    def side_by_side() -> Labelled:
+        for future in queued:
             future.result()  # a bug in a lane surfaces here; model failures were split and dead-lettered
-    if any(out is None for out in outputs):
-        raise AssertionError("inference left sequences without an output")  # a bug, never bad input
-    return [out for out in outputs if out is not None], stats
+        return labelled()
+
+    return side_by_side
 
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}

@@ -1,8 +1,9 @@
 """The one place that wires the stages together and owns the worker's lifecycle.
 
-poll thread:      consume → window → decode + tokenize ─┐           ┌─► publish in input order → acks →
-                                                       ▼ (bounded)  │    offset tracker → store/commit
-inference thread:                       label (token-budget batches)┘
+poll thread:      consume → window → decode + tokenize → plan ─┐           ┌─► publish in input order → acks →
+                                                              ▼ (bounded)  │    offset tracker → store/commit
+model lanes:                                label (token-budget batches) ──┘ (the inference thread waits for
+                                                                             each window, in order)
 Exactly-once mode publishes each window and its offsets in one transaction instead.
 Stop: fetch no more, finish the fetched windows, flush, commit, close.
 """
@@ -43,7 +44,13 @@ from worker.stream.producer import (
 from worker.stream.records import InputMessage, OutboundRecords
 from worker.stream.run_tracker import RunSummary, RunTracker
 from worker.stream.startup import kafka_error_text
-from worker.stream.windows import LabelledWindow, PreparedWindow, label_window, prepare_window, window_records
+from worker.stream.windows import (
+    LabelledWindow,
+    PreparedWindow,
+    begin_label_window,
+    prepare_window,
+    window_records,
+)
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +200,7 @@ class SentimentWorker:
         warm_up(self._classifier, self._model.name)
         self._health.model_warm = True
         stage: InferenceStage[PreparedWindow, LabelledWindow] = InferenceStage(
-            self._label, max_queued_windows=s.max_queued_windows
+            begin=self._begin_label, max_queued_windows=s.max_queued_windows
         )
         stack.callback(stage.close)
         if api is not None:
@@ -335,10 +342,10 @@ class SentimentWorker:
         self._metrics.messages_consumed.labels(topic).inc()
         self._health.broker_reachable = True
 
-    def _label(self, prepared: PreparedWindow) -> LabelledWindow:
-        """The inference thread's work: the model on one prepared window."""
+    def _begin_label(self, prepared: PreparedWindow) -> Callable[[], LabelledWindow]:
+        """The model on one prepared window: its batches queued now, its result waited for by the stage."""
         size, budget = self._settings.max_batch_size, self._started.budget
-        return label_window(prepared, self._classifier, max_batch_size=size, budget=budget)
+        return begin_label_window(prepared, self._classifier, max_batch_size=size, budget=budget)
 
     def _publish_window(self, labelled: LabelledWindow) -> None:
         """Publishes exactly one record per input of the window that is still ours, in input order."""

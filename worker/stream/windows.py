@@ -1,5 +1,6 @@
 """A window of consumed messages on its way through the stages: prepared (decoded + tokenized, on the poll
-thread), labelled (on the inference thread), then turned into one outbound record per input."""
+thread), labelled (its batches queued on the model lanes by the poll thread, awaited by the inference
+thread), then turned into one outbound record per input."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from worker.inference.labelling import (
     InferenceFailure,
     TokenBudget,
     WindowStats,
-    label_ids,
+    begin_label_ids,
     merge_sequences,
     sequences_for,
 )
@@ -67,14 +68,20 @@ def prepare_window(
     return PreparedWindow(items, decoded, token_ids, time.perf_counter() - started, counts)
 
 
-def label_window(
+def begin_label_window(
     prepared: PreparedWindow, classifier: Classifier, *, max_batch_size: int, budget: TokenBudget
-) -> LabelledWindow:
-    """Runs the model on a prepared window (runs on the inference thread): one output per valid review,
-    in order — chunked reviews' windows are batched like any sequence, then averaged back."""
-    outputs, stats = label_ids(classifier, prepared.token_ids, max_batch_size=max_batch_size, budget=budget)
-    stats.tokenize_seconds = prepared.tokenize_seconds
-    return LabelledWindow(prepared, merge_sequences(outputs, prepared.chunk_counts), stats)
+) -> Callable[[], LabelledWindow]:
+    """Queues a prepared window's batches on the model lanes (on the poll thread) and returns the function
+    that waits for them (on the inference thread): one output per valid review, in order — chunked
+    reviews' windows are batched like any sequence, then averaged back."""
+    finish = begin_label_ids(classifier, prepared.token_ids, max_batch_size=max_batch_size, budget=budget)
+
+    def labelled() -> LabelledWindow:
+        outputs, stats = finish()
+        stats.tokenize_seconds = prepared.tokenize_seconds
+        return LabelledWindow(prepared, merge_sequences(outputs, prepared.chunk_counts), stats)
+
+    return labelled
 
 
 ResultBuilder = Callable[[InputMessage, DecodedReview, np.ndarray], OutboundRecord]

@@ -1,7 +1,8 @@
 """Offline labelling of text lines (the `predict` command): no Kafka, the worker's pipelined path.
 
 This thread reads, decodes and tokenizes the next chunk of lines while the inference thread (the worker's
-`InferenceStage`) labels the current one with `label_ids` (token-budget, length-grouped batches); at most
+`InferenceStage`) labels the current one with `begin_label_ids` (token-budget, length-grouped batches, queued
+on the model lanes as soon as the chunk is tokenized); at most
 two chunks are queued, so memory stays bounded whatever the input's size.
 """
 
@@ -22,7 +23,7 @@ from worker.inference.labelling import (
     Classifier,
     InferenceFailure,
     TokenBudget,
-    label_ids,
+    begin_label_ids,
     merge_sequences,
     sequences_for,
 )
@@ -61,12 +62,12 @@ def predict_lines(
     `on_chunk(n)` is called after the rows of each chunk of `n` lines are yielded (progress)."""
     budget = TokenBudget(max_batch_tokens)
 
-    def label(chunk: _Chunk) -> _Labelled:  # on the inference thread
-        outputs, _ = label_ids(classifier, chunk.token_ids, max_batch_size=max_batch_size, budget=budget)
-        return _Labelled(chunk, merge_sequences(outputs, chunk.chunk_counts))
+    def begin_label(chunk: _Chunk) -> Callable[[], _Labelled]:  # batches queued now, awaited by the stage
+        finish = begin_label_ids(classifier, chunk.token_ids, max_batch_size=max_batch_size, budget=budget)
+        return lambda: _Labelled(chunk, merge_sequences(finish()[0], chunk.chunk_counts))
 
     stage: InferenceStage[_Chunk, _Labelled] = InferenceStage(
-        label, max_queued_windows=_QUEUED_CHUNKS, name="predict-inference"
+        begin=begin_label, max_queued_windows=_QUEUED_CHUNKS, name="predict-inference"
     )
     numbered = enumerate(lines, start=1)
     chunks = iter(lambda: list(islice(numbered, _CHUNK_LINES)), [])

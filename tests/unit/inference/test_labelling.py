@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 
 from schemas.dead_letter import DeadLetterKind
-from worker.inference.labelling import InferenceFailure, is_out_of_memory, label_texts
+from worker.inference.labelling import (
+    InferenceFailure,
+    TokenBudget,
+    begin_label_ids,
+    is_out_of_memory,
+    label_texts,
+)
 
 
 class FakeLengthClassifier:
@@ -177,3 +183,45 @@ def test_lanes_are_one_pool_per_classifier_width_whatever_a_window_s_batch_count
         assert [_length_of(o) for o in outputs] == [len(t) + 2 for t in texts]  # type: ignore[arg-type]
     added = lane_threads() - before
     assert 2 <= len(added) <= 3 and all(t.name.startswith("model-lane-3_") for t in added)
+
+
+def _wait_until(condition: object, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():  # type: ignore[operator]
+            return True
+        time.sleep(0.005)
+    return False
+
+
+def test_begun_windows_run_on_the_lanes_before_anyone_waits_and_in_the_order_they_were_begun() -> None:
+    fake = FakeSideBySideClassifier(2, delay_s=0.005)
+    short = ["字" * (1 + i % 40) for i in range(60)]  # every sequence <= 42 tokens
+    long = ["长" * (200 + i % 40) for i in range(30)]  # every sequence >= 202 tokens
+    budget = TokenBudget(2048)
+    finish_short = begin_label_ids(fake, fake.token_ids(short), max_batch_size=8, budget=budget)
+    finish_long = begin_label_ids(fake, fake.token_ids(long), max_batch_size=8, budget=budget)
+    expected_batches = 8 + 4  # 60 / 8 and 30 / 8, rounded up (the token budget does not bind)
+    assert _wait_until(lambda: len(fake.batches) == expected_batches)  # nobody has waited for them yet
+    assert fake.most_at_once == 2
+    window_of_each_call = ["long" if max(b) > 100 else "short" for b in fake.batches]
+    # the lanes take calls in the order queued: the second window's first call starts only when all of the
+    # first window's have started, so at least 7 of the 8 have finished before any of the second's
+    assert window_of_each_call[:7] == ["short"] * 7 and window_of_each_call.count("long") == 4
+    outputs, stats = finish_short()
+    assert [_length_of(o) for o in outputs] == [len(t) + 2 for t in short]  # type: ignore[arg-type]
+    assert stats.real_tokens == sum(len(t) + 2 for t in short) and len(stats.batches) == 8
+    outputs, stats = finish_long()
+    assert [_length_of(o) for o in outputs] == [len(t) + 2 for t in long]  # type: ignore[arg-type]
+    assert len(stats.batches) == 4
+
+
+def test_a_classifier_without_lanes_runs_a_begun_window_only_when_its_result_is_asked_for() -> None:
+    fake = FakeLengthClassifier()
+    texts = ["好评" * (1 + i % 7) for i in range(20)] + ["BOOM 坏数据"]
+    finish = begin_label_ids(fake, fake.token_ids(texts), max_batch_size=4, budget=TokenBudget(4096))
+    time.sleep(0.05)
+    assert fake.batches == []  # nothing ran on the caller's thread (a GPU model runs on the inference thread)
+    outputs, _ = finish()
+    assert fake.batches and isinstance(outputs[-1], InferenceFailure)
+    assert [_length_of(o) for o in outputs[:-1]] == [len(t) + 2 for t in texts[:-1]]  # type: ignore[arg-type]

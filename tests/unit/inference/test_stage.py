@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -104,3 +104,37 @@ def test_pipeline_yields_in_order_and_draws_items_no_further_ahead_than_its_room
         assert list(stage.pipeline([])) == []
     finally:
         stage.close()
+
+
+def test_begin_runs_on_the_submitting_thread_its_finish_on_the_stage_and_results_keep_order() -> None:
+    begun_on: list[str] = []
+    finished_on: list[str] = []
+
+    def begin(x: int) -> Callable[[], int]:
+        begun_on.append(threading.current_thread().name)
+        if x == 3:
+            raise ValueError("could not plan 3")
+
+        def finish() -> int:
+            finished_on.append(threading.current_thread().name)
+            return x * 10
+
+        return finish
+
+    stage: InferenceStage[int, int] = InferenceStage(begin=begin, max_queued_windows=2, name="the-stage")
+    try:
+        for x in (1, 2):
+            stage.submit(x)
+        assert _collect_all(stage, 2) == [10, 20]
+        stage.submit(3)
+        with pytest.raises(RuntimeError, match="could not plan 3"):
+            _collect_all(stage, 1)  # a begin that failed is collected in its place, like failed work
+    finally:
+        stage.close()
+    assert begun_on == [threading.current_thread().name] * 3
+    assert finished_on == ["the-stage"] * 2
+
+
+def test_a_stage_takes_work_or_begin_not_both() -> None:
+    with pytest.raises(ValueError, match="not both"):
+        InferenceStage(lambda x: x, begin=lambda x: lambda: x, max_queued_windows=1)

@@ -25,7 +25,7 @@ from worker.model.long_text import (
 )
 from worker.stream.producer import SourcePosition
 from worker.stream.records import InputMessage
-from worker.stream.windows import label_window, prepare_window
+from worker.stream.windows import begin_label_window, prepare_window
 
 CLS, SEP = 900, 901
 
@@ -173,7 +173,7 @@ def test_windows_keep_one_output_per_valid_review_in_input_order() -> None:
     valid = [t for t in TEXTS if t]  # the empty text is dead-lettered by decode, never tokenized
     assert prepared.chunk_counts is not None and len(prepared.chunk_counts) == len(valid)
     assert len(prepared.token_ids) == sum(prepared.chunk_counts) > len(valid)
-    labelled = label_window(prepared, fake, max_batch_size=4, budget=TokenBudget(1000))
+    labelled = begin_label_window(prepared, fake, max_batch_size=4, budget=TokenBudget(1000))()
     assert len(labelled.outputs) == len(valid)
     for text, output in zip(valid, labelled.outputs, strict=True):
         if "!" in text:
