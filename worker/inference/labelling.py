@@ -120,6 +120,10 @@ def merge_sequences(
     return outputs if counts is None else merge_chunk_outputs(outputs, counts)
 
 
+Labelled = tuple[list[np.ndarray | InferenceFailure], WindowStats]
+"""One output per sequence (or text), in input order, and the measurements of the work."""
+
+
 def label_texts(
     classifier: Classifier,
     texts: Sequence[str],
@@ -127,7 +131,7 @@ def label_texts(
     max_batch_size: int,
     max_batch_tokens: int,
     clock: Callable[[], float] = time.perf_counter,
-) -> tuple[list[np.ndarray | InferenceFailure], WindowStats]:
+) -> Labelled:
     """Tokenizes `texts` and labels them (see `label_ids`) with a fixed token budget: one output per text,
     in input order (chunked long texts averaged back into one)."""
     started = clock()
@@ -138,9 +142,6 @@ def label_texts(
     )
     stats.tokenize_seconds = tokenize_seconds
     return merge_sequences(outputs, counts), stats
-
-
-Labelled = tuple[list[np.ndarray | InferenceFailure], WindowStats]
 
 
 def label_ids(
