@@ -58,11 +58,10 @@ from worker.bench.worker_process import (
 from worker.config import WorkerSettings
 from worker.inference.labelling import (
     Classifier,
+    Labelled,
     TokenBudget,
-    WindowStats,
     begin_label_ids,
     label_texts,
-    merge_sequences,
     sequences_for,
 )
 from worker.inference.stage import InferenceStage
@@ -165,20 +164,12 @@ def bench_model_only(
     )  # warm-up
     budget = TokenBudget(max_batch_tokens)
 
-    def begin_label(
-        window_ids: tuple[list[list[int]], list[int] | None],
-    ) -> Callable[[], tuple[list[Any], WindowStats]]:
+    def begin_label(window_ids: tuple[list[list[int]], list[int] | None]) -> Callable[[], Labelled]:
         ids, counts = window_ids  # batches queued now, as the worker does; the stage waits for them
-        finish = begin_label_ids(classifier, ids, max_batch_size=max_batch_size, budget=budget)
+        return begin_label_ids(classifier, ids, counts=counts, max_batch_size=max_batch_size, budget=budget)
 
-        def labelled() -> tuple[list[Any], WindowStats]:
-            outputs, stats = finish()
-            return merge_sequences(outputs, counts), stats
-
-        return labelled
-
-    stage: InferenceStage[Any, tuple[list[Any], WindowStats]] = InferenceStage(
-        begin=begin_label, max_queued_windows=queued_windows, name="model-only-inference"
+    stage: InferenceStage[Any, Labelled] = InferenceStage(
+        begin_label, max_queued_windows=queued_windows, name="model-only-inference"
     )
     tokenize_s = infer_s = 0.0
     real = padded = failures = 0

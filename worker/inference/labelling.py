@@ -137,11 +137,12 @@ def label_texts(
     started = clock()
     ids, counts = sequences_for(classifier, texts)
     tokenize_seconds = clock() - started
-    outputs, stats = label_ids(
-        classifier, ids, max_batch_size=max_batch_size, budget=TokenBudget(max_batch_tokens), clock=clock
-    )
+    budget = TokenBudget(max_batch_tokens)
+    outputs, stats = begin_label_ids(
+        classifier, ids, counts=counts, max_batch_size=max_batch_size, budget=budget, clock=clock
+    )()
     stats.tokenize_seconds = tokenize_seconds
-    return merge_sequences(outputs, counts), stats
+    return outputs, stats
 
 
 def label_ids(
@@ -168,10 +169,12 @@ def begin_label_ids(
     *,
     max_batch_size: int,
     budget: TokenBudget,
+    counts: list[int] | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> Callable[[], Labelled]:
     """`label_ids` in two steps: plans the batches and queues them on the model lanes now, on the caller's
-    thread, and returns the function that waits for them and returns what `label_ids` returns.
+    thread, and returns the function that waits for them and returns what `label_ids` returns — or, given
+    `sequences_for`'s `counts`, one output per text (`merge_sequences`).
 
     The lanes take batches in the order they were queued, so the next window's batches begun while this
     one runs start the moment a lane is free: no lane idles at a window's boundary waiting for the
@@ -197,7 +200,7 @@ def begin_label_ids(
     def labelled() -> Labelled:
         if any(out is None for out in outputs):
             raise AssertionError("inference left sequences without an output")  # a bug, never bad input
-        return [out for out in outputs if out is not None], stats
+        return merge_sequences([out for out in outputs if out is not None], counts), stats
 
     if min(classifier.parallel_calls, len(batches)) <= 1:
 

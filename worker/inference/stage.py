@@ -4,9 +4,9 @@ The poll loop keeps fetching, decoding and tokenizing the next window while the 
 one. The queue in front of the model is bounded (`max_queued_windows`); when it is full the poll loop
 pauses its partitions instead of buffering more input.
 
-With `begin` instead of `work`, a window's work starts on the submitting thread (its batches are queued on
-the model lanes at once) and the inference thread only waits for it: the next window's batches are queued
-while this one runs, so the lanes go from one window to the next without idling at the boundary.
+A window's work is begun on the submitting thread (`begin`: its batches are queued on the model lanes at
+once) and the inference thread only waits for it, in order: the next window's batches are queued while
+this one runs, so the lanes go from one window to the next without idling at the boundary.
 
 A second lane, `call()`, runs other work on the same thread (the HTTP request batches): FIFO with the
 windows, its result in a future of its own, so the model is used by one thread and the poll loop's
@@ -51,24 +51,20 @@ _STOP = object()
 
 
 class InferenceStage(Generic[In, Out]):
-    """Runs `work` on submitted items in one background thread, FIFO; results are collected in order."""
+    """Begins submitted items on the caller's thread and finishes them in one background thread, FIFO;
+    results are collected in order."""
 
     def __init__(
         self,
-        work: Callable[[In], Out] | None = None,
+        begin: Callable[[In], Callable[[], Out]] | None,
         *,
-        begin: Callable[[In], Callable[[], Out]] | None = None,
         max_queued_windows: int,
         name: str = "inference",
     ) -> None:
-        """`work` labels a submitted window on the inference thread. Or `begin` starts labelling it on the
-        submitting thread and returns the function the inference thread calls for its result. Neither: a
-        stage that only runs `call()`s (serve)."""
+        """`begin` starts labelling a submitted window (on the submitting thread) and returns the function
+        the inference thread calls for its result; None for a stage that only runs `call()`s (serve)."""
         if max_queued_windows < 1:
             raise ValueError("max_queued_windows must be >= 1")
-        if work is not None and begin is not None:
-            raise ValueError("give an inference stage work or begin, not both")
-        self._work = work
         self._begin = begin
         self._capacity = max_queued_windows
         self._inbox: queue.Queue[object] = queue.Queue()
@@ -90,19 +86,16 @@ class InferenceStage(Generic[In, Out]):
         return self.in_flight < self._capacity
 
     def submit(self, item: In) -> None:
-        """Queues `item` (with `begin`: begins it here); callers check `has_room()` first (the bound is what
+        """Begins `item` here and queues its finish; callers check `has_room()` first (the bound is what
         pauses the consumer)."""
-        if self._work is None and self._begin is None:
+        if self._begin is None:
             raise RuntimeError("this inference stage takes calls only")
         if not self.has_room():
             raise RuntimeError("inference queue is full: check has_room() before submitting")
         self._submitted += 1
-        if self._begin is None:
-            self._inbox.put(item)
-            return
         try:
             finish = self._begin(item)
-        except BaseException as exc:  # noqa: BLE001 - collected in its place, like a failure of work
+        except BaseException as exc:  # noqa: BLE001 - collected in its place, like a failed finish
             finish = _raising(exc)
         self._inbox.put(_Begun(finish))
 
@@ -177,12 +170,9 @@ class InferenceStage(Generic[In, Out]):
                     except BaseException as exc:  # noqa: BLE001 - the caller's future carries it
                         item.future.set_exception(exc)
                 continue
+            assert isinstance(item, _Begun)
             try:
-                if isinstance(item, _Begun):
-                    result: Out | _Failed = item.finish()
-                else:
-                    assert self._work is not None  # submit() refuses windows without work or begin
-                    result = self._work(item)  # type: ignore[arg-type]
+                result: Out | _Failed = item.finish()
             except BaseException as exc:  # noqa: BLE001 - handed to the poll loop, which stops the worker
                 log.error("inference thread failed", exc_info=True)
                 result = _Failed(exc)

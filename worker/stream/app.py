@@ -200,7 +200,7 @@ class SentimentWorker:
         warm_up(self._classifier, self._model.name)
         self._health.model_warm = True
         stage: InferenceStage[PreparedWindow, LabelledWindow] = InferenceStage(
-            begin=self._begin_label, max_queued_windows=s.max_queued_windows
+            self._begin_label, max_queued_windows=s.max_queued_windows
         )
         stack.callback(stage.close)
         if api is not None:

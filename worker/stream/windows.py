@@ -18,7 +18,6 @@ from worker.inference.labelling import (
     TokenBudget,
     WindowStats,
     begin_label_ids,
-    merge_sequences,
     sequences_for,
 )
 from worker.stream.decode import DecodedReview, DecodeFailure, decode_review
@@ -74,12 +73,18 @@ def begin_label_window(
     """Queues a prepared window's batches on the model lanes (on the poll thread) and returns the function
     that waits for them (on the inference thread): one output per valid review, in order — chunked
     reviews' windows are batched like any sequence, then averaged back."""
-    finish = begin_label_ids(classifier, prepared.token_ids, max_batch_size=max_batch_size, budget=budget)
+    finish = begin_label_ids(
+        classifier,
+        prepared.token_ids,
+        counts=prepared.chunk_counts,
+        max_batch_size=max_batch_size,
+        budget=budget,
+    )
 
     def labelled() -> LabelledWindow:
         outputs, stats = finish()
         stats.tokenize_seconds = prepared.tokenize_seconds
-        return LabelledWindow(prepared, merge_sequences(outputs, prepared.chunk_counts), stats)
+        return LabelledWindow(prepared, outputs, stats)
 
     return labelled
 

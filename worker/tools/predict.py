@@ -2,8 +2,8 @@
 
 This thread reads, decodes and tokenizes the next chunk of lines while the inference thread (the worker's
 `InferenceStage`) labels the current one with `begin_label_ids` (token-budget, length-grouped batches, queued
-on the model lanes as soon as the chunk is tokenized); at most
-two chunks are queued, so memory stays bounded whatever the input's size.
+on the model lanes as soon as the chunk is tokenized); at most two chunks are queued, so memory stays
+bounded whatever the input's size.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from worker.inference.labelling import (
     InferenceFailure,
     TokenBudget,
     begin_label_ids,
-    merge_sequences,
     sequences_for,
 )
 from worker.inference.stage import InferenceStage
@@ -63,11 +62,17 @@ def predict_lines(
     budget = TokenBudget(max_batch_tokens)
 
     def begin_label(chunk: _Chunk) -> Callable[[], _Labelled]:  # batches queued now, awaited by the stage
-        finish = begin_label_ids(classifier, chunk.token_ids, max_batch_size=max_batch_size, budget=budget)
-        return lambda: _Labelled(chunk, merge_sequences(finish()[0], chunk.chunk_counts))
+        finish = begin_label_ids(
+            classifier,
+            chunk.token_ids,
+            counts=chunk.chunk_counts,
+            max_batch_size=max_batch_size,
+            budget=budget,
+        )
+        return lambda: _Labelled(chunk, finish()[0])
 
     stage: InferenceStage[_Chunk, _Labelled] = InferenceStage(
-        begin=begin_label, max_queued_windows=_QUEUED_CHUNKS, name="predict-inference"
+        begin_label, max_queued_windows=_QUEUED_CHUNKS, name="predict-inference"
     )
     numbered = enumerate(lines, start=1)
     chunks = iter(lambda: list(islice(numbered, _CHUNK_LINES)), [])

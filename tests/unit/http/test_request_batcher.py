@@ -177,7 +177,7 @@ def test_close_answers_the_accepted_and_refuses_the_new(make: object, model: Len
 
 
 def test_call_lane_runs_on_the_inference_thread_and_leaves_collect_alone() -> None:
-    stage: InferenceStage[int, int] = InferenceStage(lambda x: x * 10, max_queued_windows=2)
+    stage: InferenceStage[int, int] = InferenceStage(lambda x: lambda: x * 10, max_queued_windows=2)
     try:
         stage.submit(1)
         future = stage.call(lambda: threading.current_thread().name)

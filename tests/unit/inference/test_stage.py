@@ -12,6 +12,11 @@ from worker.inference.labelling import TokenBudget
 from worker.inference.stage import InferenceStage
 
 
+def _on_the_stage(work: Callable[[int], int]) -> Callable[[int], Callable[[], int]]:
+    """A `begin` that does nothing on the submitting thread: `work` runs on the stage's thread."""
+    return lambda x: lambda: work(x)
+
+
 def _collect_all(stage: InferenceStage[int, int], expected: int, timeout_s: float = 10.0) -> list[int]:
     out: list[int] = []
     deadline = time.monotonic() + timeout_s
@@ -27,7 +32,7 @@ def test_results_come_back_in_submission_order_and_the_bound_holds() -> None:
         gate.wait(5)
         return x * 10
 
-    stage: InferenceStage[int, int] = InferenceStage(work, max_queued_windows=2)
+    stage: InferenceStage[int, int] = InferenceStage(_on_the_stage(work), max_queued_windows=2)
     try:
         stage.submit(1)
         stage.submit(2)
@@ -50,7 +55,7 @@ def test_results_come_back_in_submission_order_and_the_bound_holds() -> None:
 
 
 def test_every_result_is_collected_exactly_once_in_order() -> None:
-    stage: InferenceStage[int, int] = InferenceStage(lambda x: x + 1, max_queued_windows=3)
+    stage: InferenceStage[int, int] = InferenceStage(_on_the_stage(lambda x: x + 1), max_queued_windows=3)
     got: list[int] = []
     try:
         for x in range(50):
@@ -67,7 +72,7 @@ def test_a_failure_in_the_thread_is_raised_by_collect() -> None:
     def work(x: int) -> int:
         raise ValueError(f"model exploded on {x}")
 
-    stage: InferenceStage[int, int] = InferenceStage(work, max_queued_windows=1)
+    stage: InferenceStage[int, int] = InferenceStage(_on_the_stage(work), max_queued_windows=1)
     try:
         stage.submit(7)
         with pytest.raises(RuntimeError, match="model exploded on 7"):
@@ -88,7 +93,7 @@ def test_token_budget_halves_below_the_batch_that_did_not_fit_and_never_rises() 
 
 def test_pipeline_yields_in_order_and_draws_items_no_further_ahead_than_its_room() -> None:
     drawn: list[int] = []
-    stage: InferenceStage[int, int] = InferenceStage(lambda x: x * 10, max_queued_windows=2)
+    stage: InferenceStage[int, int] = InferenceStage(_on_the_stage(lambda x: x * 10), max_queued_windows=2)
 
     def items() -> Iterator[int]:
         for i in range(7):
@@ -121,20 +126,15 @@ def test_begin_runs_on_the_submitting_thread_its_finish_on_the_stage_and_results
 
         return finish
 
-    stage: InferenceStage[int, int] = InferenceStage(begin=begin, max_queued_windows=2, name="the-stage")
+    stage: InferenceStage[int, int] = InferenceStage(begin, max_queued_windows=2, name="the-stage")
     try:
         for x in (1, 2):
             stage.submit(x)
         assert _collect_all(stage, 2) == [10, 20]
         stage.submit(3)
         with pytest.raises(RuntimeError, match="could not plan 3"):
-            _collect_all(stage, 1)  # a begin that failed is collected in its place, like failed work
+            _collect_all(stage, 1)  # a begin that failed is collected in its place, like a failed finish
     finally:
         stage.close()
     assert begun_on == [threading.current_thread().name] * 3
     assert finished_on == ["the-stage"] * 2
-
-
-def test_a_stage_takes_work_or_begin_not_both() -> None:
-    with pytest.raises(ValueError, match="not both"):
-        InferenceStage(lambda x: x, begin=lambda x: lambda: x, max_queued_windows=1)
