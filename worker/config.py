@@ -228,7 +228,7 @@ class WorkerSettings(BaseSettings):
     http_api: bool = Field(
         False,
         description="run: also answer POST /v1/sentiment and the page at / on the HTTP port while consuming, "
-        "through the same model and inference thread (serve always does).",
+        "through the same model and engine (serve always does).",
     )
     api_token: SecretStr | None = Field(
         None,

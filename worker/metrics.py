@@ -247,7 +247,7 @@ def create_metrics(
         ),
         inference_queue_windows=Gauge(
             "sentiment_inference_queue_windows",
-            "Windows handed to the inference thread and not yet published.",
+            "Windows handed to the engine and not yet published.",
             registry=registry,
         ),
         paused=Gauge(

@@ -19,7 +19,7 @@ from tests.integration.kafka_io import (
     results_of,
     review_records,
 )
-from worker.inference.startup import StartupError
+from worker.inference.token_budget import StartupError
 
 pytestmark = pytest.mark.integration
 

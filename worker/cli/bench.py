@@ -75,7 +75,7 @@ def register(subparsers: Subparsers) -> None:
 def cmd_bench(args: argparse.Namespace) -> int:
     from worker.bench.bench import run_bench
     from worker.bench.bench_table import format_table
-    from worker.inference.startup import StartupError, choose_token_budget
+    from worker.inference.token_budget import StartupError, choose_token_budget
 
     options = bench_options(args)  # before the model loads: a bad flag fails at once
     settings = settings_from_args(args)

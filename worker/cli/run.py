@@ -37,7 +37,7 @@ def register(subparsers: Subparsers) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     # The run path loads Paddle: imported here so that `--help` and the light commands start fast.
     from worker.http.serving import WorkerApi
-    from worker.inference.startup import StartupError
+    from worker.inference.token_budget import StartupError
     from worker.stream.app import SentimentWorker
 
     settings = settings_from_args(args)

@@ -43,7 +43,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from worker.http.server import HttpServerError
     from worker.http.serving import SentimentService
-    from worker.inference.startup import StartupError
+    from worker.inference.token_budget import StartupError
 
     settings = settings_from_args(args)
     rest_idle_threads()  # before Paddle loads (load_model)

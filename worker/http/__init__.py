@@ -2,7 +2,7 @@
 engine as the Kafka worker (`worker.inference`); it never imports the run path (`worker.stream`), nor the
 run path it.
 
-Modules: `request_batcher` (requests into the same window, batch plan and inference thread), `api` (the
+Modules: `request_batcher` (requests admitted to the engine, bounded), `api` (the
 FastAPI app and the page, `page.html`), `server` (uvicorn in a thread) and `serving` (`serve`, and
 `WorkerApi`, the API on the Kafka worker's own port).
 """

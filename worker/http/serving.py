@@ -1,9 +1,9 @@
 """`sentiment-worker serve`: the model over HTTP only (no Kafka), and the one way both `serve` and the Kafka
 worker (`http_api`) put the API on their HTTP port in front of their inference thread.
 
-Start: HTTP up (probes answer, the API says 503 not_ready), token budget, warm model, inference thread,
-request batcher, ready. Stop (in this order): stop accepting connections and let the requests in progress
-finish, answer every accepted request, stop the inference thread.
+Start: HTTP up (probes answer, the API says 503 not_ready), token budget, the engine (warm model), request
+batcher, ready. Stop (in this order): stop accepting connections and let the requests in progress finish,
+answer every accepted request, stop the engine.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from threading import Event
-from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -24,9 +23,9 @@ from worker.health import HealthState
 from worker.http.api import SentimentApi, build_app
 from worker.http.request_batcher import RequestBatcher
 from worker.http.server import HttpServer
-from worker.inference.labelling import Classifier, TokenBudget
-from worker.inference.stage import InferenceStage
-from worker.inference.startup import token_budget, warm_up
+from worker.inference.engine import Engine
+from worker.inference.labelling import Classifier
+from worker.inference.token_budget import choose_token_budget
 from worker.metrics import WorkerMetrics, create_http_metrics, create_metrics
 
 log = logging.getLogger(__name__)
@@ -49,36 +48,28 @@ def attach_batcher(
     api: SentimentApi,
     server: HttpServer,
     *,
-    classifier: Classifier,
+    engine: Engine,
+    labels: list[str],
     model: ModelRef,
-    stage: InferenceStage[Any, Any],
-    budget: TokenBudget,
     metrics: WorkerMetrics,
-    on_turn: Callable[[], None] | None = None,
 ) -> RequestBatcher:
-    """Starts the request batcher on `stage` and hands it to the API. On exit `stack` first closes the
-    server (in-progress requests finish), then the batcher (every accepted request is answered)."""
+    """Starts admitting requests to `engine` and hands the batcher to the API. On exit `stack` first closes
+    the server (in-progress requests finish), then the batcher (every accepted request is answered)."""
     s = api.settings
     batcher = RequestBatcher(
-        classifier,
-        stage,
-        budget,
-        max_batch_size=s.max_batch_size,
-        max_window_texts=s.max_window_messages,
+        engine,
         max_wait_ms=s.http_max_wait_ms,
         max_queued_texts=s.http_max_queued_texts,
-        metrics=metrics,
         http_metrics=api.http_metrics,
-        on_turn=on_turn,
     )
     stack.callback(batcher.close, s.shutdown_timeout_s)
     stack.callback(server.close)  # runs before batcher.close (LIFO); the earlier registration is then a no-op
-    api.attach(batcher, model, classifier.labels, metrics)
+    api.attach(batcher, model, labels, metrics)
     return batcher
 
 
 class WorkerApi:
-    """The API on the Kafka worker's port, in front of the worker's inference thread (`run` with http_api):
+    """The API on the Kafka worker's port, in front of the worker's engine (`run` with http_api):
     what `SentimentWorker` takes as `api`, so that the run path does not import the HTTP serving."""
 
     def __init__(self) -> None:
@@ -95,24 +86,15 @@ class WorkerApi:
         self,
         stack: ExitStack,
         *,
-        classifier: Classifier,
+        engine: Engine,
+        labels: list[str],
         model: ModelRef,
-        stage: InferenceStage[Any, Any],
-        budget: TokenBudget,
         metrics: WorkerMetrics,
     ) -> None:
         """`attach_batcher` on the server `open` started."""
         if self._opened is None:
             raise RuntimeError("WorkerApi.attach() before open()")
-        attach_batcher(
-            stack,
-            *self._opened,
-            classifier=classifier,
-            model=model,
-            stage=stage,
-            budget=budget,
-            metrics=metrics,
-        )
+        attach_batcher(stack, *self._opened, engine=engine, labels=labels, model=model, metrics=metrics)
 
 
 @dataclass
@@ -174,25 +156,29 @@ class SentimentService:
             )
             if self._on_listening is not None:
                 self._on_listening(self.address)
-            budget = token_budget(s, self._classifier)
-            warm_up(self._classifier, self._model.name)
-            stage: InferenceStage[Any, Any] = InferenceStage(None, max_queued_windows=1, name="inference")
-            stack.callback(stage.close)
+            engine = Engine(
+                self._classifier,
+                max_batch_size=s.max_batch_size,
+                max_batch_tokens=choose_token_budget(s, self._classifier).max_batch_tokens,
+                on_labelled=self._metrics.observe_window,
+            )
+            stack.callback(engine.close, s.shutdown_timeout_s)
+            engine.start()
             attach_batcher(
                 stack,
                 api,
                 server,
-                classifier=self._classifier,
+                engine=engine,
+                labels=self._classifier.labels,
                 model=self._model,
-                stage=stage,
-                budget=budget,
                 metrics=self._metrics,
-                on_turn=self._health.loop_turned,
             )
             self._health.model_warm = True
             self._metrics.ready.set(1)
             while not self._stop.wait(0.5):
-                pass
+                # Alive while the model makes progress (a lane stuck in one call for longer is not).
+                if engine.stalled_s() <= s.liveness_timeout_s:
+                    self._health.loop_turned()
             self._health.stopping = True
             self._metrics.ready.set(0)
             log.info("stopping: answering the accepted requests")

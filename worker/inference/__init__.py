@@ -1,27 +1,34 @@
-"""The one labelling engine every entry point uses (the Kafka worker, `serve`, `predict`, the benchmarks).
+"""The one labelling engine every entry point uses (the Kafka worker, `serve`, `predict`, the benchmarks):
+`Engine.submit(texts) -> Future[Labelled]` is its only door.
 
-Modules: `consume_window` (when a window of texts is labelled), `batch_plan` (how: token-budget,
-length-grouped batches), `labelling` (the model on a window, split on failure), `label_fields` (a text's
-label, confidence and probabilities, as every result carries them), `stage` (that work on an inference
-thread of its own), `startup` (the one choice of the token budget, and a warm model, before anything is
-labelled), and `tuning/` (the token-budget calibration).
+Modules: `engine` (one queue, token-budget batches on the model lanes, per-item failures), `in_order` (items
+submitted and collected in submission order, bounded), `labelling` (what the engine labels with: the
+classifier, one batch split on failure, the measurements), `batch_plan` (token-budget, length-grouped
+batches), `consume_window` (when a window of items is due), `label_fields` (a text's label, confidence and
+probabilities, as every result carries them), `token_budget` (the one choice of the budget) and `tuning/`
+(its calibration).
 """
 
+from worker.inference.consume_window import ConsumeWindow
+from worker.inference.engine import Engine, EngineClosed, Labelled
+from worker.inference.in_order import InOrder
 from worker.inference.label_fields import LabelFields, label_fields
-from worker.inference.labelling import Classifier, InferenceFailure, TokenBudget, label_texts
-from worker.inference.stage import InferenceStage
-from worker.inference.startup import BudgetChoice, StartupError, choose_token_budget, token_budget
+from worker.inference.labelling import Classifier, InferenceFailure, Output, WindowStats
+from worker.inference.token_budget import BudgetChoice, StartupError, choose_token_budget
 
 __all__ = [
     "BudgetChoice",
     "Classifier",
+    "ConsumeWindow",
+    "Engine",
+    "EngineClosed",
+    "InOrder",
     "InferenceFailure",
-    "InferenceStage",
     "LabelFields",
+    "Labelled",
+    "Output",
     "StartupError",
-    "TokenBudget",
+    "WindowStats",
     "choose_token_budget",
     "label_fields",
-    "label_texts",
-    "token_budget",
 ]

@@ -1,26 +1,25 @@
-"""Labelling a window of texts: tokenize, group into token-budget batches, run the model, split on failure."""
+"""What the engine labels with and reports: the classifier it needs, a text's tokens, one batch on the model
+(split in halves on failure, out of memory lowering the token budget), and the measurements of the work.
+The engine (`engine.py`) is the only caller."""
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
 
 from schemas.dead_letter import DeadLetterKind
-from worker.inference.batch_plan import plan_batches
-from worker.model.long_text import flatten_chunks, merge_chunk_outputs
+from worker.model.long_text import flatten_chunks
 
 log = logging.getLogger(__name__)
 
 
 class Classifier(Protocol):
-    """What the inference stage needs of a model (see worker.model.SentimentClassifier)."""
+    """What the engine needs of a model (see worker.model.SentimentClassifier)."""
 
     labels: list[str]
     call_overhead_tokens: int | None
@@ -75,8 +74,8 @@ def is_out_of_memory(exc: BaseException) -> bool:
 class TokenBudget:
     """The running padded-token budget of inference batches; lowered when a batch runs out of memory.
 
-    Owned by the inference thread (its lanes update it under a lock). `lowered` counts the out-of-memory
-    events that lowered it.
+    Owned by the engine (its lanes update it under a lock). `lowered` counts the out-of-memory events that
+    lowered it.
     """
 
     def __init__(self, max_batch_tokens: int, *, floor_tokens: int = 16) -> None:
@@ -112,143 +111,25 @@ def sequences_for(classifier: Classifier, texts: Sequence[str]) -> tuple[list[li
     return flat, (counts if len(flat) != len(texts) else None)
 
 
-def merge_sequences(
-    outputs: list[np.ndarray | InferenceFailure], counts: list[int] | None
-) -> list[np.ndarray | InferenceFailure]:
-    """One output per text from the outputs of `sequences_for`'s sequences: a text's window probabilities
-    are averaged; a text with any failed window gets that failure (it is dead-lettered, not half-labelled)."""
-    return outputs if counts is None else merge_chunk_outputs(outputs, counts)
+Output = np.ndarray | InferenceFailure
+"""One text's (or sequence's) outcome: its probability row, or why it has none."""
 
 
-Labelled = tuple[list[np.ndarray | InferenceFailure], WindowStats]
-"""One output per sequence (or text), in input order, and the measurements of the work."""
-
-
-def label_texts(
-    classifier: Classifier,
-    texts: Sequence[str],
-    *,
-    max_batch_size: int,
-    max_batch_tokens: int,
-    clock: Callable[[], float] = time.perf_counter,
-) -> Labelled:
-    """Tokenizes `texts` and labels them (see `label_ids`) with a fixed token budget: one output per text,
-    in input order (chunked long texts averaged back into one)."""
-    started = clock()
-    ids, counts = sequences_for(classifier, texts)
-    tokenize_seconds = clock() - started
-    budget = TokenBudget(max_batch_tokens)
-    outputs, stats = begin_label_ids(
-        classifier, ids, counts=counts, max_batch_size=max_batch_size, budget=budget, clock=clock
-    )()
-    stats.tokenize_seconds = tokenize_seconds
-    return outputs, stats
-
-
-def label_ids(
-    classifier: Classifier,
-    ids: Sequence[Sequence[int]],
-    *,
-    max_batch_size: int,
-    budget: TokenBudget,
-    clock: Callable[[], float] = time.perf_counter,
-) -> Labelled:
-    """Probabilities (one row per token-id sequence, in input order) or a failure for each sequence.
-
-    Sequences are grouped by length into batches of at most `max_batch_size` sequences and
-    `budget.current` padded tokens; the output order is the input order whatever the grouping. A batch
-    that fails is split in halves and retried (out of memory also lowers the budget); a single sequence
-    that still fails gets an `InferenceFailure`.
-    """
-    return begin_label_ids(classifier, ids, max_batch_size=max_batch_size, budget=budget, clock=clock)()
-
-
-def begin_label_ids(
-    classifier: Classifier,
-    ids: Sequence[Sequence[int]],
-    *,
-    max_batch_size: int,
-    budget: TokenBudget,
-    counts: list[int] | None = None,
-    clock: Callable[[], float] = time.perf_counter,
-) -> Callable[[], Labelled]:
-    """`label_ids` in two steps: plans the batches and queues them on the model lanes now, on the caller's
-    thread, and returns the function that waits for them and returns what `label_ids` returns — or, given
-    `sequences_for`'s `counts`, one output per text (`merge_sequences`).
-
-    The lanes take batches in the order they were queued, so the next window's batches begun while this
-    one runs start the moment a lane is free: no lane idles at a window's boundary waiting for the
-    inference thread (which, on a busy interpreter, waited for the lock at each step). A classifier whose
-    calls cannot run side by side (`parallel_calls` 1) runs its batches in the returned function instead.
-    """
-    stats = WindowStats()
-    outputs: list[np.ndarray | InferenceFailure | None] = [None] * len(ids)
-    if not ids:
-        return lambda: ([], stats)
-    lengths = [len(row) for row in ids]
-    stats.real_tokens = sum(lengths)
-    batches = plan_batches(
-        lengths,
-        max_batch_size=max_batch_size,
-        max_batch_tokens=budget.current,
-        call_overhead_tokens=classifier.call_overhead_tokens,
-    )
-
-    def predict(batch: list[int]) -> None:
-        _predict_splitting(classifier, ids, lengths, batch, outputs, stats, budget, clock)
-
-    def labelled() -> Labelled:
-        if any(out is None for out in outputs):
-            raise AssertionError("inference left sequences without an output")  # a bug, never bad input
-        return merge_sequences([out for out in outputs if out is not None], counts), stats
-
-    if min(classifier.parallel_calls, len(batches)) <= 1:
-
-        def in_turn() -> Labelled:
-            for batch in batches:
-                predict(batch)
-            return labelled()
-
-        return in_turn
-    # Each batch writes its own rows of `outputs`; `stats` and `budget` are updated under their lock.
-    # Dearest batches first, so the lanes finish the window close together (not on the longest batch).
-    pool = _lanes(classifier.parallel_calls)
-    dearest_first = sorted(batches, key=lambda batch: -len(batch) * max(lengths[i] for i in batch))
-    queued = [pool.submit(predict, batch) for batch in dearest_first]
-
-    def side_by_side() -> Labelled:
-        for future in queued:
-            future.result()  # a bug in a lane surfaces here; model failures were split and dead-lettered
-        return labelled()
-
-    return side_by_side
-
-
-_POOLS: dict[int, ThreadPoolExecutor] = {}
-_POOLS_LOCK = threading.Lock()
-_STATS_LOCK = threading.Lock()
-"""Guards `WindowStats` and `TokenBudget` updates from lanes running side by side."""
-
-
-def _lanes(size: int) -> ThreadPoolExecutor:
-    """The threads that run a window's batches side by side: one pool per classifier width (`parallel_calls`),
-    made once, whatever the window's batch count (threads named ``model-lane-{size}_N``)."""
-    with _POOLS_LOCK:
-        if size not in _POOLS:
-            _POOLS[size] = ThreadPoolExecutor(max_workers=size, thread_name_prefix=f"model-lane-{size}")
-        return _POOLS[size]
-
-
-def _predict_splitting(
+def predict_splitting(
     classifier: Classifier,
     ids: Sequence[Sequence[int]],
     lengths: list[int],
     batch: list[int],
-    outputs: list[np.ndarray | InferenceFailure | None],
+    outputs: list[Output | None],
     stats: WindowStats,
     budget: TokenBudget,
+    lock: threading.Lock,
     clock: Callable[[], float],
 ) -> None:
+    """Runs the model on the sequences `batch` indexes and writes their rows into `outputs`. A batch that
+    fails is split in halves and retried (out of memory also lowers `budget`); a single sequence that still
+    fails gets an `InferenceFailure`. `stats` and `budget` are updated under `lock` (lanes run side by
+    side)."""
     padded = len(batch) * max(lengths[i] for i in batch)
     started = clock()
     try:
@@ -258,7 +139,7 @@ def _predict_splitting(
     except Exception as exc:  # noqa: BLE001 - any model failure is split, then dead-lettered
         oom = is_out_of_memory(exc)
         if oom:
-            with _STATS_LOCK:
+            with lock:
                 stats.out_of_memory_events += 1
                 budget.on_out_of_memory(padded)
         if len(batch) == 1:
@@ -269,16 +150,16 @@ def _predict_splitting(
             log.warning("dead-lettering one review: %s", reason)
             outputs[batch[0]] = InferenceFailure(kind, reason[:500])
             return
-        with _STATS_LOCK:
+        with lock:
             stats.splits += 1
         log.warning(
             "batch of %d failed (%s); retrying in halves", len(batch), "out of memory" if oom else exc
         )
         half = len(batch) // 2
-        _predict_splitting(classifier, ids, lengths, batch[:half], outputs, stats, budget, clock)
-        _predict_splitting(classifier, ids, lengths, batch[half:], outputs, stats, budget, clock)
+        predict_splitting(classifier, ids, lengths, batch[:half], outputs, stats, budget, lock, clock)
+        predict_splitting(classifier, ids, lengths, batch[half:], outputs, stats, budget, lock, clock)
         return
-    with _STATS_LOCK:
+    with lock:
         stats.padded_tokens += padded
         stats.batches.append(BatchStats(len(batch), padded, clock() - started))
     for row, index in zip(probs, batch, strict=True):

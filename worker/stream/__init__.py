@@ -1,6 +1,6 @@
-"""The run path: consume → decode → consume window → batch plan → inference thread → records → publish →
-offsets. `app.SentimentWorker` is the one place that wires these stages and owns their lifecycle; the window,
-the batch plan, the labelling and the inference thread are the engine's (`worker.inference`).
+"""The run path: consume → consume window → decode → the engine → records → publish → offsets.
+`app.SentimentWorker` is the one place that wires these stages and owns their lifecycle; tokenization, the
+batch plan and the model lanes are the engine's (`worker.inference`), which the window is submitted to.
 
 Modules, in the order a message meets them: `consumer` (group member, rebalances, commits), `decode`
 (bytes → review or dead-letter reason), `windows` (a window's records in input order), `records` and

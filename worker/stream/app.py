@@ -1,9 +1,8 @@
 """The one place that wires the stages together and owns the worker's lifecycle.
 
-poll thread:      consume → window → decode + tokenize → plan ─┐           ┌─► publish in input order → acks →
-                                                              ▼ (bounded)  │    offset tracker → store/commit
-model lanes:                                label (token-budget batches) ──┘ (the inference thread waits for
-                                                                             each window, in order)
+poll thread:  consume → window → decode → engine.submit ─┐                ┌─► publish in input order → acks →
+                                                       ▼ (bounded)       │    offset tracker → store/commit
+engine:              tokenize → token-budget batches → model lanes ──────┘ (windows collected in order)
 Exactly-once mode publishes each window and its offsets in one transaction instead.
 Stop: fetch no more, finish the fetched windows, flush, commit, close.
 """
@@ -15,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack, suppress
 from threading import Event
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from confluent_kafka import KafkaException, Message
 from prometheus_client import CollectorRegistry
@@ -24,9 +23,10 @@ from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
 from worker.health import HealthServer, HealthState
 from worker.inference.consume_window import ConsumeWindow
-from worker.inference.labelling import Classifier, TokenBudget
-from worker.inference.stage import InferenceStage
-from worker.inference.startup import StartupError, token_budget, warm_up
+from worker.inference.engine import Engine, Labelled
+from worker.inference.in_order import InOrder
+from worker.inference.labelling import Classifier
+from worker.inference.token_budget import StartupError, choose_token_budget
 from worker.metrics import WorkerMetrics, create_metrics
 from worker.stream import startup
 from worker.stream.authorization import consume_refusal, is_authorization_error, publish_refusal
@@ -44,13 +44,7 @@ from worker.stream.producer import (
 from worker.stream.records import InputMessage, OutboundRecords
 from worker.stream.run_tracker import RunSummary, RunTracker
 from worker.stream.startup import kafka_error_text
-from worker.stream.windows import (
-    LabelledWindow,
-    PreparedWindow,
-    begin_label_window,
-    prepare_window,
-    window_records,
-)
+from worker.stream.windows import DecodeOptions, PreparedWindow, prepare_window, window_records
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +56,8 @@ _MAX_WINDOW_BYTES = 64 * 1024 * 1024
 
 
 class ApiFront(Protocol):
-    """The HTTP API on the worker's own port (`run` with http_api), answered through the worker's inference
-    thread: `worker.http.serving.WorkerApi`, handed in by the caller (the run path never imports http)."""
+    """The HTTP API on the worker's own port (`run` with http_api), answered by the worker's engine:
+    `worker.http.serving.WorkerApi`, handed in by the caller (the run path never imports http)."""
 
     def open(
         self, stack: ExitStack, settings: WorkerSettings, registry: CollectorRegistry, health: HealthState
@@ -75,13 +69,12 @@ class ApiFront(Protocol):
         self,
         stack: ExitStack,
         *,
-        classifier: Classifier,
+        engine: Engine,
+        labels: list[str],
         model: ModelRef,
-        stage: InferenceStage[Any, Any],
-        budget: TokenBudget,
         metrics: WorkerMetrics,
     ) -> None:
-        """Starts answering requests through `stage`."""
+        """Starts answering requests through `engine`."""
         ...
 
 
@@ -91,9 +84,9 @@ class _StartedParts(NamedTuple):
     consumer: ReviewConsumer
     publisher: ResultPublisher
     records: OutboundRecords
-    stage: InferenceStage[PreparedWindow, LabelledWindow]
+    engine: Engine
+    windows: InOrder[PreparedWindow]  # submitted to the engine, collected in order (bounded)
     committer: Committer
-    budget: TokenBudget  # chosen once at start-up (measured, tuned or configured)
 
 
 class SentimentWorker:
@@ -126,6 +119,7 @@ class SentimentWorker:
             self._metrics, self._book, settings.librdkafka_common(), settings.input_topic
         )
         self._window: ConsumeWindow[InputMessage] = self._new_window()
+        self._decode_options = DecodeOptions.from_settings(settings)
         self._parts: _StartedParts | None = None  # built once by _start()
         self._backpressure = Backpressure()
         self.http_address: tuple[str, int] | None = None
@@ -167,7 +161,7 @@ class SentimentWorker:
         self._metrics.messages_consumed.labels(s.input_topic)
         self._metrics.results_published.labels(s.output_topic)
         api = self._api if s.http_port and s.http_api else None
-        if api is not None:  # the API on the same port, through this worker's inference thread
+        if api is not None:  # the API on the same port, through this worker's engine
             self.http_address = api.open(stack, s, self._registry, self._health)
             log.info(
                 "HTTP API, metrics and health on http://%s:%d (/v1/sentiment /metrics ...)",
@@ -196,21 +190,19 @@ class SentimentWorker:
         committer_type = committer_for(s)
         committer_type.prepare(publisher, s)  # exactly_once: registers the transactional id
         self._health.broker_reachable = True
-        budget = token_budget(s, self._classifier)
-        warm_up(self._classifier, self._model.name)
-        self._health.model_warm = True
-        stage: InferenceStage[PreparedWindow, LabelledWindow] = InferenceStage(
-            self._begin_label, max_queued_windows=s.max_queued_windows
+        engine = Engine(
+            self._classifier,
+            max_batch_size=s.max_batch_size,
+            max_batch_tokens=choose_token_budget(s, self._classifier).max_batch_tokens,
+            on_labelled=self._metrics.observe_window,
         )
-        stack.callback(stage.close)
+        stack.callback(engine.close, s.shutdown_timeout_s)
+        engine.start()
+        self._health.model_warm = True
+        windows: InOrder[PreparedWindow] = InOrder(engine, capacity=s.max_queued_windows)
         if api is not None:
             api.attach(
-                stack,
-                classifier=self._classifier,
-                model=self._model,
-                stage=stage,
-                budget=budget,
-                metrics=self._metrics,
+                stack, engine=engine, labels=self._classifier.labels, model=self._model, metrics=self._metrics
             )
         try:
             consumer = ReviewConsumer(
@@ -230,7 +222,7 @@ class SentimentWorker:
         # Closing leaves the group; its revoke callback flushes and commits what is acknowledged.
         stack.callback(consumer.close)
         committer = committer_type(s, consumer, publisher, self._book, self._metrics, self._take_deliveries)
-        self._parts = _StartedParts(consumer, publisher, records, stage, committer, budget)
+        self._parts = _StartedParts(consumer, publisher, records, engine, windows, committer)
         consumer.subscribe()
         log.info(
             "consuming %s as group %s → results to %s, dead letters to %s; %s",
@@ -243,7 +235,12 @@ class SentimentWorker:
 
     def _loop(self) -> str:
         parts = self._started
-        consumer, publisher, stage, committer = parts.consumer, parts.publisher, parts.stage, parts.committer
+        consumer, publisher, windows, committer = (
+            parts.consumer,
+            parts.publisher,
+            parts.windows,
+            parts.committer,
+        )
         run = self._run
         next_metrics_at = 0.0
         next_broker_check_at = self._clock() + _BROKER_CHECK_EVERY_S
@@ -252,28 +249,28 @@ class SentimentWorker:
             if run.stop_requested:
                 return "stop requested"
             self._health.loop_turned()
-            for labelled in stage.collect():
-                self._publish_window(labelled)
+            for prepared, labelled in windows.collect():
+                self._publish_window(prepared, labelled)
             in_progress = self._book.offsets.unacknowledged()
             limit_reached = run.limit_reached(in_progress)
-            if len(self._window) and (self._window.is_due() or limit_reached) and stage.has_room():
-                stage.submit(prepare_window(self._window.take(), self._classifier, self._settings))
+            if len(self._window) and (self._window.is_due() or limit_reached) and windows.has_room():
+                self._submit_window()
             budget = self._settings.max_window_messages - len(self._window)
             room = run.room(in_progress)
             if room is not None:
                 budget = min(budget, room)
-            busy = stage.in_flight > 0
+            busy = windows.in_flight > 0
             decision = self._backpressure.decide(room=budget, model_busy=busy, now=self._clock())
             self._set_paused(decision.pause)
             if not decision.consume:  # the model is busy: wait for it (see worker/stream/backpressure.py)
-                for labelled in stage.collect(timeout_s=_BUSY_POLL_S):
-                    self._publish_window(labelled)
+                for prepared, labelled in windows.collect(timeout_s=_BUSY_POLL_S):
+                    self._publish_window(prepared, labelled)
                 messages = []
             else:
                 if len(self._window) and budget > 0:
                     timeout = self._window.remaining_wait_s()
                 else:
-                    timeout = _BUSY_POLL_S if stage.in_flight or len(self._window) else _IDLE_POLL_S
+                    timeout = _BUSY_POLL_S if windows.in_flight or len(self._window) else _IDLE_POLL_S
                 messages = consumer.consume(max(1, budget), timeout)
             for message in messages:
                 self._accept(message)
@@ -289,7 +286,9 @@ class SentimentWorker:
             if now >= next_broker_check_at:
                 self._check_broker()
                 next_broker_check_at = now + _BROKER_CHECK_EVERY_S
-            idle = not messages and not len(self._window) and not stage.in_flight and publisher.pending() == 0
+            idle = (
+                not messages and not len(self._window) and not windows.in_flight and publisher.pending() == 0
+            )
             reason = run.stop_reason(idle=idle)
             if reason is not None:
                 return reason
@@ -297,25 +296,25 @@ class SentimentWorker:
     def _drain(self) -> None:
         """Stop order: fetch no more, label and publish what was fetched, flush, commit (then close)."""
         parts = self._started
-        publisher, stage, committer = parts.publisher, parts.stage, parts.committer
+        publisher, windows, committer = parts.publisher, parts.windows, parts.committer
         self._health.stopping = True
         self._metrics.ready.set(0)
         deadline = self._clock() + self._settings.shutdown_timeout_s
-        while (len(self._window) or stage.in_flight) and self._clock() < deadline:
-            if len(self._window) and stage.has_room():
-                stage.submit(prepare_window(self._window.take(), self._classifier, self._settings))
-            for labelled in stage.collect(timeout_s=0.1):
-                self._publish_window(labelled)
+        while (len(self._window) or windows.in_flight) and self._clock() < deadline:
+            if len(self._window) and windows.has_room():
+                self._submit_window()
+            for prepared, labelled in windows.collect(timeout_s=0.1):
+                self._publish_window(prepared, labelled)
         remaining = publisher.flush(max(0.0, deadline - self._clock()))
         committer.settle()
         committer.commit_final(deadline, self._clock)
-        self._run.summary.unacknowledged_at_stop = remaining + stage.in_flight
-        if remaining or stage.in_flight:
+        self._run.summary.unacknowledged_at_stop = remaining + windows.in_flight
+        if remaining or windows.in_flight:
             log.warning(
                 "stopping with %d outputs unacknowledged and %d windows unlabelled after %.0f s: their "
                 "inputs stay uncommitted and will be processed again",
                 remaining,
-                stage.in_flight,
+                windows.in_flight,
                 self._settings.shutdown_timeout_s,
             )
         self._raise_for_error(publisher)
@@ -342,18 +341,18 @@ class SentimentWorker:
         self._metrics.messages_consumed.labels(topic).inc()
         self._health.broker_reachable = True
 
-    def _begin_label(self, prepared: PreparedWindow) -> Callable[[], LabelledWindow]:
-        """The model on one prepared window: its batches queued now, its result waited for by the stage."""
-        size, budget = self._settings.max_batch_size, self._started.budget
-        return begin_label_window(prepared, self._classifier, max_batch_size=size, budget=budget)
+    def _submit_window(self) -> None:
+        """The window's messages decoded here, their valid reviews submitted to the engine."""
+        prepared = prepare_window(self._window.take(), self._decode_options)
+        self._started.windows.submit(prepared, prepared.texts)
 
-    def _publish_window(self, labelled: LabelledWindow) -> None:
+    def _publish_window(self, prepared: PreparedWindow, labelled: Labelled) -> None:
         """Publishes exactly one record per input of the window that is still ours, in input order."""
         outbound, committer = self._started.records, self._started.committer
-        self._metrics.observe_window(labelled.stats, self._started.budget.current)
         now = self._clock()
         records = window_records(
-            labelled,
+            prepared,
+            labelled.outputs,
             owned=lambda item: self._book.owns((item.position.topic, item.position.partition), item.epoch),
             result=lambda item, review, probs: outbound.result(item, review, probs, now),
             dead_letter=outbound.dead_letter,

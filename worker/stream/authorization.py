@@ -16,7 +16,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AclOperation, AdminClient
 
 from worker.config import WorkerSettings
-from worker.inference.startup import StartupError
+from worker.inference.token_budget import StartupError
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """What must hold before the worker consumes anything: Kafka clients accepted, output topics present,
-transactions initialised (the token budget and the warm model: `worker.inference.startup`). Each failure is a
+transactions initialised (the token budget and the warm model: `worker.inference.token_budget`). Each failure is a
 StartupError saying what to change (the CLI exits 2 with it)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from confluent_kafka import KafkaError, KafkaException
 
 from worker.config import WorkerSettings
-from worker.inference.startup import StartupError
+from worker.inference.token_budget import StartupError
 from worker.stream.authorization import is_authorization_error, refusal
 from worker.stream.producer import ResultPublisher
 

@@ -1,8 +1,7 @@
 """Offline labelling of text lines (the `predict` command): no Kafka, the worker's pipelined path.
 
-This thread reads, decodes and tokenizes the next chunk of lines while the inference thread (the worker's
-`InferenceStage`) labels the current one with `begin_label_ids` (token-budget, length-grouped batches, queued
-on the model lanes as soon as the chunk is tokenized); at most two chunks are queued, so memory stays
+This thread reads and decodes the next chunk of lines while the engine (the worker's) labels the current one
+(token-budget, length-grouped batches on the model lanes); at most two chunks are in flight, so memory stays
 bounded whatever the input's size.
 """
 
@@ -15,18 +14,11 @@ from itertools import islice
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
-import numpy as np
-
 from schemas.dead_letter import DeadLetterKind
+from worker.inference.engine import Engine
+from worker.inference.in_order import InOrder
 from worker.inference.label_fields import label_fields
-from worker.inference.labelling import (
-    Classifier,
-    InferenceFailure,
-    TokenBudget,
-    begin_label_ids,
-    sequences_for,
-)
-from worker.inference.stage import InferenceStage
+from worker.inference.labelling import Classifier, InferenceFailure, Output
 from worker.stream.decode import DecodedReview, DecodeFailure, decode_review
 
 _CHUNK_LINES = 512
@@ -37,14 +29,10 @@ _QUEUED_CHUNKS = 2
 class _Chunk:
     lines: list[tuple[int, str]]
     decoded: list[DecodedReview | DecodeFailure]
-    token_ids: list[list[int]]
-    chunk_counts: list[int] | None
 
-
-@dataclass(frozen=True)
-class _Labelled:
-    chunk: _Chunk
-    outputs: list[np.ndarray | InferenceFailure]  # one per valid line, in order
+    @property
+    def texts(self) -> list[str]:
+        return [d.text for d in self.decoded if isinstance(d, DecodedReview)]
 
 
 def predict_lines(
@@ -59,33 +47,21 @@ def predict_lines(
     """One output dict per input line, in input order: a label, or an `error` kind with its reason.
 
     `on_chunk(n)` is called after the rows of each chunk of `n` lines are yielded (progress)."""
-    budget = TokenBudget(max_batch_tokens)
-
-    def begin_label(chunk: _Chunk) -> Callable[[], _Labelled]:  # batches queued now, awaited by the stage
-        finish = begin_label_ids(
-            classifier,
-            chunk.token_ids,
-            counts=chunk.chunk_counts,
-            max_batch_size=max_batch_size,
-            budget=budget,
-        )
-        return lambda: _Labelled(chunk, finish()[0])
-
-    stage: InferenceStage[_Chunk, _Labelled] = InferenceStage(
-        begin_label, max_queued_windows=_QUEUED_CHUNKS, name="predict-inference"
-    )
     numbered = enumerate(lines, start=1)
     chunks = iter(lambda: list(islice(numbered, _CHUNK_LINES)), [])
-    try:
-        for labelled in stage.pipeline(_prepare(classifier, chunk, max_text_chars) for chunk in chunks):
-            yield from _rows(labelled, classifier.labels)
+    engine = Engine(
+        classifier, max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens, name="predict"
+    )
+    with engine.start(warm_up=False):
+        in_order: InOrder[_Chunk] = InOrder(engine, capacity=_QUEUED_CHUNKS)
+        prepared = (_prepare(chunk, max_text_chars) for chunk in chunks)
+        for chunk, labelled in in_order.pipeline((chunk, chunk.texts) for chunk in prepared):
+            yield from _rows(chunk, labelled.outputs, classifier.labels)
             if on_chunk is not None:
-                on_chunk(len(labelled.chunk.lines))
-    finally:
-        stage.close()
+                on_chunk(len(chunk.lines))
 
 
-def _prepare(classifier: Classifier, lines: list[tuple[int, str]], max_text_chars: int) -> _Chunk:
+def _prepare(lines: list[tuple[int, str]], max_text_chars: int) -> _Chunk:
     decoded: list[DecodedReview | DecodeFailure] = []
     for number, line in lines:
         text = line.rstrip("\r\n")
@@ -100,9 +76,7 @@ def _prepare(classifier: Classifier, lines: list[tuple[int, str]], max_text_char
         if isinstance(review, DecodeFailure):
             review = line_failure(number, text, review, max_text_chars)
         decoded.append(review)
-    texts = [d.text for d in decoded if isinstance(d, DecodedReview)]
-    token_ids, counts = sequences_for(classifier, texts)
-    return _Chunk(lines, decoded, token_ids, counts)
+    return _Chunk(lines, decoded)
 
 
 def line_failure(number: int, text: str, failure: DecodeFailure, max_text_chars: int) -> DecodeFailure:
@@ -134,9 +108,9 @@ def line_failure(number: int, text: str, failure: DecodeFailure, max_text_chars:
     return DecodeFailure(kind, f"{where}: {failure.reason}")
 
 
-def _rows(labelled: _Labelled, labels: list[str]) -> Iterator[dict[str, Any]]:
-    predictions = iter(labelled.outputs)
-    for (number, _line), review in zip(labelled.chunk.lines, labelled.chunk.decoded, strict=True):
+def _rows(chunk: _Chunk, outputs: list[Output], labels: list[str]) -> Iterator[dict[str, Any]]:
+    predictions = iter(outputs)
+    for (number, _line), review in zip(chunk.lines, chunk.decoded, strict=True):
         if not isinstance(review, DecodedReview):
             yield {"line": number, "error": review.kind.value, "reason": review.reason}
             continue

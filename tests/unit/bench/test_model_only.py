@@ -1,5 +1,5 @@
 """`bench`'s model-only phase runs the engine as the worker and `predict` do: the next window is tokenized
-while the inference thread labels this one (so its rate is the engine's best, not a serial lower bound)."""
+while the model labels this one (so its rate is the engine's best, not a serial lower bound)."""
 
 from __future__ import annotations
 
@@ -48,4 +48,4 @@ def test_the_next_window_is_tokenized_while_the_model_labels_this_one(tiny_model
     assert len(tokenized) == 3  # one call per window
     # window 2 was tokenized before window 1 (stalled 0.6 s in the model) came out: the two overlapped
     assert tokenized[1] < labelled[0][0] - 0.3
-    assert {name for _, name in labelled} == {"model-only-inference"}  # the model ran on its own thread
+    assert all(name.startswith("model-only-lane") for _, name in labelled)  # on the engine's own lanes

@@ -1,5 +1,5 @@
-"""The request batcher: requests share token-budget batches on the inference thread, each gets its own
-outputs in order; the queue is bounded; cancelled requests are dropped; closing answers what was accepted."""
+"""The request batcher over the engine: requests share token-budget batches, each gets its own outputs in
+order; the queue is bounded; cancelled requests are dropped; closing answers what was accepted."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from worker.http.request_batcher import BatcherClosed, Overloaded, RequestBatcher
-from worker.inference.labelling import InferenceFailure, TokenBudget
-from worker.inference.stage import InferenceStage
-from worker.metrics import create_http_metrics, create_metrics
+from worker.inference.engine import Engine
+from worker.inference.labelling import InferenceFailure
+from worker.metrics import create_http_metrics
 
 
 class LengthModel:
@@ -52,37 +52,36 @@ def model() -> LengthModel:
 
 @pytest.fixture
 def make(model: LengthModel) -> Iterator[object]:
-    made: list[tuple[RequestBatcher, InferenceStage[object, object]]] = []
+    made: list[tuple[RequestBatcher, Engine]] = []
 
-    def build(**kwargs: object) -> RequestBatcher:
-        registry = CollectorRegistry()
-        stage: InferenceStage[object, object] = InferenceStage(None, max_queued_windows=1)
-        options: dict[str, object] = {
-            "max_batch_size": 4,
-            "max_window_texts": 64,
-            "max_wait_ms": 200,
-            "max_queued_texts": 100,
-            **kwargs,
-        }
+    def build(max_batch_size: int = 4, **kwargs: object) -> RequestBatcher:
+        engine = Engine(model, max_batch_size=max_batch_size, max_batch_tokens=4096).start(warm_up=False)
+        options: dict[str, object] = {"max_wait_ms": 200, "max_queued_texts": 100, **kwargs}
         batcher = RequestBatcher(
-            model,
-            stage,
-            TokenBudget(4096),
-            metrics=create_metrics(registry),
-            http_metrics=create_http_metrics(registry),
+            engine,
+            http_metrics=create_http_metrics(CollectorRegistry()),
             **options,  # type: ignore[arg-type]
         )
-        made.append((batcher, stage))
+        made.append((batcher, engine))
         return batcher
 
     yield build
-    for batcher, stage in made:
+    for batcher, engine in made:
         batcher.close(5)
-        stage.close()
+        engine.close(5)
 
 
 def positive(outputs: Sequence[object]) -> list[float]:
     return [round(float(o[1]), 2) for o in outputs]  # type: ignore[index]
+
+
+def _wait_until(condition: object, timeout_s: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():  # type: ignore[operator]
+            return True
+        time.sleep(0.005)
+    return False
 
 
 def test_requests_waiting_for_a_busy_model_share_its_next_batches(make: object, model: LengthModel) -> None:
@@ -90,14 +89,17 @@ def test_requests_waiting_for_a_busy_model_share_its_next_batches(make: object, 
     model.gate.clear()  # the model is busy with the first request
     first = batcher.submit(["a"])
     assert model.entered.wait(5)
+    queued = batcher.submit(["bb"])  # the one batch kept ready behind the running one
+    assert _wait_until(lambda: model.tokenized[-1:] == [1] and len(model.tokenized) == 2)
     waiting = [batcher.submit(["x" * n for n in range(k + 2, k + 5)]) for k in range(0, 12, 3)]
     model.gate.set()
     assert positive(first.result(5).outputs) == [0.01]
+    assert positive(queued.result(5).outputs) == [0.02]
     for k, future in zip(range(0, 12, 3), waiting, strict=True):
         outcome = future.result(5)
         assert positive(outcome.outputs) == [(k + 2) / 100, (k + 3) / 100, (k + 4) / 100]  # its own, in order
         assert outcome.batch_texts == 12  # the four requests were labelled together
-    assert model.batches == [1, 12]
+    assert model.batches == [1, 1, 12]
 
 
 def test_the_planner_cuts_a_window_and_a_full_batch_is_queued_while_the_model_is_busy(
@@ -108,14 +110,11 @@ def test_the_planner_cuts_a_window_and_a_full_batch_is_queued_while_the_model_is
     first = batcher.submit(["a"])
     assert model.entered.wait(5)
     full = batcher.submit(["x" * n for n in range(2, 12)])  # 10 texts: more than a model batch
-    deadline = time.monotonic() + 5
-    while model.tokenized[-1:] != [10] and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert model.tokenized[-1] == 10  # tokenized and queued before the model is free
+    assert _wait_until(lambda: model.tokenized[-1:] == [10])  # tokenized and queued before the model is free
     model.gate.set()
     assert len(first.result(5).outputs) == 1
     assert positive(full.result(5).outputs) == [n / 100 for n in range(2, 12)]
-    assert model.batches == [1, 4, 4, 2]  # max_batch_size 4: the planner cut the 10 texts
+    assert model.batches[0] == 1 and sorted(model.batches[1:]) == [2, 4, 4]  # the planner cut the 10 texts
 
 
 def test_the_queue_bound_refuses_with_retry_after(make: object, model: LengthModel) -> None:
@@ -144,6 +143,8 @@ def test_a_cancelled_request_is_dropped_before_its_batch(make: object, model: Le
     model.gate.clear()
     batcher.submit(["a"])
     assert model.entered.wait(5)
+    batcher.submit(["e"])  # kept ready behind the running batch: the next ones wait for a free lane
+    assert _wait_until(lambda: len(model.tokenized) == 2)
     dropped = batcher.submit(["bb", "cc"])
     kept = batcher.submit(["ddd"])
     assert dropped.cancel()
@@ -151,7 +152,7 @@ def test_a_cancelled_request_is_dropped_before_its_batch(make: object, model: Le
     assert positive(kept.result(5).outputs) == [0.03]
     with pytest.raises(CancelledError):
         dropped.result(0)
-    assert model.batches == [1, 1] and batcher.queued_texts == 0
+    assert model.batches == [1, 1, 1] and batcher.queued_texts == 0
 
 
 def test_close_answers_the_accepted_and_refuses_the_new(make: object, model: LengthModel) -> None:
@@ -174,18 +175,3 @@ def test_close_answers_the_accepted_and_refuses_the_new(make: object, model: Len
     closer.join(10)
     assert [positive(f.result(0).outputs) for f in accepted] == [[0.01], [0.02], [0.03], [0.04], [0.05]]
     assert all(positive(f.result(0).outputs) == [0.04] for f in late)
-
-
-def test_call_lane_runs_on_the_inference_thread_and_leaves_collect_alone() -> None:
-    stage: InferenceStage[int, int] = InferenceStage(lambda x: lambda: x * 10, max_queued_windows=2)
-    try:
-        stage.submit(1)
-        future = stage.call(lambda: threading.current_thread().name)
-        failing = stage.call(lambda: 1 / 0)
-        assert future.result(5) == "inference"
-        with pytest.raises(ZeroDivisionError):
-            failing.result(5)
-        assert stage.collect(timeout_s=5) == [10] and stage.in_flight == 0
-    finally:
-        stage.close()
-    assert stage.call(lambda: 1).cancelled()  # nothing runs after close

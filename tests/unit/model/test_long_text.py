@@ -12,7 +12,8 @@ import pytest
 
 from schemas.dead_letter import DeadLetterKind
 from worker.config import WorkerSettings
-from worker.inference.labelling import InferenceFailure, TokenBudget, label_texts
+from worker.inference.engine import Engine
+from worker.inference.labelling import InferenceFailure
 from worker.model.device import choose_device
 from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier
 from worker.model.long_text import (
@@ -25,7 +26,7 @@ from worker.model.long_text import (
 )
 from worker.stream.producer import SourcePosition
 from worker.stream.records import InputMessage
-from worker.stream.windows import begin_label_window, prepare_window
+from worker.stream.windows import DecodeOptions, prepare_window
 
 CLS, SEP = 900, 901
 
@@ -144,9 +145,11 @@ def _expected_positive(text: str) -> float:
 TEXTS = ["abcdefghij", "xy", "", "klmnopq", "d!efghijklmn", "zzzzzzzzzzzzzzzzzzzzzzzzz", "q"]
 
 
-def test_label_texts_gives_one_averaged_output_per_text_in_order() -> None:
+def test_the_engine_gives_one_averaged_output_per_text_in_order() -> None:
     fake = FakeChunkingClassifier()
-    outputs, stats = label_texts(fake, TEXTS, max_batch_size=3, max_batch_tokens=1000)
+    with Engine(fake, max_batch_size=3, max_batch_tokens=1000).start(warm_up=False) as engine:
+        labelled = engine.submit(TEXTS).result(10)
+    outputs, stats = labelled.outputs, labelled.stats
     assert len(outputs) == len(TEXTS)
     for text, output in zip(TEXTS, outputs, strict=True):
         if "!" in text:
@@ -169,11 +172,12 @@ def test_windows_keep_one_output_per_valid_review_in_input_order() -> None:
     fake = FakeChunkingClassifier()
     settings = WorkerSettings(http_port=0)
     items = [_message(i, text) for i, text in enumerate(TEXTS)]
-    prepared = prepare_window(items, fake, settings)
+    prepared = prepare_window(items, DecodeOptions.from_settings(settings))
     valid = [t for t in TEXTS if t]  # the empty text is dead-lettered by decode, never tokenized
-    assert prepared.chunk_counts is not None and len(prepared.chunk_counts) == len(valid)
-    assert len(prepared.token_ids) == sum(prepared.chunk_counts) > len(valid)
-    labelled = begin_label_window(prepared, fake, max_batch_size=4, budget=TokenBudget(1000))()
+    assert prepared.texts == valid
+    with Engine(fake, max_batch_size=4, max_batch_tokens=1000).start(warm_up=False) as engine:
+        labelled = engine.submit(prepared.texts).result(10)
+    assert sum(fake.batches) > len(valid)  # long reviews were split into several sequences
     assert len(labelled.outputs) == len(valid)
     for text, output in zip(valid, labelled.outputs, strict=True):
         if "!" in text:

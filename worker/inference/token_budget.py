@@ -1,17 +1,16 @@
-"""What must hold before a model labels anything, for every entry point (the Kafka worker, `serve`, `bench`):
-a token budget, chosen in one place (`choose_token_budget`), and a warm model. Each failure is a StartupError
-saying what to change (the CLI exits 2 with it)."""
+"""The token budget of inference batches, chosen in one place (`choose_token_budget`) for every entry point
+(the Kafka worker, `serve`, `bench`) before the engine starts. A failure is a StartupError saying what to
+change (the CLI exits 2 with it)."""
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
 from worker.config import WorkerSettings
-from worker.inference.labelling import Classifier, TokenBudget, label_texts
+from worker.inference.labelling import Classifier
 from worker.inference.tuning import TuningError, resolve_token_budget
 
 log = logging.getLogger(__name__)
@@ -56,16 +55,3 @@ def choose_token_budget(
     )
     source = f"tuned for {'VRAM' if result.mode == 'gpu-memory' else 'CPU throughput'}"
     return BudgetChoice(result.max_batch_tokens, source + (", cached" if result.from_cache else ""))
-
-
-def token_budget(settings: WorkerSettings, classifier: Classifier) -> TokenBudget:
-    """The running token budget a worker or `serve` starts with (see `choose_token_budget`)."""
-    return TokenBudget(choose_token_budget(settings, classifier).max_batch_tokens)
-
-
-def warm_up(classifier: Classifier, model_name: str) -> None:
-    """Runs the tokenizer and the model once, so the first window does not pay for lazy initialisation."""
-    started = time.monotonic()
-    classifier.token_ids(["这个商品很好，物流也快"])
-    label_texts(classifier, ["这个商品很好，物流也快", "太差了"], max_batch_size=2, max_batch_tokens=4096)
-    log.info("model %s warmed up in %.2f s", model_name, time.monotonic() - started)

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from worker.config import WorkerSettings
-from worker.inference import startup
-from worker.inference.startup import BudgetChoice, StartupError, choose_token_budget, token_budget
+from worker.inference import token_budget
+from worker.inference.token_budget import BudgetChoice, StartupError, choose_token_budget
 from worker.inference.tuning import TuningError, TuningResult
 
 
@@ -34,7 +34,7 @@ def _tuned(tokens: int, mode: Any = "cpu-throughput", *, cached: bool = False) -
 @pytest.fixture
 def calibration(monkeypatch: pytest.MonkeyPatch) -> Calibration:
     fake = Calibration(_tuned(1536, cached=True))
-    monkeypatch.setattr(startup, "resolve_token_budget", fake)
+    monkeypatch.setattr(token_budget, "resolve_token_budget", fake)
     return fake
 
 
@@ -50,9 +50,7 @@ def test_auto_in_the_settings_calibrates(calibration: Calibration) -> None:
     settings = WorkerSettings(max_batch_tokens="auto")  # type: ignore[arg-type]  # as SENTIMENT_MAX_BATCH_TOKENS
     assert settings.max_batch_tokens_auto
     assert choose_token_budget(settings, object()) == BudgetChoice(1536, "tuned for CPU throughput, cached")
-    budget = token_budget(settings, object())
-    assert (budget.current, budget.lowered) == (1536, 0)
-    assert calibration.calls == 2
+    assert calibration.calls == 1
 
 
 def test_auto_requested_calibrates_whatever_the_settings_say(calibration: Calibration) -> None:
@@ -64,4 +62,4 @@ def test_auto_requested_calibrates_whatever_the_settings_say(calibration: Calibr
 def test_a_failed_calibration_is_a_startup_error(calibration: Calibration) -> None:
     calibration.error = TuningError("no probe fitted")
     with pytest.raises(StartupError, match="max_batch_tokens=auto: no probe fitted"):
-        token_budget(WorkerSettings(max_batch_tokens_auto=True), object())
+        choose_token_budget(WorkerSettings(max_batch_tokens_auto=True), object())

@@ -1,0 +1,113 @@
+"""Items submitted to the engine come back in submission order, never more in flight than the bound."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import pytest
+
+from worker.inference.engine import Engine, Labelled
+from worker.inference.in_order import InOrder
+
+
+class FakeCountingClassifier:
+    """Probability of "positive" = tokens / 1000 (one token per character); calls wait for `gate`."""
+
+    labels = ["negative", "positive"]
+    call_overhead_tokens = None
+    parallel_calls = 2
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        if any(text == "bug" for text in texts):
+            raise AssertionError("not a text problem: a bug")
+        return [[1] * len(text) for text in texts]
+
+    def predict_ids(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
+        self.gate.wait(10)
+        time.sleep(0.001 * (50 - len(batch[0])) / 10)  # shorter texts take longer: finish out of order
+        return np.array([[1 - len(s) / 1000, len(s) / 1000] for s in batch], dtype=np.float32)
+
+
+def _lengths(labelled: Labelled) -> list[int]:
+    return [round(float(o[1]) * 1000) for o in labelled.outputs]  # type: ignore[index]
+
+
+@pytest.fixture
+def fake_engine() -> Iterator[tuple[FakeCountingClassifier, Engine]]:
+    fake = FakeCountingClassifier()
+    with Engine(fake, max_batch_size=2, max_batch_tokens=4096).start(warm_up=False) as engine:
+        yield fake, engine
+        fake.gate.set()
+
+
+def _collect_all(in_order: InOrder[int], expected: int) -> list[tuple[int, Labelled]]:
+    out: list[tuple[int, Labelled]] = []
+    deadline = time.monotonic() + 10
+    while len(out) < expected and time.monotonic() < deadline:
+        out.extend(in_order.collect(timeout_s=0.1))
+    return out
+
+
+def test_results_come_back_in_submission_order_and_the_bound_holds(
+    fake_engine: tuple[FakeCountingClassifier, Engine],
+) -> None:
+    fake, engine = fake_engine
+    in_order: InOrder[int] = InOrder(engine, capacity=2)
+    fake.gate.clear()
+    in_order.submit(1, ["a" * 40])
+    in_order.submit(2, ["a" * 2])
+    assert not in_order.has_room() and in_order.in_flight == 2
+    with pytest.raises(RuntimeError, match="has_room"):
+        in_order.submit(3, ["a"])
+    assert in_order.collect() == []  # nothing labelled yet
+    fake.gate.set()
+    got = _collect_all(in_order, 2)
+    assert [(item, _lengths(labelled)) for item, labelled in got] == [(1, [40]), (2, [2])]
+    assert in_order.has_room() and in_order.in_flight == 0
+    collected: list[int] = []
+    for x in range(3, 30):
+        while not in_order.has_room():
+            collected.extend(item for item, _ in in_order.collect(timeout_s=0.05))
+            assert in_order.in_flight <= 2
+        in_order.submit(x, ["字" * (40 - x)] * 3)
+    collected.extend(item for item, _ in _collect_all(in_order, 27 - len(collected)))
+    assert collected == list(range(3, 30))  # each exactly once, in order
+
+
+def test_pipeline_yields_in_order_and_draws_items_no_further_ahead_than_its_room(
+    fake_engine: tuple[FakeCountingClassifier, Engine],
+) -> None:
+    _, engine = fake_engine
+    drawn: list[int] = []
+    in_order: InOrder[int] = InOrder(engine, capacity=2)
+
+    def items() -> Iterator[tuple[int, list[str]]]:
+        for i in range(7):
+            drawn.append(i)
+            yield i, ["字" * (10 - i)]
+
+    out = []
+    for item, labelled in in_order.pipeline(items()):
+        out.append((item, _lengths(labelled)))
+        assert len(drawn) - len(out) <= 2  # never more than the bound drawn ahead of the results
+    assert out == [(i, [10 - i]) for i in range(7)] and in_order.in_flight == 0
+    assert list(in_order.pipeline([])) == []
+
+
+def test_a_text_the_engine_cannot_take_is_collected_as_its_own_failure_in_order(
+    fake_engine: tuple[FakeCountingClassifier, Engine],
+) -> None:
+    _, engine = fake_engine
+    in_order: InOrder[int] = InOrder(engine, capacity=2)
+    in_order.submit(1, ["fine"])
+    assert [item for item, _ in _collect_all(in_order, 1)] == [1]
+    in_order.submit(2, ["bug"])  # the tokenizer fails on this one text alone: its own failure, not a crash
+    ((item, labelled),) = _collect_all(in_order, 1)
+    assert item == 2 and "tokenizer" in labelled.outputs[0].reason  # type: ignore[union-attr]
