@@ -1,9 +1,9 @@
 """The `predict` command's marginal rate, the bar the worker's backlog drain is held to.
 
-`sentiment-worker predict` labels a file with the engine's best settings (decoding on one thread, the next
-chunk submitted while the engine labels this one). Its marginal rate is N / (t(2N) − t(N)), where t(k) is the wall
-time of a `predict` subprocess on a k-line file: start-up and model load are in both and cancel. With R
-pairs (`PredictPairs.run_pair`), the N and 2N runs alternate and t(k) is the median of its R runs: on a
+`sentiment-worker predict` labels a file with the engine's best settings (decoding on one thread, the
+next chunk submitted while the engine labels this one). Its marginal rate is N / (t(2N) − t(N)), where t(k)
+is the wall time of a `predict` subprocess on a k-line file: start-up and model load are in both and cancel.
+With R pairs (`PredictPairs.run_pair`), the N and 2N runs alternate and t(k) is the median of its R runs: on a
 shared machine a single pair's rate swung from 660 to 4,100 lines/s (the fast model, one session), because
 the difference of two wall times carries the noise of both. Each run's output is checked to hold one row
 per input line, numbered 1..k in order (conservation).

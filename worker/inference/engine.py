@@ -7,10 +7,11 @@ to it and gets a future of their labels, in input order.
 
 What is due: a submission made with `gather_ms=None` (a Kafka window, a `predict` chunk: already gathered
 by its caller) is taken at once, as a group of its own, and its batches queue behind the lanes' work, so the
-lanes go from one window to the next without idling. A submission with a `gather_ms` (an HTTP request) waits for a lane to be free —
-gathering the requests that arrive meanwhile into the same batches, as continuous batching does — and, while
-the model is idle, at most `gather_ms` for company (or until `max_batch_size` texts wait); the requests
-waiting together are tokenized and planned as one group, so batches are cut across them.
+lanes go from one window to the next without idling. A submission with a `gather_ms` (an HTTP request)
+waits for a lane to be free — gathering the requests that arrive meanwhile into the same batches, as
+continuous batching does — and, while the model is idle, at most `gather_ms` for company (or until
+`max_batch_size` texts wait); the requests waiting together are tokenized and planned as one group, so
+batches are cut across them.
 
 The per-item failure rule: a text the tokenizer cannot take, or that the model still fails on alone (after a
 failing batch was split in halves), gets an `InferenceFailure` in its place; its batch-mates are labelled.

@@ -1,6 +1,6 @@
 """What must hold before the worker consumes anything: Kafka clients accepted, output topics present,
-transactions initialised (the token budget and the warm model: `worker.inference.token_budget`). Each failure is a
-StartupError saying what to change (the CLI exits 2 with it)."""
+transactions initialised (the token budget: `worker.inference.token_budget`; the warm model: the engine's
+start). Each failure is a StartupError saying what to change (the CLI exits 2 with it)."""
 
 from __future__ import annotations
 

@@ -53,7 +53,9 @@ def test_stopping_early_stops_the_engine_s_threads() -> None:
     rows = predict_lines(ThreadNotingModel(), (f"第{i}条\n" for i in range(5000)))
     assert next(rows)["line"] == 1
     rows.close()
-    assert not {name for name in {t.name for t in threading.enumerate()} - before if name.startswith("predict")}
+    assert not {
+        name for name in {t.name for t in threading.enumerate()} - before if name.startswith("predict")
+    }
 
 
 def test_progress_bar_draws_share_lines_and_rate() -> None:
