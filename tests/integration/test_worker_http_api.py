@@ -99,7 +99,7 @@ def test_the_worker_serves_the_api_while_it_consumes(
     assert [r.json()["results"][0]["label"] for r in responses] == expected
     assert summary and (summary[0].results, summary[0].dead_letters) == (60, 0)
     assert sorted(r["id"] for r in out) == sorted(r["id"] for r in reviews)
-    assert model.threads == {"inference"}  # both paths ran the one model on the one inference thread
+    assert {name.split("_")[0] for name in model.threads} == {"engine-lane"}  # both paths: the one engine
     assert page.status_code == 200 and "v1/sentiment" in page.text
     assert 'sentiment_http_requests_total{code="200"} 12.0' in metrics
     assert "sentiment_consumer_lag_messages" in metrics  # the worker's own metrics on the same port

@@ -133,7 +133,11 @@ class Engine:
         self._thread.start()
         if warm_up:
             started = time.monotonic()
-            self.submit(_WARM_UP_TEXTS).result()
+            on_labelled, self._on_labelled = self._on_labelled, None  # not counted in the metrics
+            try:
+                self.submit(_WARM_UP_TEXTS).result()
+            finally:
+                self._on_labelled = on_labelled
             log.info("model warmed up in %.2f s", time.monotonic() - started)
         return self
 

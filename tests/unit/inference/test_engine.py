@@ -396,3 +396,15 @@ def test_submitting_before_start_or_after_close_is_refused() -> None:
     engine.start(warm_up=False).close()
     with pytest.raises(EngineClosed, match="stopping"):
         engine.submit(["好"])
+
+
+def test_the_warm_up_labels_before_start_returns_and_is_not_reported() -> None:
+    reports: list[WindowStats] = []
+    fake = FakeLengthClassifier()
+    engine = Engine(
+        fake, max_batch_size=4, max_batch_tokens=4096, on_labelled=lambda s, _b: reports.append(s)
+    )
+    with engine.start():
+        assert len(fake.batches) == 1 and reports == []  # the model ran once; the metrics did not see it
+        engine.submit(["好评"]).result(5)
+    assert len(reports) == 1
