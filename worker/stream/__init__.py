@@ -4,10 +4,11 @@ batch plan and the model lanes are the engine's (`worker.inference`), which the 
 
 Modules, in the order a message meets them: `consumer` (group member, rebalances, commits), `decode`
 (bytes → review or dead-letter reason), `windows` (a window's records in input order), `records` and
-`producer` (results, dead letters, delivery acks), `committers` (how acknowledged work is committed, one per
-delivery mode), `offsets` and `partitions` (what may be committed, per-partition bookkeeping),
-`backpressure`, `lag_clock` and `lag_gauges` (lag in messages and seconds), `run_tracker` (stop conditions,
-the run's summary), `startup` (Kafka clients, topics, transactions). Health and metrics are `worker.health`
+`producer` (results, dead letters, delivery reports), `committers` (the one owner of what was published and
+what may be committed: delivery accounting, too-large stand-ins, commits, one per delivery mode), `offsets`
+and `partitions` (per-partition bookkeeping), `backpressure`, `lag_clock` and `lag_gauges` (lag in messages
+and seconds), `run_tracker` (stop conditions, the run's summary), `kafka_clients` (opening the producer and
+consumer, topics, transactions at start). Health and metrics are `worker.health`
 and `worker.metrics`, shared with the HTTP serving.
 
 The HTTP serving of the same model is `worker.http`: this package never imports it (with http_api, `run`

@@ -16,7 +16,7 @@ from contextlib import ExitStack, suppress
 from threading import Event
 from typing import NamedTuple, Protocol
 
-from confluent_kafka import KafkaException, Message
+from confluent_kafka import Message
 from prometheus_client import CollectorRegistry
 
 from schemas.sentiment_result import ModelRef
@@ -26,24 +26,19 @@ from worker.inference.consume_window import ConsumeWindow
 from worker.inference.engine import Engine, Labelled
 from worker.inference.in_order import InOrder
 from worker.inference.labelling import Classifier
-from worker.inference.token_budget import StartupError, choose_token_budget
+from worker.inference.token_budget import choose_token_budget
 from worker.metrics import WorkerMetrics, create_metrics
-from worker.stream import startup
-from worker.stream.authorization import consume_refusal, is_authorization_error, publish_refusal
+from worker.stream import kafka_clients
+from worker.stream.authorization import consume_refusal, is_authorization_error
 from worker.stream.backpressure import Backpressure
 from worker.stream.committers import Committer, committer_for
 from worker.stream.consumer import ReviewConsumer, handle_consume_error
+from worker.stream.kafka_clients import KafkaClients, Rebalance
 from worker.stream.lag_gauges import LagGauges
 from worker.stream.partitions import PartitionBook, PartitionKey, format_partitions
-from worker.stream.producer import (
-    DeliveryFailedError,
-    ResultPublisher,
-    SourcePosition,
-    is_too_large,
-)
+from worker.stream.producer import ResultPublisher, SourcePosition
 from worker.stream.records import InputMessage, OutboundRecords
 from worker.stream.run_tracker import RunSummary, RunTracker
-from worker.stream.startup import kafka_error_text
 from worker.stream.windows import DecodeOptions, PreparedWindow, prepare_window, window_records
 
 log = logging.getLogger(__name__)
@@ -102,11 +97,15 @@ class SentimentWorker:
         clock: Callable[[], float] = time.monotonic,
         stop: Event | None = None,
         api: ApiFront | None = None,
+        clients: KafkaClients | None = None,
     ) -> None:
+        """`clients` opens the producer and the consumer (the real ones unless given: a unit test passes
+        fakes); `api` answers HTTP on the worker's port when `http_api` is on."""
         if settings.http_api and settings.http_port and api is None:
             raise ValueError("http_api needs the API to serve: pass api=worker.http.serving.WorkerApi()")
         self._settings = settings
         self._api = api
+        self._clients = clients if clients is not None else KafkaClients()
         self._classifier = classifier
         self._model = model
         self._registry = registry if registry is not None else CollectorRegistry()
@@ -124,6 +123,8 @@ class SentimentWorker:
         self._backpressure = Backpressure()
         self.http_address: tuple[str, int] | None = None
         self._gauges_due = False  # refresh the gauges on the next loop turn (a new assignment)
+        self._next_metrics_at = 0.0  # when the loop refreshes the gauges and checks the broker next
+        self._next_broker_check_at = 0.0
 
     # ----- public -----
     @property
@@ -172,10 +173,10 @@ class SentimentWorker:
             stack.callback(server.close)
             self.http_address = server.address
             log.info("metrics and health on http://%s:%d (/metrics /healthz /readyz)", *server.address)
-        publisher = startup.open_publisher(s)
+        publisher = self._clients.open_publisher(s)
         # Closed last, on every exit path (a StartupError too): hands librdkafka's queued log lines over.
         stack.callback(publisher.close)
-        partition_counts, max_message_bytes = startup.output_topic_limits(publisher, s)
+        partition_counts, max_message_bytes = kafka_clients.output_topic_limits(publisher, s)
         records = OutboundRecords(
             labels=self._classifier.labels,
             model=self._model,
@@ -204,24 +205,13 @@ class SentimentWorker:
             api.attach(
                 stack, engine=engine, labels=self._classifier.labels, model=self._model, metrics=self._metrics
             )
-        try:
-            consumer = ReviewConsumer(
-                s.librdkafka_common(),
-                group_id=s.group_id,
-                topic=s.input_topic,
-                commit_interval_ms=s.commit_interval_ms,
-                max_poll_interval_ms=s.max_poll_interval_ms,
-                session_timeout_ms=s.session_timeout_ms,
-                on_assign=self._on_assign,
-                on_revoke=self._on_revoke,
-                on_lost=self._on_lost,
-                transactional=committer_type.transactional,
-            )
-        except KafkaException as exc:
-            raise StartupError(f"the Kafka client settings were rejected: {kafka_error_text(exc)}") from exc
+        rebalance = Rebalance(self._on_assign, self._on_revoke, self._on_lost)
+        consumer = self._clients.open_consumer(s, rebalance, transactional=committer_type.transactional)
         # Closing leaves the group; its revoke callback flushes and commits what is acknowledged.
         stack.callback(consumer.close)
-        committer = committer_type(s, consumer, publisher, self._book, self._metrics, self._take_deliveries)
+        committer = committer_type(
+            s, consumer, publisher, self._book, records, self._run, self._metrics, self._model.version
+        )
         self._parts = _StartedParts(consumer, publisher, records, engine, windows, committer)
         consumer.subscribe()
         log.info(
@@ -230,68 +220,86 @@ class SentimentWorker:
             s.group_id,
             s.output_topic,
             s.dlq_topic,
-            startup.delivery_description(s),
+            kafka_clients.delivery_description(s),
         )
 
     def _loop(self) -> str:
-        parts = self._started
-        consumer, publisher, windows, committer = (
-            parts.consumer,
-            parts.publisher,
-            parts.windows,
-            parts.committer,
-        )
+        """One turn a step, until a stop condition holds."""
         run = self._run
-        next_metrics_at = 0.0
-        next_broker_check_at = self._clock() + _BROKER_CHECK_EVERY_S
+        self._next_metrics_at = 0.0
+        self._next_broker_check_at = self._clock() + _BROKER_CHECK_EVERY_S
         while True:
-            self._raise_for_error(publisher)
+            # Step 1. A delivery that failed for good stops the worker before it goes past it.
+            self._started.committer.raise_for_error()
             if run.stop_requested:
                 return "stop requested"
             self._health.loop_turned()
-            for prepared, labelled in windows.collect():
-                self._publish_window(prepared, labelled)
-            in_progress = self._book.offsets.unacknowledged()
-            limit_reached = run.limit_reached(in_progress)
-            if len(self._window) and (self._window.is_due() or limit_reached) and windows.has_room():
-                self._submit_window()
-            budget = self._settings.max_window_messages - len(self._window)
-            room = run.room(in_progress)
-            if room is not None:
-                budget = min(budget, room)
-            busy = windows.in_flight > 0
-            decision = self._backpressure.decide(room=budget, model_busy=busy, now=self._clock())
-            self._set_paused(decision.pause)
-            if not decision.consume:  # the model is busy: wait for it (see worker/stream/backpressure.py)
-                for prepared, labelled in windows.collect(timeout_s=_BUSY_POLL_S):
-                    self._publish_window(prepared, labelled)
-                messages = []
-            else:
-                if len(self._window) and budget > 0:
-                    timeout = self._window.remaining_wait_s()
-                else:
-                    timeout = _BUSY_POLL_S if windows.in_flight or len(self._window) else _IDLE_POLL_S
-                messages = consumer.consume(max(1, budget), timeout)
+            # Step 2. Windows the engine labelled, published in input order.
+            self._publish_labelled()
+            # Step 3. The window, when due (full, waited max_wait_ms, or the run's limit), to the engine.
+            self._submit_due_window()
+            # Step 4. Consume as much as there is room for, or wait for the engine (backpressure).
+            messages = self._consume_or_wait()
             for message in messages:
                 self._accept(message)
-            if messages:
-                run.activity()
-            publisher.poll(0)
-            committer.settle()
-            now = self._clock()
-            if now >= next_metrics_at or self._gauges_due:
-                self._gauges_due = False
-                self._update_gauges()
-                next_metrics_at = now + _METRICS_EVERY_S
-            if now >= next_broker_check_at:
-                self._check_broker()
-                next_broker_check_at = now + _BROKER_CHECK_EVERY_S
-            idle = (
-                not messages and not len(self._window) and not windows.in_flight and publisher.pending() == 0
-            )
-            reason = run.stop_reason(idle=idle)
+            # Step 5. Delivery reports in; what they made committable stored (or committed).
+            self._settle()
+            # Step 6. Lag gauges and the broker check, when due.
+            self._observe()
+            reason = run.stop_reason(idle=self._idle(consumed=len(messages)))
             if reason is not None:
                 return reason
+
+    def _publish_labelled(self, timeout_s: float = 0.0) -> None:
+        for prepared, labelled in self._started.windows.collect(timeout_s):
+            self._publish_window(prepared, labelled)
+
+    def _submit_due_window(self) -> None:
+        in_progress = self._book.offsets.unacknowledged()
+        due = self._window.is_due() or self._run.limit_reached(in_progress)
+        if len(self._window) and due and self._started.windows.has_room():
+            self._submit_window()
+
+    def _consume_or_wait(self) -> list[Message]:
+        """Messages consumed this turn: up to the window's room (and the run's), unless the engine is busy
+        enough that backpressure says wait for it (see worker/stream/backpressure.py)."""
+        windows = self._started.windows
+        room = self._settings.max_window_messages - len(self._window)
+        run_room = self._run.room(self._book.offsets.unacknowledged())
+        if run_room is not None:
+            room = min(room, run_room)
+        decision = self._backpressure.decide(room=room, model_busy=windows.in_flight > 0, now=self._clock())
+        self._set_paused(decision.pause)
+        if not decision.consume:
+            self._publish_labelled(timeout_s=_BUSY_POLL_S)
+            return []
+        if len(self._window) and room > 0:
+            timeout = self._window.remaining_wait_s()
+        else:
+            timeout = _BUSY_POLL_S if windows.in_flight or len(self._window) else _IDLE_POLL_S
+        messages = self._started.consumer.consume(max(1, room), timeout)
+        if messages:
+            self._run.activity()
+        return messages
+
+    def _settle(self) -> None:
+        self._started.publisher.poll(0)  # serves delivery callbacks
+        self._started.committer.settle()
+
+    def _observe(self) -> None:
+        now = self._clock()
+        if now >= self._next_metrics_at or self._gauges_due:
+            self._gauges_due = False
+            self._update_gauges()
+            self._next_metrics_at = now + _METRICS_EVERY_S
+        if now >= self._next_broker_check_at:
+            self._check_broker()
+            self._next_broker_check_at = now + _BROKER_CHECK_EVERY_S
+
+    def _idle(self, *, consumed: int) -> bool:
+        """Nothing consumed this turn and nothing in the window, the engine or the producer."""
+        windows, publisher = self._started.windows, self._started.publisher
+        return not consumed and not len(self._window) and not windows.in_flight and publisher.pending() == 0
 
     def _drain(self) -> None:
         """Stop order: fetch no more, label and publish what was fetched, flush, commit (then close)."""
@@ -303,8 +311,7 @@ class SentimentWorker:
         while (len(self._window) or windows.in_flight) and self._clock() < deadline:
             if len(self._window) and windows.has_room():
                 self._submit_window()
-            for prepared, labelled in windows.collect(timeout_s=0.1):
-                self._publish_window(prepared, labelled)
+            self._publish_labelled(timeout_s=0.1)
         remaining = publisher.flush(max(0.0, deadline - self._clock()))
         committer.settle()
         committer.commit_final(deadline, self._clock)
@@ -317,7 +324,7 @@ class SentimentWorker:
                 windows.in_flight,
                 self._settings.shutdown_timeout_s,
             )
-        self._raise_for_error(publisher)
+        committer.raise_for_error()
 
     # ----- per message and per window -----
     def _accept(self, message: Message) -> None:
@@ -357,20 +364,10 @@ class SentimentWorker:
             result=lambda item, review, probs: outbound.result(item, review, probs, now),
             dead_letter=outbound.dead_letter,
         )
-        rewind = committer.publish([outbound.fitting(record) for record in records])
+        rewind = committer.publish(records)
         if rewind:  # an aborted transaction: its inputs are read and labelled again
             self._rewind(rewind)
         self._metrics.in_flight_messages.set(self._book.offsets.outstanding())
-
-    def _raise_for_error(self, publisher: ResultPublisher) -> None:
-        """The first delivery failure, raised; a refusal by the authorizer says which ACL is missing."""
-        try:
-            publisher.raise_for_error()
-        except DeliveryFailedError as exc:
-            if is_authorization_error(exc.error):
-                assert exc.error is not None
-                raise publish_refusal(self._settings, exc.error, [exc.topic]) from exc
-            raise
 
     def _rewind(self, partitions: list[PartitionKey]) -> None:
         """Forget everything consumed from `partitions` and read them again from their committed offsets."""
@@ -390,32 +387,6 @@ class SentimentWorker:
             if again:
                 consumer.resume(again)
         self._metrics.paused.set(1 if self._book.paused else 0)
-
-    def _take_deliveries(self) -> None:
-        """Acks delivered records in the partition book and counts them (the committer then commits)."""
-        publisher = self._started.publisher
-        now_ms = time.time() * 1000.0
-        for delivery in publisher.take_deliveries():
-            record, src = delivery.record, delivery.record.source
-            if is_too_large(delivery):
-                # The stand-in is acked (and counted) when it is delivered.
-                publisher.publish(self._started.records.too_large(record))
-                continue
-            if delivery.error is not None:
-                self._metrics.delivery_failures.labels(record.topic).inc()
-                continue  # never acked: its offset and everything after it in the partition stay uncommitted
-            self._book.acknowledged((src.topic, src.partition), src.offset, src.timestamp_ms)
-            self._run.finished(record.kind)
-            if record.kind == "result":
-                self._metrics.results_published.labels(record.topic).inc()
-                if record.label is not None and record.confidence is not None:
-                    self._metrics.observe_prediction(record.label, record.confidence, self._model.version)
-            else:
-                self._metrics.dead_letters.labels(record.kind).inc()
-            if src.timestamp_ms is not None:
-                self._metrics.end_to_end_latency_seconds.observe(
-                    max(0.0, (now_ms - src.timestamp_ms) / 1000.0)
-                )
 
     # ----- rebalance callbacks (run inside consume(), on the loop's thread) -----
     def _on_assign(self, partitions: list[PartitionKey]) -> None:

@@ -1,7 +1,11 @@
 """How published work becomes committed offsets: one committer per delivery mode, behind one interface.
 
-Both keep the worker's rule: an offset is committed only after the broker acknowledged everything its
-input produced, and per partition in input order.
+A committer is the one owner of what was published and what may be committed: it sends a window's records
+(a record too large for its topic replaced by its stand-in, decided in `OutboundRecords.replacement`), takes
+the delivery reports in (acknowledged → the partition book, the run's counts, the metrics; refused as too
+large → the stand-in sent instead; any other failure → kept, and raised by `raise_for_error()` before the
+worker goes further), and commits. Both keep the worker's rule: an offset is committed only after the broker
+acknowledged everything its input produced, and per partition in input order.
 
 - `AtLeastOnceCommitter`: records are published one by one; once acknowledged, their contiguous offsets
   are stored and librdkafka's auto-commit commits them; revoke and stop commit synchronously.
@@ -13,32 +17,46 @@ input produced, and per partition in input order.
 from __future__ import annotations
 
 import logging
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import ClassVar
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 
 from worker.config import WorkerSettings
 from worker.metrics import WorkerMetrics
-from worker.stream import startup
+from worker.stream import kafka_clients
 from worker.stream.authorization import is_authorization_error, publish_refusal
 from worker.stream.consumer import ReviewConsumer
 from worker.stream.partitions import PartitionBook, PartitionKey, format_offsets, format_partitions
-from worker.stream.producer import OutboundRecord, ResultPublisher
+from worker.stream.producer import Delivery, OutboundRecord, ResultPublisher
+from worker.stream.records import OutboundRecords
+from worker.stream.run_tracker import RunTracker
 
-__all__ = ["AtLeastOnceCommitter", "Committer", "ExactlyOnceCommitter", "committer_for"]
+__all__ = [
+    "AtLeastOnceCommitter",
+    "Committer",
+    "DeliveryFailedError",
+    "ExactlyOnceCommitter",
+    "committer_for",
+]
 
 log = logging.getLogger(__name__)
 
 
-class Committer(ABC):
-    """Publishes windows and commits what they consumed, the way one delivery mode does.
+class DeliveryFailedError(RuntimeError):
+    """The broker did not take a record; its input offset must not be committed."""
 
-    `acknowledge` takes the producer's delivery reports into the partition book (the caller's, since it
-    also counts and measures them); the committer decides when and how the offsets that became
-    committable are committed.
-    """
+    def __init__(self, message: str, topic: str, error: KafkaError | None) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.error = error
+
+
+class Committer(ABC):
+    """Publishes windows, accounts for their deliveries and commits what they consumed, the way one
+    delivery mode does (see the module docstring)."""
 
     transactional: ClassVar[bool] = False
     """The consumer leaves commits to the producer's transactions (no auto-commit)."""
@@ -49,30 +67,92 @@ class Committer(ABC):
         consumer: ReviewConsumer,
         publisher: ResultPublisher,
         book: PartitionBook,
+        records: OutboundRecords,
+        run: RunTracker,
         metrics: WorkerMetrics,
-        acknowledge: Callable[[], None],
+        model_version: str,
     ) -> None:
         self._settings = settings
         self._consumer = consumer
         self._publisher = publisher
         self._book = book
+        self._records = records
+        self._run = run
         self._metrics = metrics
-        self._acknowledge = acknowledge
+        self._model_version = model_version
+        self._first_failure: Delivery | None = None
 
     @classmethod
     @abstractmethod
     def prepare(cls, publisher: ResultPublisher, settings: WorkerSettings) -> None:
         """Readies `publisher` before anything is consumed (at start-up: a StartupError when refused)."""
 
-    @abstractmethod
     def publish(self, records: list[OutboundRecord]) -> list[PartitionKey]:
-        """Publishes one window's records (in input order); returns the partitions whose inputs must be
-        read again from their committed offsets (an aborted transaction), usually none."""
+        """Publishes one window's records (in input order), each too large for its topic replaced by its
+        stand-in; returns the partitions whose inputs must be read again from their committed offsets (an
+        aborted transaction), usually none."""
+        return self._publish([self._records.replacement(record) or record for record in records])
+
+    def settle(self) -> None:
+        """Takes the delivery reports in, then commits (or stores for the next commit) what became
+        committable."""
+        self._take_deliveries()
+        self._commit_settled()
+
+    def raise_for_error(self) -> None:
+        """Raises the first delivery that failed for good, so the worker stops before going past it (its
+        offset is never committed); a refusal by the authorizer says which ACL is missing."""
+        failed = self._first_failure
+        if failed is None:
+            return
+        if failed.error is not None and is_authorization_error(failed.error):
+            raise publish_refusal(self._settings, failed.error, [failed.record.topic])
+        src = failed.record.source
+        raise DeliveryFailedError(
+            f"the broker refused a record for topic {failed.record.topic!r} "
+            f"(input {src.topic}/{src.partition}/{src.offset}): {failed.error}. "
+            "Its offset was not committed; check that the topic exists and this worker may write to it.",
+            failed.record.topic,
+            failed.error,
+        )
 
     @abstractmethod
-    def settle(self) -> None:
-        """Takes the delivery reports in and commits (or stores for the next commit) what became
-        committable."""
+    def _publish(self, records: list[OutboundRecord]) -> list[PartitionKey]:
+        """The delivery mode's way of sending a window's records (see `publish`)."""
+
+    @abstractmethod
+    def _commit_settled(self) -> None:
+        """The delivery mode's way of committing what the acknowledgements made committable."""
+
+    def _take_deliveries(self) -> None:
+        """The delivery reports since the last call: acknowledged records advance the partition book and
+        are counted; a record refused as too large is replaced by its stand-in (acked when delivered); any
+        other failure is kept for `raise_for_error` (never acked: its offset and everything after it in the
+        partition stay uncommitted)."""
+        now_ms = time.time() * 1000.0
+        for delivery in self._publisher.take_deliveries():
+            record, src = delivery.record, delivery.record.source
+            if delivery.error is not None:
+                stand_in = self._records.replacement(record, delivery.error)
+                if stand_in is not None:
+                    self._publisher.publish(stand_in)
+                    continue
+                self._metrics.delivery_failures.labels(record.topic).inc()
+                if self._first_failure is None:
+                    self._first_failure = delivery
+                continue
+            self._book.acknowledged((src.topic, src.partition), src.offset, src.timestamp_ms)
+            self._run.finished(record.kind)
+            if record.kind == "result":
+                self._metrics.results_published.labels(record.topic).inc()
+                if record.label is not None and record.confidence is not None:
+                    self._metrics.observe_prediction(record.label, record.confidence, self._model_version)
+            else:
+                self._metrics.dead_letters.labels(record.kind).inc()
+            if src.timestamp_ms is not None:
+                self._metrics.end_to_end_latency_seconds.observe(
+                    max(0.0, (now_ms - src.timestamp_ms) / 1000.0)
+                )
 
     @abstractmethod
     def revoked(self, partitions: list[PartitionKey]) -> str:
@@ -91,13 +171,12 @@ class AtLeastOnceCommitter(Committer):
     def prepare(cls, publisher: ResultPublisher, settings: WorkerSettings) -> None:
         """Nothing to ready: the idempotent producer needs no registration."""
 
-    def publish(self, records: list[OutboundRecord]) -> list[PartitionKey]:
+    def _publish(self, records: list[OutboundRecord]) -> list[PartitionKey]:
         for record in records:
             self._publisher.publish(record)
         return []
 
-    def settle(self) -> None:
-        self._acknowledge()
+    def _commit_settled(self) -> None:
         committable = self._book.offsets.committable()
         if committable:
             # Stored, not committed: auto-commit commits stored offsets every commit_interval_ms.
@@ -139,9 +218,9 @@ class ExactlyOnceCommitter(Committer):
     @classmethod
     def prepare(cls, publisher: ResultPublisher, settings: WorkerSettings) -> None:
         """Registers the transactional id, fencing an older instance that used it."""
-        startup.init_transactions(publisher, settings)
+        kafka_clients.init_transactions(publisher, settings)
 
-    def publish(self, records: list[OutboundRecord]) -> list[PartitionKey]:
+    def _publish(self, records: list[OutboundRecord]) -> list[PartitionKey]:
         """An abortable error aborts the transaction: the caller rewinds the returned partitions to their
         committed offsets, so the window is consumed and labelled again. A fatal one (e.g. fenced by a
         newer instance) is raised and stops the worker."""
@@ -163,9 +242,8 @@ class ExactlyOnceCommitter(Committer):
         self.settle()
         return []
 
-    def settle(self) -> None:
-        # The offsets were committed in the transaction; acknowledgements only advance the book.
-        self._acknowledge()
+    def _commit_settled(self) -> None:
+        """Nothing: the offsets were committed in the transaction; acknowledgements only advance the book."""
 
     def revoked(self, partitions: list[PartitionKey]) -> str:
         # Every published window already committed with its offsets; a position is acknowledged only once

@@ -1,7 +1,8 @@
 """Publishing results and dead letters with an idempotent producer.
 
 Delivery callbacks run inside `poll()`/`flush()` on the caller's thread; they only record what happened
-(`take_deliveries()`), and the first failure is re-raised by `raise_for_error()` from the main loop.
+(`take_deliveries()`). What a delivery means (acknowledged, too large and replaced, failed) is the
+committer's to decide (`worker.stream.committers`).
 """
 
 from __future__ import annotations
@@ -54,15 +55,6 @@ class Delivery:
     error: KafkaError | None
 
 
-def is_too_large(delivery: Delivery) -> bool:
-    """The record exceeded the producer's or the topic's message size limit (and had a value to drop)."""
-    return (
-        delivery.error is not None
-        and delivery.error.code() == KafkaError.MSG_SIZE_TOO_LARGE
-        and delivery.record.value is not None
-    )
-
-
 def record_size(record: OutboundRecord) -> int:
     """An upper estimate of the bytes `record` takes on the broker (uncompressed, one per batch)."""
     headers = sum(len(name) + len(value) for name, value in record.headers or ())
@@ -98,7 +90,7 @@ class ResultPublisher:
                 "linger.ms": linger_ms,
                 "compression.type": "lz4",
                 # Dead letters carry the input's value plus headers: allow more than an input can be.
-                # The topic's max.message.bytes still decides; larger records are replaced (see app).
+                # The topic's max.message.bytes still decides; larger records are replaced (see committers).
                 "message.max.bytes": 4 * 1024 * 1024,
             }
         )
@@ -112,7 +104,6 @@ class ResultPublisher:
         self._transactional = transactional_id is not None
         self.transactional_id = transactional_id
         self._deliveries: list[Delivery] = []
-        self._first_error: Delivery | None = None
         self._partition_counts: dict[str, int] = {}
         self._closed = False
 
@@ -142,12 +133,7 @@ class ResultPublisher:
                 return
 
     def _record_delivery(self, record: OutboundRecord, err: KafkaError | None) -> None:
-        delivery = Delivery(record, err)
-        self._deliveries.append(delivery)
-        # A record too large for the topic is replaced by a smaller dead letter (see is_too_large); any
-        # other failure stops the worker before it commits past it.
-        if err is not None and not is_too_large(delivery) and self._first_error is None:
-            self._first_error = delivery
+        self._deliveries.append(Delivery(record, err))
 
     def poll(self, timeout_s: float = 0.0) -> None:
         """Serves delivery callbacks."""
@@ -161,19 +147,6 @@ class ResultPublisher:
         """Returns and forgets the deliveries recorded since the last call."""
         taken, self._deliveries = self._deliveries, []
         return taken
-
-    def raise_for_error(self) -> None:
-        """Raises the first delivery failure seen, so the worker stops before committing past it."""
-        if self._first_error is not None:
-            failed = self._first_error
-            src = failed.record.source
-            raise DeliveryFailedError(
-                f"the broker refused a record for topic {failed.record.topic!r} "
-                f"(input {src.topic}/{src.partition}/{src.offset}): {failed.error}. "
-                "Its offset was not committed; check that the topic exists and this worker may write to it.",
-                failed.record.topic,
-                failed.error,
-            )
 
     def partition_count(self, topic: str, timeout_s: float = 10.0) -> int:
         """Number of partitions of `topic` (cached); raises when the topic does not exist."""
@@ -234,8 +207,7 @@ class ResultPublisher:
     def abort_transaction(self, timeout_s: float) -> None:
         """Aborts the open transaction; its records are never shown to read_committed readers."""
         self._producer.abort_transaction(timeout_s)
-        self._deliveries.clear()  # acks of aborted records mean nothing
-        self._first_error = None
+        self._deliveries.clear()  # acks (and failures) of aborted records mean nothing
 
     def topic_max_message_bytes(self, topic: str, timeout_s: float = 10.0) -> int:
         """The topic's max.message.bytes (the largest record batch the broker accepts for it)."""

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from confluent_kafka import KafkaError
 
 from schemas.dead_letter import DeadLetterKind, build_dead_letter_headers
 from schemas.sentiment_result import ModelRef, SentimentResult, SourceRef
@@ -151,13 +152,17 @@ class OutboundRecords:
             worker_id=self._worker_id,
         )
 
-    def fitting(self, record: OutboundRecord) -> OutboundRecord:
-        """``record``, or its value-less stand-in when it is larger than its topic accepts.
-
-        Checked before sending: the broker would refuse it (and, in a transaction, abort it on every retry).
-        """
+    def replacement(self, record: OutboundRecord, refusal: KafkaError | None = None) -> OutboundRecord | None:
+        """The one decision on size: the value-less stand-in for `record` when it is larger than its topic
+        accepts (estimated before sending: the broker would refuse it and, in a transaction, abort it on
+        every retry) or when the broker refused it as too large (`refusal`). None when `record` may go as
+        it is, or when it is a stand-in already (nothing left to drop: its failure is a failure)."""
+        if record.value is None:
+            return None
+        if refusal is not None:
+            return self.too_large(record) if refusal.code() == KafkaError.MSG_SIZE_TOO_LARGE else None
         if record_size(record) <= self._max_message_bytes[record.topic]:
-            return record
+            return None
         return self.too_large(record)
 
     def too_large(self, record: OutboundRecord) -> OutboundRecord:

@@ -14,13 +14,22 @@ import pytest
 from confluent_kafka import KafkaError
 from prometheus_client import CollectorRegistry
 
+from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
 from worker.metrics import create_metrics
 from worker.stream.authorization import AuthorizationError
-from worker.stream.committers import AtLeastOnceCommitter, Committer, ExactlyOnceCommitter, committer_for
+from worker.stream.committers import (
+    AtLeastOnceCommitter,
+    Committer,
+    DeliveryFailedError,
+    ExactlyOnceCommitter,
+    committer_for,
+)
 from worker.stream.consumer import ReviewConsumer
 from worker.stream.partitions import PartitionBook, PartitionKey
-from worker.stream.producer import OutboundRecord, ResultPublisher, SourcePosition
+from worker.stream.producer import Delivery, OutboundRecord, ResultPublisher, SourcePosition
+from worker.stream.records import OutboundRecords
+from worker.stream.run_tracker import RunTracker
 
 T = "reviews"
 
@@ -69,29 +78,48 @@ def record(partition: int, offset: int) -> OutboundRecord:
     return OutboundRecord("results", b"{}", None, None, None, source, "result")
 
 
+class FakeDeliveringPublisher(FakePublisher):
+    """FakePublisher whose records are all acknowledged, in order, at the next `take_deliveries`."""
+
+    def __init__(self, abort_with: KafkaError | None = None) -> None:
+        super().__init__(abort_with)
+        self.taken = 0
+
+    def take_deliveries(self) -> list[Delivery]:
+        sent = self.published + [r for txn in self.transactions for r in txn]
+        new, self.taken = sent[self.taken :], len(sent)
+        return [Delivery(record, None) for record in new]
+
+
 def make(
     mode: str, publisher: FakePublisher | None = None
-) -> tuple[Committer, FakeConsumer, FakePublisher, PartitionBook, list[int]]:
+) -> tuple[Committer, FakeConsumer, FakePublisher, PartitionBook, RunTracker]:
     settings = WorkerSettings(delivery=mode)
-    consumer, publisher = FakeConsumer(), publisher or FakePublisher()
+    consumer, publisher = FakeConsumer(), publisher or FakeDeliveringPublisher()
     book = PartitionBook()
     book.assigned([(T, 0), (T, 1)])
-    acks: list[int] = []
-
-    def acknowledge() -> None:  # the worker's: acks what was published (here: everything, in order)
-        for rec in publisher.published + [r for txn in publisher.transactions for r in txn]:
-            book.acknowledged((T, rec.source.partition), rec.source.offset, None)
-        acks.append(1)
-
+    run = RunTracker(lambda: 0.0)
+    records = OutboundRecords(
+        labels=["negative", "positive"],
+        model=ModelRef(name="m", version="1"),
+        output_topic="results",
+        dlq_topic="dlq",
+        worker_id="w",
+        partitioning="same",
+        partition_counts={"results": 2, "dlq": 2},
+        max_message_bytes={"results": 1_000_000, "dlq": 1_000_000},
+    )
     committer = committer_for(settings)(
         settings,
         cast(ReviewConsumer, consumer),
         cast(ResultPublisher, publisher),
         book,
+        records,
+        run,
         create_metrics(CollectorRegistry()),
-        acknowledge,
+        "1",
     )
-    return committer, consumer, publisher, book, acks
+    return committer, consumer, publisher, book, run
 
 
 def test_the_delivery_mode_picks_the_committer() -> None:
@@ -117,11 +145,12 @@ def test_at_least_once_stores_only_acknowledged_offsets_and_commits_revoked_part
 
 
 def test_exactly_once_commits_in_transactions_and_never_stores() -> None:
-    committer, consumer, publisher, book, acks = make("exactly_once")
+    committer, consumer, publisher, book, run = make("exactly_once")
     book.consumed((T, 0), 0, None)
     assert committer.publish([]) == [] and publisher.transactions == []  # no empty transactions
     assert committer.publish([record(0, 0)]) == []
-    assert publisher.transactions == [[record(0, 0)]] and acks == [1]  # acknowledged once committed
+    assert publisher.transactions == [[record(0, 0)]]
+    assert run.summary.results == 1  # acknowledged once committed
     committer.settle()
     assert consumer.stored == [] and consumer.commits == []  # offsets went with the transaction
     assert committer.revoked([(T, 0)]) == "committed reviews[0]=1 in transactions"
@@ -130,13 +159,74 @@ def test_exactly_once_commits_in_transactions_and_never_stores() -> None:
 
 def test_exactly_once_hands_an_aborted_windows_partitions_back_for_a_rewind() -> None:
     aborted = KafkaError(KafkaError._STATE)
-    committer, _, _, _, acks = make("exactly_once", FakePublisher(abort_with=aborted))
+    committer, _, _, _, run = make("exactly_once", FakeDeliveringPublisher(abort_with=aborted))
     assert committer.publish([record(1, 4), record(0, 9), record(1, 5)]) == [(T, 0), (T, 1)]
-    assert acks == []
+    committer.settle()
+    assert run.summary.results == 0
 
 
 def test_exactly_once_raises_a_refused_transaction() -> None:
     refused = KafkaError(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    committer, *_ = make("exactly_once", FakePublisher(abort_with=refused))
+    committer, *_ = make("exactly_once", FakeDeliveringPublisher(abort_with=refused))
     with pytest.raises(AuthorizationError):
         committer.publish([record(0, 0)])
+
+
+class FakeRefusingPublisher(FakePublisher):
+    """FakePublisher whose broker refuses some records: `refusals` maps an input offset to the error of its
+    first record; everything else is acknowledged at the next `take_deliveries`."""
+
+    def __init__(self, refusals: dict[int, KafkaError]) -> None:
+        super().__init__()
+        self.refusals = dict(refusals)
+        self.taken = 0
+
+    def take_deliveries(self) -> list[Delivery]:
+        new, self.taken = self.published[self.taken :], len(self.published)
+        out = []
+        for rec in new:
+            error = self.refusals.pop(rec.source.offset, None) if rec.value is not None else None
+            out.append(Delivery(rec, error))
+        return out
+
+
+def test_a_record_the_broker_refuses_as_too_large_is_replaced_and_its_stand_in_acked() -> None:
+    publisher = FakeRefusingPublisher({1: KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)})
+    committer, consumer, _, book, run = make("at_least_once", publisher)
+    for offset in range(3):
+        book.consumed((T, 0), offset, None)
+    committer.publish([record(0, 0), record(0, 1), record(0, 2)])
+    committer.settle()  # offsets 0 and 2 acked; 1 refused: its stand-in sent
+    assert [(r.source.offset, r.kind, r.value) for r in publisher.published[3:]] == [
+        (1, "value_too_large", None)
+    ]
+    assert consumer.stored == [{(T, 0): 1}]  # nothing past the refused one yet
+    committer.settle()  # the stand-in is acknowledged
+    assert consumer.stored[-1] == {(T, 0): 3}
+    assert (run.summary.results, run.summary.dead_letters_by_kind) == (2, {"value_too_large": 1})
+    committer.raise_for_error()  # a replaced record is not a failure
+
+
+def test_any_other_refusal_is_never_acked_and_is_raised_before_the_worker_goes_on() -> None:
+    publisher = FakeRefusingPublisher({1: KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)})
+    committer, consumer, _, book, run = make("at_least_once", publisher)
+    for offset in range(3):
+        book.consumed((T, 0), offset, None)
+    committer.publish([record(0, 0), record(0, 1), record(0, 2)])
+    committer.settle()
+    assert (
+        consumer.stored == [{(T, 0): 1}] and run.summary.results == 2
+    )  # the failed offset blocks its partition
+    with pytest.raises(DeliveryFailedError, match=r"input reviews/0/1") as failed:
+        committer.raise_for_error()
+    assert failed.value.topic == "results"
+
+
+def test_a_record_larger_than_its_topic_is_replaced_before_it_is_sent() -> None:
+    committer, _, publisher, book, _ = make("at_least_once")
+    book.consumed((T, 0), 0, None)
+    huge = OutboundRecord(
+        "results", b"x" * 2_000_000, b"k", None, None, SourcePosition(T, 0, 0, None), "result"
+    )
+    committer.publish([huge])
+    assert [(r.topic, r.kind, r.value) for r in publisher.published] == [("dlq", "value_too_large", None)]

@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from confluent_kafka import KafkaError
 
 from schemas import DeadLetterKind
 from schemas.dead_letter import parse_dead_letter_headers
@@ -78,17 +79,28 @@ def test_a_record_exactly_at_max_message_bytes_is_sent_one_byte_more_is_replaced
     size = record_size(result_of(records(), message(1)))
     at_limit = records(out_max_bytes=size)
     record = result_of(at_limit, message(1))
-    assert at_limit.fitting(record) is record
-    assert records().fitting(record) is record  # far below the limit
+    assert at_limit.replacement(record) is None
+    assert records().replacement(record) is None  # far below the limit
     over = records(out_max_bytes=size - 1)
-    stand_in = over.fitting(result_of(over, message(1)))
+    stand_in = over.replacement(result_of(over, message(1)))
+    assert stand_in is not None
     assert (stand_in.topic, stand_in.kind, stand_in.value) == (DLQ, "value_too_large", None)
+    assert over.replacement(stand_in) is None  # a stand-in has nothing left to drop
+
+
+def test_a_record_the_broker_refused_as_too_large_is_replaced_other_refusals_are_not() -> None:
+    outbound = records()
+    record = result_of(outbound, message(1))
+    stand_in = outbound.replacement(record, KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+    assert stand_in is not None and (stand_in.kind, stand_in.value) == ("value_too_large", None)
+    assert outbound.replacement(record, KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)) is None
 
 
 def test_the_stand_in_for_a_too_large_result_keeps_the_key_and_names_size_topic_and_source() -> None:
     outbound = records(out_max_bytes=600)
     result = result_of(outbound, message(1, offset=7))
-    stand_in = outbound.fitting(result)
+    stand_in = outbound.replacement(result)
+    assert stand_in is not None
     assert (stand_in.key, stand_in.value, stand_in.source) == (b"k", None, result.source)
     info = parse_dead_letter_headers(stand_in.headers)
     assert info.kind is DeadLetterKind.VALUE_TOO_LARGE

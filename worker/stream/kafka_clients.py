@@ -1,15 +1,34 @@
-"""What must hold before the worker consumes anything: Kafka clients accepted, output topics present,
-transactions initialised (the token budget: `worker.inference.token_budget`; the warm model: the engine's
-start). Each failure is a StartupError saying what to change (the CLI exits 2 with it)."""
+"""The worker's Kafka clients and what must hold before it consumes anything: clients accepted, output
+topics present, transactions initialised (the token budget: `worker.inference.token_budget`; the warm
+model: the engine's start). Each failure is a StartupError saying what to change (the CLI exits 2 with it).
+
+`KafkaClients` is how the worker opens them: the real ones by default, fakes in the loop's unit tests.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException
 
 from worker.config import WorkerSettings
 from worker.inference.token_budget import StartupError
 from worker.stream.authorization import is_authorization_error, refusal
+from worker.stream.consumer import ReviewConsumer
+from worker.stream.partitions import PartitionKey
 from worker.stream.producer import ResultPublisher
+
+RebalanceCallback = Callable[[list[PartitionKey]], None]
+
+
+@dataclass(frozen=True)
+class Rebalance:
+    """The worker's rebalance callbacks (run inside `consume()`, on the poll thread)."""
+
+    on_assign: RebalanceCallback
+    on_revoke: RebalanceCallback
+    on_lost: RebalanceCallback
 
 
 def kafka_error_text(exc: KafkaException) -> str:
@@ -77,3 +96,31 @@ def output_topic_limits(
                 f"{exc.args[0]} (bootstrap servers: {settings.bootstrap_servers}). Nothing was consumed."
             ) from exc
     return partition_counts, max_message_bytes
+
+
+def open_consumer(settings: WorkerSettings, rebalance: Rebalance, *, transactional: bool) -> ReviewConsumer:
+    """The group member reading the input topic (not yet subscribed); `transactional`: commits are left to
+    the producer's transactions."""
+    try:
+        return ReviewConsumer(
+            settings.librdkafka_common(),
+            group_id=settings.group_id,
+            topic=settings.input_topic,
+            commit_interval_ms=settings.commit_interval_ms,
+            max_poll_interval_ms=settings.max_poll_interval_ms,
+            session_timeout_ms=settings.session_timeout_ms,
+            on_assign=rebalance.on_assign,
+            on_revoke=rebalance.on_revoke,
+            on_lost=rebalance.on_lost,
+            transactional=transactional,
+        )
+    except KafkaException as exc:
+        raise StartupError(f"the Kafka client settings were rejected: {kafka_error_text(exc)}") from exc
+
+
+@dataclass(frozen=True)
+class KafkaClients:
+    """How the worker opens its producer and consumer: the real clients unless a test passes others."""
+
+    open_publisher: Callable[[WorkerSettings], ResultPublisher] = open_publisher
+    open_consumer: Callable[..., ReviewConsumer] = open_consumer
