@@ -3,8 +3,9 @@ engine as the Kafka worker (`worker.inference`); it never imports the run path (
 run path it.
 
 Modules: `request_batcher` (requests into the same window, batch plan and inference thread), `api` (the
-FastAPI app and the page, `page.html`), `server` (uvicorn in a thread) and `serving` (`serve`, and
-`WorkerApi`, the API on the Kafka worker's own port).
+FastAPI app and the page, `page.html`; `ApiGuard`, the one route of `POST /v1/sentiment`), `validation`
+(the one validation of its body), `server` (uvicorn in a thread) and `serving` (`serve`, and `WorkerApi`,
+the API on the Kafka worker's own port).
 """
 
 from worker.http.server import HttpServer, HttpServerError
