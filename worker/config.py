@@ -256,12 +256,6 @@ class WorkerSettings(BaseSettings):
     http_cors_origins: list[str] = Field(
         default_factory=list, description="Origins allowed by CORS (JSON list); empty: no CORS headers."
     )
-    http_lean_route: bool = Field(
-        True,
-        description="Answer `POST /v1/sentiment` in the API guard, from the body it already read, past "
-        "FastAPI's routing (same answers, about half the server's HTTP-side CPU); false: through FastAPI's "
-        "route.",
-    )
     shutdown_timeout_s: float = Field(
         30.0, gt=0, description="Bound on a clean stop: finish the window, flush, commit, close."
     )

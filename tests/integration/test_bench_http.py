@@ -46,4 +46,3 @@ def test_http_bench_answers_every_request_and_accounts_its_cpu(
     assert abs(budget["ceiling_same_machine_rps"] - expected_ceiling) < 0.1
     table = format_http_table(report)
     assert "CPU per request at the top concurrency" in table and "srv CPU" in table
-    assert report["http_lean_route"] is True and "route lean (http_lean_route)" in table

@@ -135,7 +135,6 @@ def server_env(settings: WorkerSettings, max_batch_tokens: int, max_wait_ms: int
             "SENTIMENT_MAX_BATCH_TOKENS": str(max_batch_tokens),
             "SENTIMENT_MAX_BATCH_SIZE": str(settings.max_batch_size),
             "SENTIMENT_HTTP_MAX_WAIT_MS": str(max_wait_ms),
-            "SENTIMENT_HTTP_LEAN_ROUTE": str(settings.http_lean_route).lower(),
             "SENTIMENT_LOG_LEVEL": "WARNING",
         }
     )
@@ -181,7 +180,6 @@ def run_http_bench(
         "max_batch_tokens": max_batch_tokens,
         "max_batch_size": settings.max_batch_size,
         "max_wait_ms": options.max_wait_ms,
-        "http_lean_route": settings.http_lean_route,
         "http_max_queued_texts": options.overload_queue_texts,
         "model_only": {
             "texts_per_second": round(model_only.messages_per_second, 1),
@@ -361,12 +359,7 @@ def format_http_table(report: dict[str, Any]) -> str:
     lines = [
         f"model {report['model']['name']} ({report['model']['version']}), max_batch_tokens "
         f"{report['max_batch_tokens']}, max_batch_size {report['max_batch_size']}, http_max_wait_ms "
-        f"{report['max_wait_ms']}, route "
-        + (
-            "lean (http_lean_route)"
-            if report.get("http_lean_route", True)
-            else "FastAPI's (http_lean_route off)"
-        ),
+        f"{report['max_wait_ms']}",
         f"model only (the engine, in memory): {report['model_only']['texts_per_second']:,.1f} texts/s; "
         f"direct one-text call p50 {report['direct_call_p50_ms']:.2f} ms",
         "",

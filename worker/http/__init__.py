@@ -2,9 +2,10 @@
 engine as the Kafka worker (`worker.inference`); it never imports the run path (`worker.stream`), nor the
 run path it.
 
-Modules: `request_batcher` (requests admitted to the engine, bounded), `api` (the
-FastAPI app and the page, `page.html`), `server` (uvicorn in a thread) and `serving` (`serve`, and
-`WorkerApi`, the API on the Kafka worker's own port).
+Modules: `request_batcher` (requests admitted to the engine, bounded), `api` (the FastAPI app and the
+page, `page.html`; `ApiGuard`, the one route of `POST /v1/sentiment`), `validation` (the one validation of
+its body), `server` (uvicorn in a thread) and `serving` (`serve`, and `WorkerApi`, the API on the Kafka
+worker's own port).
 """
 
 from worker.http.server import HttpServer, HttpServerError

@@ -1,6 +1,11 @@
 """The HTTP serving of the model: a FastAPI app with `POST /v1/sentiment` (through the `RequestBatcher`),
 the page at `/`, and `/metrics`, `/healthz`, `/readyz` as in the worker.
 
+`POST /v1/sentiment` has one route: `ApiGuard` answers it from the body it read, past FastAPI's routing,
+dependency and exception layers (on a 2-core machine they cost more of the event loop's time than the
+endpoint itself); FastAPI's route for it only documents it (OpenAPI, /docs). The body is validated in one
+place, `validation.validate_body`.
+
 Refusals, each with `{"error": ..., "reason": ...}`: 401 without the bearer token (when one is set), 413 for
 a body over `http_max_body_bytes` or more than `http_max_texts` texts, 415 for a body not sent as
 `Content-Type: application/json` (naming the header to send), 422 for malformed JSON, a missing,
@@ -12,20 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from fastapi import Depends, FastAPI
-from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPBearer
 from prometheus_client import CollectorRegistry
-from pydantic import ValidationError
 from starlette.datastructures import Headers
-from starlette.requests import Request
 
 from schemas.http_api import (
     ErrorResponse,
@@ -40,6 +41,7 @@ from worker.config import WorkerSettings
 from worker.health import HealthState, endpoint_answer
 from worker.http.page import FAVICON_MEDIA_TYPE, favicon_ico, render_page
 from worker.http.request_batcher import BatcherClosed, Overloaded, RequestBatcher, RequestOutcome
+from worker.http.validation import Refusal, RequestLimits, validate_body
 from worker.inference.label_fields import label_fields
 from worker.inference.labelling import InferenceFailure
 from worker.metrics import HttpMetrics, WorkerMetrics
@@ -78,6 +80,7 @@ class SentimentApi:
         self.registry = registry
         self.health = health
         self.http_metrics = http_metrics
+        self._limits = RequestLimits.from_settings(settings)
         self._batcher: RequestBatcher | None = None
         self._model: ModelRef | None = None
         self._labels: list[str] = []
@@ -105,49 +108,17 @@ class SentimentApi:
             return error_response(503, "overloaded", reason, retry_after_s=batcher.retry_after_s)
         return None
 
-    async def label_body(self, body: bytes) -> Response:
-        """`POST /v1/sentiment` from its raw JSON body, as FastAPI's route would answer it (the same 422
-        reasons), without FastAPI's routing, dependency solving and exception layers: on a 2-core machine
-        they cost more of the event loop's time than the endpoint itself."""
-        if not body:
-            return error_response(422, "invalid_request", "Field required")
-        try:
-            data = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:  # FastAPI reports a decode error's msg
-            detail = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-            malformed = {"type": "json_invalid", "ctx": {"error": detail}}
-            return error_response(422, "invalid_request", validation_reason([malformed]))
-        try:
-            request = SentimentRequest.model_validate(data, from_attributes=True)  # as FastAPI validates
-        except ValidationError as exc:
-            return error_response(422, "invalid_request", validation_reason(exc.errors()))
-        return await self.answer(request)
-
-    async def answer(self, request: SentimentRequest) -> Response:
-        """The response to a validated request: the results, or the error that replaced them."""
-        answer = await self.label(request)
-        if isinstance(answer, Response):
-            return answer
-        # Serialized once here: a returned model would be validated again by FastAPI.
-        return Response(answer.model_dump_json(), media_type="application/json")
-
-    async def label(self, request: SentimentRequest) -> SentimentResponse | JSONResponse:
-        """Validates the request against the limits, waits for its batch, builds the response."""
+    async def respond(self, body: bytes) -> Response:
+        """The answer to `POST /v1/sentiment` with this raw body: the results in request order, or the
+        refusal (`validate_body`'s, or 503 / 504 from the batcher)."""
+        items = validate_body(body, self._limits)
+        if isinstance(items, Refusal):
+            return error_response(items.status, items.error, items.reason)
         accepted = time.perf_counter()
-        s = self.settings
-        items = request.items()
-        if len(items) > s.http_max_texts:
-            return error_response(413, "too_many_texts", f"{len(items)} texts; at most {s.http_max_texts}")
-        too_long = [i for i, (_, text) in enumerate(items) if len(text) > s.max_text_chars]
-        if too_long:
-            return error_response(
-                422,
-                "text_too_long",
-                f"text {too_long[0]} has {len(items[too_long[0]][1])} characters; at most {s.max_text_chars}",
-            )
         batcher, model = self._batcher, self._model
         if batcher is None or model is None:
             return error_response(503, "not_ready", "the model is still loading", retry_after_s=1)
+        timeout_s = self.settings.http_request_timeout_s
         try:
             future = batcher.submit([text for _, text in items])
         except Overloaded as exc:
@@ -155,13 +126,14 @@ class SentimentApi:
         except BatcherClosed as exc:
             return error_response(503, "stopping", str(exc), retry_after_s=1)
         try:
-            outcome = await asyncio.wait_for(asyncio.wrap_future(future), s.http_request_timeout_s)
+            outcome = await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
         except TimeoutError:
-            return error_response(504, "timeout", f"not labelled within {s.http_request_timeout_s:g} s")
+            return error_response(504, "timeout", f"not labelled within {timeout_s:g} s")
         except BatcherClosed as exc:
             return error_response(503, "stopping", str(exc), retry_after_s=1)
         self.http_metrics.texts.inc(len(items))
-        return self._response(items, outcome, model, time.perf_counter() - accepted)
+        answer = self._response(items, outcome, model, time.perf_counter() - accepted)
+        return Response(answer.model_dump_json(), media_type="application/json")
 
     def _response(
         self, items: list[tuple[str, str]], outcome: RequestOutcome, model: ModelRef, seconds: float
@@ -215,13 +187,10 @@ def build_app(api: SentimentApi) -> FastAPI:
         dependencies=security,
         summary="Label one review or a list of reviews (results in request order)",
     )
-    async def sentiment(request: SentimentRequest) -> Response:
-        # Documents the route (OpenAPI); ApiGuard answers it (`label_body`) unless http_lean_route is off.
-        return await api.answer(request)
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        return error_response(422, "invalid_request", validation_reason(exc.errors()))
+    async def sentiment(request: SentimentRequest) -> SentimentResponse:
+        # OpenAPI only (request and response models, refusals): ApiGuard answers every POST /v1/sentiment
+        # (`api.respond`) before FastAPI routes it.
+        raise RuntimeError(f"POST {API_PATH} is answered by ApiGuard, which build_app puts in front")
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page() -> HTMLResponse:
@@ -257,7 +226,7 @@ def build_app(api: SentimentApi) -> FastAPI:
         max_body_bytes=s.http_max_body_bytes,
         metrics=api.http_metrics,
         early_refusal=api.early_refusal,
-        api_route=api.label_body if s.http_lean_route else None,
+        route=api.respond,
     )
     if s.http_cors_origins:  # added last: outermost, so every answer carries its headers, the guard's too
         app.add_middleware(
@@ -269,20 +238,6 @@ def build_app(api: SentimentApi) -> FastAPI:
     return app
 
 
-def validation_reason(errors: Any) -> str:
-    """pydantic's errors as one line: `texts.1: Input should be a valid string; ...`."""
-    parts = []
-    for error in list(errors)[:5]:
-        loc = [str(p) for p in error.get("loc", ()) if p != "body"]
-        if error.get("type") == "json_invalid":
-            detail = (error.get("ctx") or {}).get("error", "")
-            parts.append(f"malformed JSON: {detail}".rstrip(": "))
-            continue
-        msg = str(error.get("msg", "invalid")).removeprefix("Value error, ")
-        parts.append(f"{'.'.join(loc)}: {msg}" if loc else msg)
-    return "; ".join(parts) or "invalid request"
-
-
 def is_json_media_type(content_type: str | None) -> bool:
     """True for `application/json` and `application/<anything>+json`, with any parameters (charset)."""
     media_type = (content_type or "").split(";", 1)[0].strip().lower()
@@ -292,10 +247,11 @@ def is_json_media_type(content_type: str | None) -> bool:
 
 
 class ApiGuard:
-    """ASGI middleware in front of /v1/: bearer token (401), the early 503s (not ready, stopping, queue
-    full), a POST body not declared as JSON (415) and body size (413), all before the body is parsed; and
-    the request counter and latency of every answer there. Given `api_route`, it answers `POST
-    /v1/sentiment` itself from the body it read, past FastAPI's routing (the route stays for OpenAPI)."""
+    """ASGI middleware in front of /v1/, and the one route of `POST /v1/sentiment`: the bearer token (401),
+    then for that route the early 503s (not ready, stopping, queue full), a body not declared as JSON (415)
+    and the body's size (413), all before the body is parsed; then `route` answers from the body read. It
+    counts every answer under /v1/ and the latency of each 200. Other methods and paths under /v1/ go on to
+    FastAPI (405, 404)."""
 
     def __init__(
         self,
@@ -304,11 +260,11 @@ class ApiGuard:
         token: str | None,
         max_body_bytes: int,
         metrics: HttpMetrics,
-        early_refusal: Callable[[], Response | None] = lambda: None,
-        api_route: Callable[[bytes], Awaitable[Response]] | None = None,
+        early_refusal: Callable[[], Response | None],
+        route: Callable[[bytes], Awaitable[Response]],
     ) -> None:
         self._app = app
-        self._api_route = api_route
+        self._route = route
         self._early_refusal = early_refusal
         self._token = token.encode() if token is not None else None
         self._max_body_bytes = max_body_bytes
@@ -341,13 +297,15 @@ class ApiGuard:
                 scope, receive, send
             )
             return
-        refusal = self._early_refusal() if scope.get("method") == "POST" else None
+        if scope.get("method") != "POST" or scope["path"] != API_PATH:
+            await self._app(scope, receive, send)
+            return
+        refusal = self._early_refusal()
         if refusal is not None:
             await refusal(scope, receive, send)
             return
         content_type = headers.get("content-type")
-        if scope.get("method") == "POST" and not is_json_media_type(content_type):
-            # Without it FastAPI hands the model the raw bytes: "Input should be a valid dictionary".
+        if not is_json_media_type(content_type):
             sent = f"sent as {content_type}" if content_type else "sent with no Content-Type"
             reason = (
                 f"the body was {sent}: send the header `Content-Type: application/json` "
@@ -370,19 +328,7 @@ class ApiGuard:
                 return
             if not message.get("more_body", False):
                 break
-        if self._api_route is not None and scope.get("method") == "POST" and scope["path"] == API_PATH:
-            await (await self._api_route(bytes(body)))(scope, receive, send)
-            return
-        replayed = False
-
-        async def replay() -> AsgiMessage:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": bytes(body), "more_body": False}
-            return await receive()
-
-        await self._app(scope, replay, send)
+        await (await self._route(bytes(body)))(scope, receive, send)
 
     def _authorized(self, header: str) -> bool:
         scheme, _, given = header.partition(" ")

@@ -20,7 +20,6 @@ def test_the_http_bench_server_gets_the_model_only_phase_inference(monkeypatch: 
         cpu_threads_per_call=2,
         long_text="chunk",
         tokenizer="slow",
-        http_lean_route=False,
     )
     env = server_env(settings, max_batch_tokens=2048, max_wait_ms=3)
     assert "SENTIMENT_API_TOKEN" not in env
@@ -40,4 +39,3 @@ def test_the_http_bench_server_gets_the_model_only_phase_inference(monkeypatch: 
     )
     assert (served.long_text, served.tokenizer, served.cpu_threads_per_call) == ("chunk", "slow", 2)
     assert (served.max_batch_tokens, served.http_max_wait_ms) == (2048, 3)
-    assert served.http_lean_route is False  # the route the bench was asked to measure
