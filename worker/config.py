@@ -471,11 +471,8 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> WorkerSe
         field = re.search(r'field "(\w+)"', str(exc))
         if field is None or field.group(1) not in JSON_EXAMPLES:
             raise
-        name = field.group(1)
-        raise ValueError(
-            f"{ENV_PREFIX}{name.upper()} is not valid JSON: it must be JSON, e.g. "
-            f"{ENV_PREFIX}{name.upper()}='{JSON_EXAMPLES[name]}'"
-        ) from None
+        variable, example = ENV_PREFIX + field.group(1).upper(), JSON_EXAMPLES[field.group(1)]
+        raise ValueError(f"{variable} must be JSON, e.g. {variable}='{example}'") from None
 
 
 def environment_warnings(

@@ -164,5 +164,5 @@ def test_a_json_variable_that_is_not_json_is_named_with_an_example(
     with pytest.raises(CommandError) as caught:
         settings_from_args(argparse.Namespace(command="run", config=None))
     message = str(caught.value)
-    assert message == f"{name} is not valid JSON: it must be JSON, e.g. {name}='{example}'"
+    assert message == f"{name} must be JSON, e.g. {name}='{example}'"
     assert caught.value.exit_code == 2

@@ -157,9 +157,12 @@ def settings_for_model(model: str, device: str | None, max_seq_len: int | None) 
     """Settings for commands that name their model with their own flags (evaluate, promote): those three
     from the arguments, the rest from the environment / SENTIMENT_CONFIG_FILE like any other setting."""
     try:
-        return load_settings(env_config_file(), model=model, device=device, max_seq_len=max_seq_len)
+        settings = load_settings(env_config_file(), model=model, device=device, max_seq_len=max_seq_len)
     except (ValidationError, ValueError) as exc:
         raise CommandError(f"invalid settings: {exc}") from None
+    for warning in environment_warnings(settings, os.environ, serves_api=False):
+        log.warning("%s", warning)
+    return settings
 
 
 def load_model(settings: WorkerSettings) -> tuple[Any, Any]:
