@@ -45,7 +45,7 @@ class DeadLetterKind(str, Enum):
     WRONG_TYPE = "wrong_type"
     """`text` is not a string, or `id` is neither a string nor an integer."""
     EMPTY_TEXT = "empty_text"
-    """`text` is empty or whitespace only."""
+    """`text` is empty or has no visible character (only whitespace, control or format characters)."""
     TEXT_TOO_LONG = "text_too_long"
     """`text` has more characters than the configured maximum."""
     VALUE_TOO_LARGE = "value_too_large"

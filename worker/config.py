@@ -2,26 +2,44 @@
 
 Read once at the entry point (`load_settings`) and passed down; no other module reads the environment.
 Every setting is an environment variable `SENTIMENT_<NAME>` and a key of the optional config file
-(`SENTIMENT_CONFIG_FILE` or `--config`; JSON, or TOML when the name ends in `.toml`).
+(`SENTIMENT_CONFIG_FILE` or `--config`; JSON, or TOML when the name ends in `.toml`, in any case).
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
+import re
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import tomllib
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 DEFAULT_MODEL_DIR = "models/default-int8"
 LIBRDKAFKA_LOGGER = "librdkafka"
 """The logger librdkafka's own log lines go to, at their syslog level mapped to Python's (3 ERROR, 4 WARNING,
 5-6 INFO, 7 DEBUG), instead of raw `%N|...` lines on stderr."""
 """What `make model` derives from the shipped models/default: ONNX Runtime INT8, the fastest CPU form."""
+
+
+ENV_PREFIX = "SENTIMENT_"
+
+JSON_EXAMPLES = {
+    "http_cors_origins": '["https://reviews.example.com"]',
+    "kafka_extra": '{"socket.keepalive.enable": true}',
+}
+"""The settings whose environment variable holds JSON (a list or an object), with an example each."""
+
+OTHER_ENVIRONMENT = frozenset(
+    {"SENTIMENT_CONFIG_FILE", "SENTIMENT_BASE_MODEL_CACHE", "SENTIMENT_KAFKA_CACHE"}
+)
+"""SENTIMENT_* variables that are not settings but are read on purpose: the config file's name (by the
+command line), the cache directories of the base-model fetch and of the Kafka launcher."""
 
 
 DEFAULT_LOW_CONFIDENCE = 0.7
@@ -33,7 +51,7 @@ class WorkerSettings(BaseSettings):
 
     # hide_input_in_errors: a validation error must never echo a password it was given.
     model_config = SettingsConfigDict(
-        env_prefix="SENTIMENT_", frozen=True, extra="forbid", hide_input_in_errors=True
+        env_prefix=ENV_PREFIX, frozen=True, extra="forbid", hide_input_in_errors=True
     )
     _config_file_values: ClassVar[dict[str, Any]] = {}  # set by load_settings on a subclass
 
@@ -232,7 +250,8 @@ class WorkerSettings(BaseSettings):
     )
     api_token: SecretStr | None = Field(
         None,
-        description="Bearer token POST /v1/sentiment requires (401 without it); unset: open. Never logged.",
+        description="Bearer token POST /v1/sentiment requires (401 without it); unset or blank: open, "
+        "which start-up logs as a warning. Never logged.",
     )
     http_max_texts: int = Field(256, ge=1, description="Most texts in one HTTP request (more: 413).")
     http_max_body_bytes: int = Field(
@@ -387,15 +406,26 @@ class WorkerSettings(BaseSettings):
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
-    """Reads a config file (JSON, or TOML for *.toml); raises ValueError with the file name on bad content."""
+    """Reads a config file (TOML when the name ends in .toml in any case, else JSON); raises ValueError
+    naming the file when it is not a regular file, not UTF-8, or not valid JSON/TOML."""
+    if path.exists() and not path.is_file():  # a FIFO would block the read until someone writes to it
+        raise ValueError(
+            f"config file {path} is not a regular file (a directory, pipe or device): "
+            "point --config / SENTIMENT_CONFIG_FILE at a JSON or TOML file"
+        )
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ValueError(f"cannot read config file {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"config file {path} is not UTF-8 text (byte {exc.start}): save it as UTF-8"
+        ) from None
+    is_toml = path.suffix.lower() == ".toml"
     try:
-        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+        data = tomllib.loads(text) if is_toml else json.loads(text)
     except (ValueError, tomllib.TOMLDecodeError) as exc:
-        kind = "TOML" if path.suffix == ".toml" else "JSON"
+        kind = "TOML" if is_toml else "JSON"
         raise ValueError(f"config file {path} is not valid {kind}: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError(f"config file {path} must hold an object of settings")
@@ -429,4 +459,36 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> WorkerSe
     class _Settings(WorkerSettings):
         _config_file_values: ClassVar[dict[str, Any]] = file_values
 
-    return _Settings(**{key: value for key, value in overrides.items() if value is not None})
+    try:
+        return _Settings(**{key: value for key, value in overrides.items() if value is not None})
+    except SettingsError as exc:  # names pydantic's source class: say which variable and what it must be
+        field = re.search(r'field "(\w+)"', str(exc))
+        if field is None or field.group(1) not in JSON_EXAMPLES:
+            raise
+        variable, example = ENV_PREFIX + field.group(1).upper(), JSON_EXAMPLES[field.group(1)]
+        raise ValueError(f"{variable} must be JSON, e.g. {variable}='{example}'") from None
+
+
+def environment_warnings(
+    settings: WorkerSettings, environ: Mapping[str, str], *, serves_api: bool
+) -> list[str]:
+    """What start-up should warn about, one line each: SENTIMENT_* variables that are not settings (a typo
+    is otherwise ignored, unlike an unknown config-file key), with the closest known name; and, when the
+    process answers the HTTP API (`serves_api`), that it does so without a token."""
+    known = {ENV_PREFIX + name.upper() for name in WorkerSettings.model_fields}
+    warnings = []
+    for name in sorted(environ):
+        upper = name.upper()  # pydantic-settings matches the names case-insensitively
+        if not upper.startswith(ENV_PREFIX) or upper in known or upper in OTHER_ENVIRONMENT:
+            continue
+        close = difflib.get_close_matches(upper, sorted(known | OTHER_ENVIRONMENT), n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}?" if close else "see docs/settings.md for the settings"
+        warnings.append(f"{name} is not a setting and is ignored: {hint}")
+    if serves_api and settings.api_token is None:
+        blank = any(k.upper() == "SENTIMENT_API_TOKEN" for k in environ)
+        why = "SENTIMENT_API_TOKEN is blank" if blank else "SENTIMENT_API_TOKEN is not set"
+        warnings.append(
+            f"the HTTP API is open: {why}, so POST /v1/sentiment answers anyone who can reach "
+            f"{settings.http_host}:{settings.http_port}; set SENTIMENT_API_TOKEN to require a bearer token"
+        )
+    return warnings

@@ -108,7 +108,9 @@ def fuzz_case(rng: random.Random, i: int) -> Case:
             category, _obj(text="".join(rng.choice(EMOJI) for _ in range(rng.randint(1, 200)))), "result"
         )
     if category == "empty":
-        value = rng.choice([b"", None, _obj(text=""), _obj(text="  \n\t "), b"\xef\xbb\xbf"])
+        # Zero-width space, NUL, word joiner: no visible character, so empty_text.
+        invisible = _obj(text="\u200b\u0000\u2060")
+        value = rng.choice([b"", None, _obj(text=""), _obj(text="  \n\t "), b"\xef\xbb\xbf", invisible])
         kinds = (DeadLetterKind.EMPTY_VALUE, DeadLetterKind.EMPTY_TEXT, DeadLetterKind.INVALID_JSON)
         return _dl(category, value, *kinds)
     if category == "bad_json":
@@ -118,6 +120,7 @@ def fuzz_case(rng: random.Random, i: int) -> Case:
                 b'{"text": "x", "v": NaN}',
                 b'{"text": "\\ud800"}',
                 b'{"text": "x", "n": ' + b"9" * 5000 + b"}",
+                b'{"text": "x", "m": {"price": 1e999}}',  # a float cannot hold it: refused, not made null
                 b"{'text': 'x'}",
                 b'{"text": "x",}',
             ]

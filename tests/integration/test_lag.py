@@ -146,8 +146,9 @@ def test_lag_of_a_missing_topic_is_a_clear_error(kafka_bootstrap: str, unique_na
         text=True,
         timeout=60,
     )
-    assert out.returncode == 1
-    assert "does not exist" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 2  # cannot start as configured (README's exit codes); it was 1
+    assert "does not exist" in out.stderr and "SENTIMENT_INPUT_TOPIC" in out.stderr
+    assert "Traceback" not in out.stderr
 
 
 def _metrics(url: str) -> dict[str, Any]:

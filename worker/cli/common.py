@@ -18,7 +18,7 @@ from typing import Any, TypeAlias
 
 from pydantic import ValidationError
 
-from worker.config import WorkerSettings, load_settings
+from worker.config import WorkerSettings, environment_warnings, load_settings
 
 __all__ = [
     "EXIT_CONFIG",
@@ -83,7 +83,7 @@ def settings_from_args(args: argparse.Namespace) -> WorkerSettings:
     overrides = {name: getattr(args, name, None) for name in SETTING_FLAGS}
     config = getattr(args, "config", None) or env_config_file()
     try:
-        return load_settings(config, **overrides)
+        settings = load_settings(config, **overrides)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()
@@ -91,6 +91,11 @@ def settings_from_args(args: argparse.Namespace) -> WorkerSettings:
         raise CommandError(f"invalid settings: {problems}") from None
     except ValueError as exc:
         raise CommandError(str(exc)) from None
+    # Before logging is configured these go to stderr as bare lines (logging's last resort handler).
+    serves_api = settings.http_port > 0 and (getattr(args, "command", None) == "serve" or settings.http_api)
+    for warning in environment_warnings(settings, os.environ, serves_api=serves_api):
+        log.warning("%s", warning)
+    return settings
 
 
 def env_config_file() -> Path | None:
@@ -152,9 +157,12 @@ def settings_for_model(model: str, device: str | None, max_seq_len: int | None) 
     """Settings for commands that name their model with their own flags (evaluate, promote): those three
     from the arguments, the rest from the environment / SENTIMENT_CONFIG_FILE like any other setting."""
     try:
-        return load_settings(env_config_file(), model=model, device=device, max_seq_len=max_seq_len)
+        settings = load_settings(env_config_file(), model=model, device=device, max_seq_len=max_seq_len)
     except (ValidationError, ValueError) as exc:
         raise CommandError(f"invalid settings: {exc}") from None
+    for warning in environment_warnings(settings, os.environ, serves_api=False):
+        log.warning("%s", warning)
+    return settings
 
 
 def load_model(settings: WorkerSettings) -> tuple[Any, Any]:

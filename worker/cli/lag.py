@@ -13,7 +13,7 @@ from worker.cli.common import (
     add_settings_flags,
     settings_from_args,
 )
-from worker.tools.lag import LagError, format_table, measure_lag
+from worker.tools.lag import LagError, TopicMissingError, format_table, measure_lag
 
 
 def register(subparsers: Subparsers) -> None:
@@ -33,6 +33,8 @@ def cmd_lag(args: argparse.Namespace) -> int:
     topic = args.topic or settings.input_topic
     try:
         lag = measure_lag(settings.librdkafka_common(), settings.group_id, topic, timeout_s=args.timeout_s)
+    except TopicMissingError as exc:
+        raise CommandError(str(exc)) from None  # exit 2: cannot start as configured, like a missing model
     except LagError as exc:
         raise CommandError(str(exc), EXIT_FAILED) from None
     if args.json:

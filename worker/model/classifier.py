@@ -14,6 +14,15 @@ from worker.model.long_text import SequenceEncoder, flatten_chunks, merge_chunk_
 DEFAULT_LABELS = ["negative", "positive"]
 
 
+class OutputWidthError(RuntimeError):
+    """The model gave another shape of outputs than [texts, labels]: its label names do not fit it."""
+
+    def __init__(self, shape: tuple[int, ...], n: int, labels: Sequence[str]) -> None:
+        super().__init__(f"model returned {shape} for {n} inputs and {len(labels)} labels")
+        self.width = shape[-1] if len(shape) == 2 else None
+        """Outputs per text, when the model gave one row per text."""
+
+
 class TextClassifierBase:
     """What both backends share: texts → ids through a ``SequenceEncoder`` (fast or slow tokenizer, a
     long-text layout), and ``predict_texts`` on top of the backend's ``predict_ids``."""
@@ -77,6 +86,12 @@ class TextClassifierBase:
         if not merged:
             return np.zeros((0, len(self.labels)), dtype=np.float32)
         return np.stack(merged).astype(np.float32, copy=False)
+
+    def _checked(self, probs: np.ndarray, n: int) -> np.ndarray:
+        """``probs`` if it is [n, len(labels)]; raises OutputWidthError otherwise."""
+        if probs.shape != (n, len(self.labels)):
+            raise OutputWidthError(probs.shape, n, self.labels)
+        return probs
 
     def padded_inputs(self, batch: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
         """One batch as an exported graph takes it: ``input_ids`` right-padded to the longest sequence and
@@ -161,9 +176,7 @@ class SentimentClassifier(TextClassifierBase):
             if isinstance(logits, (tuple, list)):
                 logits = logits[0]
             probs = paddle.nn.functional.softmax(logits.astype("float32"), axis=-1).numpy()
-        probs = np.asarray(probs, dtype=np.float32)
-        assert probs.shape == (n, len(self.labels)), f"model returned {probs.shape} for {n} inputs"
-        return probs
+        return self._checked(np.asarray(probs, dtype=np.float32), n)
 
     def __repr__(self) -> str:
         return (

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from worker.model.backend_choice import measured_choice
-from worker.model.classifier import DEFAULT_LABELS, SentimentClassifier, TextClassifierBase
+from worker.model.classifier import DEFAULT_LABELS, OutputWidthError, SentimentClassifier, TextClassifierBase
 from worker.model.device import DeviceChoice, activate
 from worker.model.fast_tokenizer import (
     ContentTokenizer,
@@ -32,16 +32,19 @@ from worker.model.metadata import (
 )
 from worker.model.onnx_backend import (
     ONNX_FILE,
+    PRECISIONS,
     OnnxClassifier,
     OnnxOptions,
     is_onnx_dir,
     make_session,
 )
 from worker.model.static_backend import (
+    GRAPH_FILES,
     PARAMS_FILE,
     StaticClassifier,
     StaticOptions,
     cpu_has_bf16,
+    graph_file,
     is_exported_dir,
     make_config,
 )
@@ -127,6 +130,8 @@ def available_backends(directory: Path) -> set[str]:
 def resolve_backend(directory: Path | None, requested: Backend) -> ServingBackend:
     """The backend for a model directory (None: a hub name); raises ModelLoadError on a mismatch."""
     available = available_backends(directory) if directory is not None else {"dynamic"}
+    if directory is not None and not available:
+        _check_exported_files(directory)
     if requested == "auto":
         if directory is not None:
             choice, why = measured_choice(directory, available)
@@ -159,6 +164,24 @@ def resolve_backend(directory: Path | None, requested: Backend) -> ServingBacken
             "the training directory"
         )
     return requested
+
+
+def _check_exported_files(directory: Path) -> None:
+    """A directory holding no servable model whose metadata says it was exported (an ``onnx`` or
+    ``export`` section): name the exported file that is gone, rather than the training files it never had."""
+    onnx, export = _metadata_section(directory, "onnx"), _metadata_section(directory, "export")
+    missing = [ONNX_FILE] if onnx else []  # not servable, so ONNX_FILE is absent
+    if export and graph_file(directory) is None:
+        missing.append(" or ".join(GRAPH_FILES))
+    if export and not (directory / PARAMS_FILE).is_file():
+        missing.append(PARAMS_FILE)
+    if missing:
+        kind = "an ONNX model" if onnx else "an exported model"
+        raise ModelLoadError(
+            f"model directory {directory} is incomplete: its {METADATA_FILE} describes {kind} but "
+            f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} missing; copy the whole "
+            "directory again, or re-run the export (`sentiment-worker export` / `quantize`) into it"
+        )
 
 
 def _looks_like_path(model: str) -> bool:
@@ -307,9 +330,39 @@ def load_classifier(
         raise ModelLoadError(f"model directory {directory} does not exist: {_missing_hint(directory)}")
     backend = resolve_backend(directory if directory.is_dir() else None, options.backend)
     if backend == "static":
-        return _load_static(directory, device, max_seq_len, options)
-    if backend == "onnx":
-        return _load_onnx(directory, device, max_seq_len, options)
+        classifier = _load_static(directory, device, max_seq_len, options)
+    elif backend == "onnx":
+        classifier = _load_onnx(directory, device, max_seq_len, options)
+    else:
+        classifier = _load_dygraph(model, directory, device, max_seq_len, options)
+    meta_file = directory / METADATA_FILE
+    _check_outputs(classifier, meta_file if meta_file.is_file() else "the default labels")
+    return classifier
+
+
+PROBE_TEXT = "好"
+"""The text a model labels once while loading, to check that it gives one output per label name."""
+
+
+def _check_outputs(classifier: TextClassifierBase, source: Path | str) -> None:
+    """Labels one probe text: the model must give as many outputs per text as ``source`` (the metadata
+    file, or "the default labels") names labels. A mismatch would otherwise warm up, report ready, and
+    then fail or misname every input."""
+    labels = classifier.labels
+    try:
+        classifier.predict_ids(classifier.token_ids([PROBE_TEXT]))
+    except OutputWidthError as exc:
+        outputs = f"{exc.width} outputs per text" if exc.width is not None else f"outputs shaped {exc}"
+        raise ModelLoadError(
+            f"{source} names {len(labels)} labels {labels} but the model gives {outputs}: list one label "
+            "name per output, in the order the model was trained with"
+        ) from None
+
+
+def _load_dygraph(
+    model: str, directory: Path, device: DeviceChoice, max_seq_len: int | None, options: InferenceOptions
+) -> TextClassifierBase:
+    """A training directory or a PaddleNLP hub name → SentimentClassifier (Paddle's dynamic graph)."""
     meta: ModelMetadata | None = None
     if directory.is_dir():
         meta = _check_dir(directory)
@@ -334,7 +387,11 @@ def load_classifier(
 
     num_labels = int(getattr(net, "num_labels", len(labels)))
     if num_labels != len(labels):
-        raise ModelLoadError(f"model has {num_labels} outputs but {len(labels)} label names {labels}")
+        source = directory / METADATA_FILE if meta is not None else "the default labels"
+        raise ModelLoadError(
+            f"{source} names {len(labels)} labels {labels} but the model gives {num_labels} outputs per "
+            "text: list one label name per output, in the order the model was trained with"
+        )
     chosen = _choose_max_seq_len(max_seq_len, meta, _max_position_embeddings(net))
     return SentimentClassifier(
         model=net,
@@ -407,7 +464,12 @@ def _load_onnx(
             f"could not create an ONNX Runtime session from {directory / ONNX_FILE}: "
             f"{type(exc).__name__}: {exc}; re-run `sentiment-worker export --format onnx`"
         ) from exc
-    precision = str(_metadata_section(directory, "onnx").get("precision", "float32"))
+    precision = _metadata_section(directory, "onnx").get("precision", "float32")
+    if precision not in PRECISIONS:
+        raise ModelLoadError(
+            f"{directory / METADATA_FILE}: 'onnx.precision' must be one of {', '.join(PRECISIONS)}, not "
+            f"{json.dumps(precision)[:40]}; re-run the export"
+        )
     try:
         return OnnxClassifier(
             session=session,
@@ -530,7 +592,13 @@ def _config_value(directory: Path, key: str) -> int | None:
                 value = json.loads(path.read_text(encoding="utf-8")).get(key)
             except (ValueError, UnicodeDecodeError, AttributeError) as exc:
                 raise ModelLoadError(f"{path} is not a valid JSON object ({exc}); re-run export") from exc
-            return int(value) if value else None
+            if value is None:
+                return None
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ModelLoadError(
+                    f"{path}: {key!r} must be a positive integer, not {json.dumps(value)[:40]}; re-run export"
+                )
+            return value
     return None
 
 

@@ -48,24 +48,67 @@ class ModelMetadata:
 
     @classmethod
     def read(cls, path: Path) -> ModelMetadata:
-        """Parse; raises ValueError naming the problem if fields are missing or of the wrong type."""
+        """Parse; raises ValueError naming the key at fault if a field is missing, null or of the wrong type,
+        or the label names are not distinct non-empty strings."""
         raw = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(raw, dict):
             raise ValueError("top level is not a JSON object")
-        try:
-            labels = raw["labels"]
-            if not (isinstance(labels, list) and labels and all(isinstance(x, str) for x in labels)):
-                raise ValueError("labels must be a non-empty list of strings")
-            return cls(
-                name=str(raw["name"]),
-                version=str(raw.get("version", "")),
-                labels=list(labels),
-                max_seq_len=int(raw["max_seq_len"]),
-                created_at=str(raw.get("created_at", "")),
-                training=dict(raw.get("training") or {}),
-            )
-        except KeyError as exc:
-            raise ValueError(f"missing field {exc.args[0]!r}") from exc
+        for key in ("name", "labels", "max_seq_len"):
+            if key not in raw:
+                raise ValueError(f"missing field {key!r}")
+        return cls(
+            name=_text(raw, "name", required=True),
+            version=_text(raw, "version"),
+            labels=_labels(raw.get("labels")),
+            max_seq_len=_max_seq_len(raw.get("max_seq_len")),
+            created_at=_text(raw, "created_at"),
+            training=_section(raw, "training"),
+        )
+
+
+MIN_SEQ_LEN = 3
+"""[CLS], one token, [SEP]."""
+
+
+def _shown(value: object) -> str:
+    """A JSON value as the file holds it, shortened for a message."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _text(raw: dict[str, Any], key: str, *, required: bool = False) -> str:
+    """A string field; absent (when optional) is ""."""
+    value = raw.get(key, None if required else "")
+    if not isinstance(value, str) or (required and not value.strip()):
+        kind = "a non-empty string" if required else "a string"
+        raise ValueError(f"{key!r} must be {kind}, not {_shown(value)}")
+    return value
+
+
+def _labels(value: object) -> list[str]:
+    """Label names by id: distinct, non-empty strings (a result names its label by them)."""
+    if not (isinstance(value, list) and value and all(isinstance(x, str) and x.strip() for x in value)):
+        raise ValueError(f"'labels' must be a non-empty list of non-empty strings, not {_shown(value)}")
+    repeated = sorted({x for x in value if value.count(x) > 1})
+    if repeated:
+        raise ValueError(f"'labels' names {', '.join(map(repr, repeated))} more than once: {_shown(value)}")
+    return list(value)
+
+
+def _max_seq_len(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < MIN_SEQ_LEN:
+        raise ValueError(f"'max_seq_len' must be an integer >= {MIN_SEQ_LEN}, not {_shown(value)}")
+    return value
+
+
+def _section(raw: dict[str, Any], key: str) -> dict[str, Any]:
+    """An optional object field; absent or null is {}."""
+    value = raw.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"{key!r} must be a JSON object, not {_shown(value)}")
+    return dict(value)
 
 
 def find_weights(directory: Path) -> Path | None:

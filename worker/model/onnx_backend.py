@@ -155,9 +155,7 @@ class OnnxClassifier(TextClassifierBase):
         with self._calls:
             (out,) = self._session.run([self._output], {"input_ids": ids, "attention_mask": mask})
         probs = np.asarray(out, dtype=np.float32)
-        if probs.shape != (n, len(self.labels)):
-            raise RuntimeError(f"model returned {probs.shape} for {n} inputs")
-        return probs
+        return self._checked(probs, n)
 
     def __repr__(self) -> str:
         return (

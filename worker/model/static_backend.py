@@ -168,9 +168,7 @@ class StaticClassifier(TextClassifierBase):
                 handle.copy_from_cpu(array)
             self._predictor.run()
             probs = np.asarray(self._output.copy_to_cpu(), dtype=np.float32)
-        if probs.shape != (n, len(self.labels)):
-            raise RuntimeError(f"model returned {probs.shape} for {n} inputs")
-        return probs
+        return self._checked(probs, n)
 
     def __repr__(self) -> str:
         return (

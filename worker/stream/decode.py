@@ -8,6 +8,9 @@ runs when the value could possibly be nested too deeply. It never raises on bad 
 from __future__ import annotations
 
 import json
+import math
+import sys
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -40,12 +43,35 @@ class _NonStandardConstantError(ValueError):
     pass
 
 
+class _NumberOutOfRangeError(ValueError):
+    pass
+
+
 def _reject_constant(name: str) -> Any:
     raise _NonStandardConstantError(name)
 
 
+def _float_in_range(literal: str) -> float:
+    """A JSON number with a fraction or exponent as a float, unless a 64-bit float cannot hold it: `1e999`
+    would become infinity (written as null in the result) and `1e-999` zero; those are refused instead."""
+    value = float(literal)
+    if math.isinf(value) or (value == 0.0 and literal.lower().partition("e")[0].strip("-+0.")):
+        raise _NumberOutOfRangeError(literal)
+    return value
+
+
 # Stateless and reused: json.loads(..., parse_constant=...) would build a new decoder per call.
-_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant)
+_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_float_in_range)
+
+_INVISIBLE: Final = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+"""Unicode categories of characters that show nothing: control, format (zero-width spaces and joiners,
+direction marks, U+FEFF), and space, line and paragraph separators; every whitespace character is in one."""
+
+
+def _has_visible_character(text: str) -> bool:
+    """True if `text` holds a character outside `_INVISIBLE` (stops at the first, usually the first)."""
+    category = unicodedata.category
+    return any(category(char) not in _INVISIBLE for char in text)
 
 
 def _type_name(value: object) -> str:
@@ -105,8 +131,10 @@ def decode_review(
     empty. Limits: `max_value_bytes` (bytes of the raw value), `max_text_chars` (characters of the text),
     `max_json_depth` (nesting levels of arrays/objects, the top-level object counting as 1; documents
     deeper than the interpreter's recursion limit, about 1,000, always fail the same way). A leading
-    UTF-8 byte order mark is ignored. The text is returned exactly as given (whitespace is only ignored
-    when checking for emptiness).
+    UTF-8 byte order mark is ignored. The text is returned exactly as given; a text with no visible
+    character (only Unicode control, format or separator characters, whitespace among them) is
+    `empty_text`. Values are kept exactly or refused, never changed: a number a 64-bit float cannot hold
+    (`1e999`, `1e-999`) or an integer of more digits than the interpreter converts (4,300) is `invalid_json`.
     """
     if value is None:
         return DecodeFailure(
@@ -150,8 +178,21 @@ def _decode_json(
             DeadLetterKind.INVALID_JSON,
             f"value is not valid JSON ({exc} is not a JSON value; use null or a string): {_EXAMPLE}",
         )
-    except ValueError as exc:  # json.JSONDecodeError, or an integer literal too long to convert
+    except _NumberOutOfRangeError as exc:
+        number = _shortened(str(exc))
+        return DecodeFailure(
+            DeadLetterKind.INVALID_JSON,
+            f"JSON holds the number {number}, which a 64-bit float cannot hold (it would become "
+            f'infinity or 0): send it as a string ("{number}") to have it kept exactly',
+        )
+    except json.JSONDecodeError as exc:
         return DecodeFailure(DeadLetterKind.INVALID_JSON, f"value is not valid JSON ({exc}): {_EXAMPLE}")
+    except ValueError:  # the decoder's one other error: an integer literal too long to convert
+        return DecodeFailure(
+            DeadLetterKind.INVALID_JSON,
+            f"JSON holds an integer of more than {sys.get_int_max_str_digits():,} digits: "
+            "send it as a string",
+        )
 
     if not isinstance(document, dict):
         return DecodeFailure(
@@ -198,9 +239,11 @@ def _decode_json(
 def _check_text(
     text: str, max_text_chars: int, review_id: str, metadata: dict[str, Any]
 ) -> DecodedReview | DecodeFailure:
-    if not text or text.isspace():
+    if not _has_visible_character(text):
         return DecodeFailure(
-            DeadLetterKind.EMPTY_TEXT, "text is empty or whitespace only: send the review text"
+            DeadLetterKind.EMPTY_TEXT,
+            "text is empty or has no visible character (only whitespace, control or format characters "
+            "such as zero-width spaces): send the review text",
         )
     n_chars = len(text)
     if n_chars > max_text_chars:
@@ -210,6 +253,10 @@ def _check_text(
             "send shorter reviews (split long ones)",
         )
     return DecodedReview(id=review_id, text=text, metadata=metadata)
+
+
+def _shortened(literal: str, limit: int = 40) -> str:
+    return literal if len(literal) <= limit else f"{literal[: limit - 3]}..."
 
 
 def _too_deep(max_json_depth: int) -> DecodeFailure:

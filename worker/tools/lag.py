@@ -31,6 +31,10 @@ class LagError(RuntimeError):
     """The lag could not be read; the message says what to check."""
 
 
+class TopicMissingError(LagError):
+    """The topic does not exist: a setting to fix (or a topic to create), not a failure while running."""
+
+
 @dataclass(frozen=True)
 class PartitionLag:
     """Lag of one partition for one group.
@@ -154,7 +158,10 @@ def _partitions_of(admin: AdminClient, topic: str, timeout_s: float) -> list[int
         raise LagError(f"cannot reach the broker: {exc.args[0].str()}") from None
     info = metadata.topics.get(topic)
     if info is None or info.error is not None or not info.partitions:
-        raise LagError(f"topic {topic!r} does not exist (create it with `sentiment-worker topics create`)")
+        raise TopicMissingError(
+            f"topic {topic!r} does not exist: check --topic / SENTIMENT_INPUT_TOPIC and the bootstrap "
+            "servers, or create it with `sentiment-worker topics create`"
+        )
     return sorted(info.partitions)
 
 
