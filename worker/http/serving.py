@@ -23,9 +23,8 @@ from worker.health import HealthState
 from worker.http.api import SentimentApi, build_app
 from worker.http.request_batcher import RequestBatcher
 from worker.http.server import HttpServer
-from worker.inference.engine import Engine
+from worker.inference.engine import Engine, EngineOptions
 from worker.inference.labelling import Classifier
-from worker.inference.token_budget import choose_token_budget
 from worker.metrics import WorkerMetrics, create_http_metrics, create_metrics
 
 log = logging.getLogger(__name__)
@@ -158,8 +157,7 @@ class SentimentService:
                 self._on_listening(self.address)
             engine = Engine(
                 self._classifier,
-                max_batch_size=s.max_batch_size,
-                max_batch_tokens=choose_token_budget(s, self._classifier).max_batch_tokens,
+                EngineOptions.from_settings(s, self._classifier),
                 on_labelled=self._metrics.observe_window,
             )
             stack.callback(engine.close, s.shutdown_timeout_s)

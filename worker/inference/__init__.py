@@ -10,7 +10,7 @@ probabilities, as every result carries them), `token_budget` (the one choice of 
 """
 
 from worker.inference.consume_window import ConsumeWindow
-from worker.inference.engine import Engine, EngineClosed, Labelled
+from worker.inference.engine import Engine, EngineClosed, EngineOptions, Labelled
 from worker.inference.in_order import InOrder
 from worker.inference.label_fields import LabelFields, label_fields
 from worker.inference.labelling import Classifier, InferenceFailure, Output, WindowStats
@@ -22,6 +22,7 @@ __all__ = [
     "ConsumeWindow",
     "Engine",
     "EngineClosed",
+    "EngineOptions",
     "InOrder",
     "InferenceFailure",
     "LabelFields",

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 
 from schemas.dead_letter import DeadLetterKind
+from worker.config import WorkerSettings
 from worker.inference.batch_plan import plan_batches
 from worker.inference.labelling import (
     Classifier,
@@ -39,6 +40,7 @@ from worker.inference.labelling import (
     predict_splitting,
     sequences_for,
 )
+from worker.inference.token_budget import choose_token_budget
 from worker.model.long_text import merge_chunk_outputs
 
 log = logging.getLogger(__name__)
@@ -84,29 +86,44 @@ class _Group:
     batches_left: int = 0
 
 
-class Engine:
-    """Labels submitted texts with `classifier` under a token budget; see the module docstring.
+@dataclass(frozen=True)
+class EngineOptions:
+    """At most `max_batch_size` texts and `max_batch_tokens` padded tokens (batch size x longest sequence)
+    in one model call."""
 
-    `max_batch_size` texts and `max_batch_tokens` padded tokens (batch size x longest sequence) at most in one
-    model call; the budget is halved below a batch that runs out of memory. `on_labelled(stats,
-    token_budget)` is called once per group of submissions labelled together (the metrics), on a lane thread.
+    max_batch_size: int
+    max_batch_tokens: int
+
+    def __post_init__(self) -> None:
+        if self.max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
+
+    @classmethod
+    def from_settings(cls, settings: WorkerSettings, classifier: Classifier) -> EngineOptions:
+        """The worker's and `serve`'s options: the token budget as the settings choose it (a number, or
+        calibrated: `choose_token_budget`)."""
+        return cls(settings.max_batch_size, choose_token_budget(settings, classifier).max_batch_tokens)
+
+
+class Engine:
+    """Labels submitted texts with `classifier` within `options`; see the module docstring.
+
+    The token budget is halved below a batch that runs out of memory. `on_labelled(stats, token_budget)` is
+    called once per group of submissions labelled together (the metrics), on a lane thread.
     """
 
     def __init__(
         self,
         classifier: Classifier,
+        options: EngineOptions,
         *,
-        max_batch_size: int,
-        max_batch_tokens: int,
         on_labelled: Callable[[WindowStats, int], None] | None = None,
         clock: Callable[[], float] = time.perf_counter,
         name: str = "engine",
     ) -> None:
-        if max_batch_size < 1:
-            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self._classifier = classifier
-        self._max_batch_size = max_batch_size
-        self._budget = TokenBudget(max_batch_tokens)
+        self._max_batch_size = options.max_batch_size
+        self._budget = TokenBudget(options.max_batch_tokens)
         self._on_labelled = on_labelled
         self._clock = clock
         self._name = name

@@ -23,10 +23,9 @@ from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
 from worker.health import HealthServer, HealthState
 from worker.inference.consume_window import ConsumeWindow
-from worker.inference.engine import Engine, Labelled
+from worker.inference.engine import Engine, EngineOptions, Labelled
 from worker.inference.in_order import InOrder
 from worker.inference.labelling import Classifier
-from worker.inference.token_budget import choose_token_budget
 from worker.metrics import WorkerMetrics, create_metrics
 from worker.stream import kafka_clients
 from worker.stream.authorization import consume_refusal, is_authorization_error
@@ -193,8 +192,7 @@ class SentimentWorker:
         self._health.broker_reachable = True
         engine = Engine(
             self._classifier,
-            max_batch_size=s.max_batch_size,
-            max_batch_tokens=choose_token_budget(s, self._classifier).max_batch_tokens,
+            EngineOptions.from_settings(s, self._classifier),
             on_labelled=self._metrics.observe_window,
         )
         stack.callback(engine.close, s.shutdown_timeout_s)

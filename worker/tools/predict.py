@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
 from schemas.dead_letter import DeadLetterKind
-from worker.inference.engine import Engine
+from worker.inference.engine import Engine, EngineOptions
 from worker.inference.in_order import InOrder
 from worker.inference.label_fields import label_fields
 from worker.inference.labelling import Classifier, InferenceFailure, Output
@@ -49,9 +49,7 @@ def predict_lines(
     `on_chunk(n)` is called after the rows of each chunk of `n` lines are yielded (progress)."""
     numbered = enumerate(lines, start=1)
     chunks = iter(lambda: list(islice(numbered, _CHUNK_LINES)), [])
-    engine = Engine(
-        classifier, max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens, name="predict"
-    )
+    engine = Engine(classifier, EngineOptions(max_batch_size, max_batch_tokens), name="predict")
     with engine.start(warm_up=False):
         in_order: InOrder[_Chunk] = InOrder(engine, capacity=_QUEUED_CHUNKS)
         prepared = (_prepare(chunk, max_text_chars) for chunk in chunks)

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
+from tests.polling import wait_until
 from worker.http.request_batcher import BatcherClosed, Overloaded, RequestBatcher
-from worker.inference.engine import Engine
+from worker.inference.engine import Engine, EngineOptions
 from worker.inference.labelling import InferenceFailure
 from worker.metrics import create_http_metrics
 
@@ -55,7 +56,7 @@ def make(model: LengthModel) -> Iterator[object]:
     made: list[tuple[RequestBatcher, Engine]] = []
 
     def build(max_batch_size: int = 4, **kwargs: object) -> RequestBatcher:
-        engine = Engine(model, max_batch_size=max_batch_size, max_batch_tokens=4096).start(warm_up=False)
+        engine = Engine(model, EngineOptions(max_batch_size, 4096)).start(warm_up=False)
         options: dict[str, object] = {"max_wait_ms": 200, "max_queued_texts": 100, **kwargs}
         batcher = RequestBatcher(
             engine,
@@ -75,22 +76,18 @@ def positive(outputs: Sequence[object]) -> list[float]:
     return [round(float(o[1]), 2) for o in outputs]  # type: ignore[index]
 
 
-def _wait_until(condition: object, timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():  # type: ignore[operator]
-            return True
-        time.sleep(0.005)
-    return False
-
-
 def test_requests_waiting_for_a_busy_model_share_its_next_batches(make: object, model: LengthModel) -> None:
     batcher = make(max_batch_size=16)  # type: ignore[operator]
     model.gate.clear()  # the model is busy with the first request
     first = batcher.submit(["a"])
     assert model.entered.wait(5)
     queued = batcher.submit(["bb"])  # the one batch kept ready behind the running one
-    assert _wait_until(lambda: model.tokenized[-1:] == [1] and len(model.tokenized) == 2)
+    wait_until(
+        lambda: model.tokenized[-1:] == [1] and len(model.tokenized) == 2,
+        5,
+        "model.tokenized[-1:] == [1] and len(model.tokenized) == 2",
+        interval_s=0.005,
+    )
     waiting = [batcher.submit(["x" * n for n in range(k + 2, k + 5)]) for k in range(0, 12, 3)]
     model.gate.set()
     assert positive(first.result(5).outputs) == [0.01]
@@ -110,7 +107,9 @@ def test_the_planner_cuts_a_window_and_a_full_batch_is_queued_while_the_model_is
     first = batcher.submit(["a"])
     assert model.entered.wait(5)
     full = batcher.submit(["x" * n for n in range(2, 12)])  # 10 texts: more than a model batch
-    assert _wait_until(lambda: model.tokenized[-1:] == [10])  # tokenized and queued before the model is free
+    wait_until(
+        lambda: model.tokenized[-1:] == [10], 5, "model.tokenized[-1:] == [10]", interval_s=0.005
+    )  # tokenized and queued before the model is free
     model.gate.set()
     assert len(first.result(5).outputs) == 1
     assert positive(full.result(5).outputs) == [n / 100 for n in range(2, 12)]
@@ -144,7 +143,7 @@ def test_a_cancelled_request_is_dropped_before_its_batch(make: object, model: Le
     batcher.submit(["a"])
     assert model.entered.wait(5)
     batcher.submit(["e"])  # kept ready behind the running batch: the next ones wait for a free lane
-    assert _wait_until(lambda: len(model.tokenized) == 2)
+    wait_until(lambda: len(model.tokenized) == 2, 5, "len(model.tokenized) == 2", interval_s=0.005)
     dropped = batcher.submit(["bb", "cc"])
     kept = batcher.submit(["ddd"])
     assert dropped.cancel()

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from schemas.dead_letter import DeadLetterKind
-from worker.inference.engine import Engine, EngineClosed, Labelled
+from tests.polling import wait_until
+from worker.inference.engine import Engine, EngineClosed, EngineOptions, Labelled
 from worker.inference.labelling import InferenceFailure, TokenBudget, WindowStats, is_out_of_memory
 
 
@@ -63,19 +64,10 @@ def label(
     classifier: object, texts: Sequence[str], *, max_batch_size: int, max_batch_tokens: int
 ) -> Labelled:
     """One submission to a fresh engine, waited for."""
-    with Engine(classifier, max_batch_size=max_batch_size, max_batch_tokens=max_batch_tokens).start(  # type: ignore[arg-type]
+    with Engine(classifier, EngineOptions(max_batch_size, max_batch_tokens)).start(  # type: ignore[arg-type]
         warm_up=False
     ) as engine:
         return engine.submit(texts).result(10)
-
-
-def _wait_until(condition: object, timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():  # type: ignore[operator]
-            return True
-        time.sleep(0.005)
-    return False
 
 
 def test_outputs_follow_input_order_although_batches_group_by_length() -> None:
@@ -115,7 +107,7 @@ class FakeTokenizerRefusing(FakeLengthClassifier):
 
 def test_a_text_the_tokenizer_refuses_fails_alone_and_its_batch_mates_are_labelled() -> None:
     fake = FakeTokenizerRefusing()
-    with Engine(fake, max_batch_size=8, max_batch_tokens=4096).start(warm_up=False) as engine:
+    with Engine(fake, EngineOptions(8, 4096)).start(warm_up=False) as engine:
         fake_gate = [engine.submit(["好评"]), engine.submit(["差\ud800评", "还行"]), engine.submit(["不错"])]
         results = [future.result(10) for future in fake_gate]
     bad = results[1].outputs[0]
@@ -217,7 +209,7 @@ def test_batches_run_side_by_side_as_the_classifier_allows_and_outputs_keep_inpu
 def test_out_of_memory_in_a_lane_lowers_the_shared_budget_once_per_event() -> None:
     texts = ["短评" * 5] * 12 + ["长" * 300] * 2
     fake = FakeSideBySideClassifier(2, delay_s=0.001, oom_over_tokens=100)
-    engine = Engine(fake, max_batch_size=4, max_batch_tokens=100_000).start(warm_up=False)
+    engine = Engine(fake, EngineOptions(4, 100_000)).start(warm_up=False)
     with engine:
         labelled = engine.submit(texts).result(10)
     outputs = labelled.outputs
@@ -234,25 +226,30 @@ def test_the_lanes_are_the_engine_s_own_as_many_as_the_classifier_allows_and_end
         return {t for t in threading.enumerate() if t.name.startswith("width-three-lane")}
 
     fake = FakeSideBySideClassifier(3, delay_s=0.001)
-    engine = Engine(fake, max_batch_size=4, max_batch_tokens=4096, name="width-three").start(warm_up=False)
+    engine = Engine(fake, EngineOptions(4, 4096), name="width-three").start(warm_up=False)
     with engine:
         for window in (2, 9, 40, 6, 100, 17):  # windows of 1, 2, 3 and more batches
             texts = ["字" * (5 + i % 90) for i in range(window)]
             outputs = engine.submit(texts).result(10).outputs
             assert [_length_of(o) for o in outputs] == [len(t) + 2 for t in texts]
         assert 2 <= len(lane_threads()) <= 3
-    assert _wait_until(lambda: not lane_threads())
+    wait_until(lambda: not lane_threads(), 5, "not lane_threads()", interval_s=0.005)
 
 
 def test_windows_submitted_while_the_lanes_are_busy_queue_behind_them_in_submission_order() -> None:
     fake = FakeSideBySideClassifier(2, delay_s=0.005)
     short = ["字" * (1 + i % 40) for i in range(60)]  # every sequence <= 42 tokens
     long = ["长" * (200 + i % 40) for i in range(30)]  # every sequence >= 202 tokens
-    with Engine(fake, max_batch_size=8, max_batch_tokens=2048).start(warm_up=False) as engine:
+    with Engine(fake, EngineOptions(8, 2048)).start(warm_up=False) as engine:
         first = engine.submit(short)
         second = engine.submit(long)
         expected_batches = 8 + 4  # 60 / 8 and 30 / 8, rounded up (the token budget does not bind)
-        assert _wait_until(lambda: len(fake.batches) == expected_batches)  # nobody has waited for them yet
+        wait_until(
+            lambda: len(fake.batches) == expected_batches,
+            5,
+            "len(fake.batches) == expected_batches",
+            interval_s=0.005,
+        )  # nobody has waited for them yet
         short_labelled, long_labelled = first.result(10), second.result(10)
     assert fake.most_at_once == 2
     window_of_each_call = ["long" if max(b) > 100 else "short" for b in fake.batches]
@@ -285,7 +282,7 @@ class FakeGatedClassifier(FakeLengthClassifier):
 @pytest.fixture
 def gated() -> Iterator[tuple[FakeGatedClassifier, Engine]]:
     fake = FakeGatedClassifier()
-    engine = Engine(fake, max_batch_size=16, max_batch_tokens=4096).start(warm_up=False)
+    engine = Engine(fake, EngineOptions(16, 4096)).start(warm_up=False)
     yield fake, engine
     fake.gate.set()
     engine.close(5)
@@ -301,7 +298,7 @@ def test_gathering_submissions_share_one_tokenizer_call_and_batch_when_a_lane_fr
     ready = engine.submit(
         ["bb"], gather_ms=1000
     )  # kept ready behind the running batch (lane busy, none queued)
-    assert _wait_until(lambda: fake.tokenized == [1, 1])
+    wait_until(lambda: fake.tokenized == [1, 1], 5, "fake.tokenized == [1, 1]", interval_s=0.005)
     gathered = [engine.submit(["x" * n], gather_ms=1000) for n in range(3, 9)]
     time.sleep(0.05)
     assert fake.tokenized == [1, 1]  # the lane has a batch waiting: these six gather
@@ -334,7 +331,7 @@ def test_a_cancelled_submission_is_dropped_before_the_model_sees_it(
     engine.submit(["a"], gather_ms=0)
     assert fake.entered.wait(5)
     engine.submit(["b"], gather_ms=0)  # the batch kept ready
-    assert _wait_until(lambda: len(fake.tokenized) == 2)
+    wait_until(lambda: len(fake.tokenized) == 2, 5, "len(fake.tokenized) == 2", interval_s=0.005)
     dropped = engine.submit(["cc", "dd"], gather_ms=0)
     kept = engine.submit(["eee"], gather_ms=0)
     assert dropped.cancel()
@@ -353,7 +350,7 @@ def test_close_labels_everything_submitted_and_refuses_what_comes_after(
     submitted = [engine.submit(["字" * (i + 1)], gather_ms=10_000) for i in range(5)]
     closer = threading.Thread(target=engine.close, args=(10,))
     closer.start()
-    assert _wait_until(lambda: engine._closing)  # noqa: SLF001 - close() has begun
+    wait_until(lambda: engine._closing, 5, "engine._closing", interval_s=0.005)  # noqa: SLF001 - close() has begun
     with pytest.raises(EngineClosed):
         engine.submit(["late"])
     fake.gate.set()
@@ -364,9 +361,7 @@ def test_close_labels_everything_submitted_and_refuses_what_comes_after(
 def test_each_group_is_reported_once_with_its_measurements() -> None:
     reports: list[tuple[WindowStats, int]] = []
     fake = FakeLengthClassifier()
-    engine = Engine(
-        fake, max_batch_size=4, max_batch_tokens=4096, on_labelled=lambda s, b: reports.append((s, b))
-    )
+    engine = Engine(fake, EngineOptions(4, 4096), on_labelled=lambda s, b: reports.append((s, b)))
     with engine.start(warm_up=False):
         labelled = [engine.submit(["好评" * (i + 1)] * 6).result(5) for i in range(3)]
     assert [stats for stats, _ in reports] == [r.stats for r in labelled]
@@ -386,11 +381,11 @@ def test_stalled_s_grows_only_while_the_lanes_work_without_finishing(
     assert engine.stalled_s() >= 0.09
     fake.gate.set()
     future.result(5)
-    assert _wait_until(lambda: engine.stalled_s() == 0.0)
+    wait_until(lambda: engine.stalled_s() == 0.0, 5, "engine.stalled_s() == 0.0", interval_s=0.005)
 
 
 def test_submitting_before_start_or_after_close_is_refused() -> None:
-    engine = Engine(FakeLengthClassifier(), max_batch_size=4, max_batch_tokens=64)
+    engine = Engine(FakeLengthClassifier(), EngineOptions(4, 64))
     with pytest.raises(EngineClosed, match="not started"):
         engine.submit(["好"])
     engine.start(warm_up=False).close()
@@ -401,9 +396,7 @@ def test_submitting_before_start_or_after_close_is_refused() -> None:
 def test_the_warm_up_labels_before_start_returns_and_is_not_reported() -> None:
     reports: list[WindowStats] = []
     fake = FakeLengthClassifier()
-    engine = Engine(
-        fake, max_batch_size=4, max_batch_tokens=4096, on_labelled=lambda s, _b: reports.append(s)
-    )
+    engine = Engine(fake, EngineOptions(4, 4096), on_labelled=lambda s, _b: reports.append(s))
     with engine.start():
         assert len(fake.batches) == 1 and reports == []  # the model ran once; the metrics did not see it
         engine.submit(["好评"]).result(5)

@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pytest
 
-from worker.inference.engine import Engine, Labelled
+from worker.inference.engine import Engine, EngineOptions, Labelled
 from worker.inference.in_order import InOrder
 
 
@@ -42,7 +42,7 @@ def _lengths(labelled: Labelled) -> list[int]:
 @pytest.fixture
 def fake_engine() -> Iterator[tuple[FakeCountingClassifier, Engine]]:
     fake = FakeCountingClassifier()
-    with Engine(fake, max_batch_size=2, max_batch_tokens=4096).start(warm_up=False) as engine:
+    with Engine(fake, EngineOptions(2, 4096)).start(warm_up=False) as engine:
         yield fake, engine
         fake.gate.set()
 

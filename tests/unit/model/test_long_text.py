@@ -12,7 +12,7 @@ import pytest
 
 from schemas.dead_letter import DeadLetterKind
 from worker.config import WorkerSettings
-from worker.inference.engine import Engine
+from worker.inference.engine import Engine, EngineOptions
 from worker.inference.labelling import InferenceFailure
 from worker.model.device import choose_device
 from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier
@@ -147,7 +147,7 @@ TEXTS = ["abcdefghij", "xy", "", "klmnopq", "d!efghijklmn", "zzzzzzzzzzzzzzzzzzz
 
 def test_the_engine_gives_one_averaged_output_per_text_in_order() -> None:
     fake = FakeChunkingClassifier()
-    with Engine(fake, max_batch_size=3, max_batch_tokens=1000).start(warm_up=False) as engine:
+    with Engine(fake, EngineOptions(3, 1000)).start(warm_up=False) as engine:
         labelled = engine.submit(TEXTS).result(10)
     outputs, stats = labelled.outputs, labelled.stats
     assert len(outputs) == len(TEXTS)
@@ -175,7 +175,7 @@ def test_windows_keep_one_output_per_valid_review_in_input_order() -> None:
     prepared = prepare_window(items, DecodeOptions.from_settings(settings))
     valid = [t for t in TEXTS if t]  # the empty text is dead-lettered by decode, never tokenized
     assert prepared.texts == valid
-    with Engine(fake, max_batch_size=4, max_batch_tokens=1000).start(warm_up=False) as engine:
+    with Engine(fake, EngineOptions(4, 1000)).start(warm_up=False) as engine:
         labelled = engine.submit(prepared.texts).result(10)
     assert sum(fake.batches) > len(valid)  # long reviews were split into several sequences
     assert len(labelled.outputs) == len(valid)
