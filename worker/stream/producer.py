@@ -13,6 +13,8 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
+from worker.errors import OperationError
+
 log = logging.getLogger(__name__)
 
 _KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
@@ -69,7 +71,7 @@ def record_size(record: OutboundRecord) -> int:
     return len(record.key or b"") + len(record.value or b"") + headers + _RECORD_OVERHEAD_BYTES
 
 
-class DeliveryFailedError(RuntimeError):
+class DeliveryFailedError(OperationError):
     """The broker did not take a record; its input offset must not be committed."""
 
     def __init__(self, message: str, topic: str, error: KafkaError | None) -> None:

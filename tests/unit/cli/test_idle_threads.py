@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from worker.cli import run, serve
-from worker.cli.common import IDLE_THREAD_DEFAULTS, CommandError, rest_idle_threads
+from worker.cli.common import IDLE_THREAD_DEFAULTS, rest_idle_threads
 from worker.cli.main import build_parser
+from worker.errors import ConfigurationError
 
 
 @pytest.fixture
@@ -48,12 +49,12 @@ def test_run_and_serve_set_it_before_the_model_loads(
 
     def load_model(_settings: object) -> None:
         seen.update({name: os.environ.get(name) for name in IDLE_THREAD_DEFAULTS})
-        raise CommandError("stop here")
+        raise ConfigurationError("stop here")
 
     monkeypatch.setattr(module, "load_model", load_model)
     monkeypatch.setattr(module, "install_stop_handlers", lambda _stop: lambda: None)
     monkeypatch.setattr(module, "configure_logging", lambda _level: None)
     args = build_parser().parse_args(argv)
-    with pytest.raises(CommandError, match="stop here"):
+    with pytest.raises(ConfigurationError, match="stop here"):
         args.func(args)
     assert seen == IDLE_THREAD_DEFAULTS  # set when the model (and with it Paddle) starts loading
