@@ -32,6 +32,7 @@ __all__ = [
     "add_settings_flags",
     "configure_logging",
     "env_config_file",
+    "evaluate_model",
     "install_stop_handlers",
     "load_model",
     "quiet_libraries",
@@ -175,6 +176,24 @@ def load_model(settings: WorkerSettings) -> tuple[Any, Any]:
         raise ConfigurationError(f"model: {exc}") from None
     log.info("model %r", classifier)
     return classifier, ModelRef(name=classifier.name, version=classifier.version)
+
+
+def evaluate_model(
+    model: str, examples: list[Any], path: Path, *, device: str, max_seq_len: int | None, batch_size: int,
+    static_probe: bool,
+) -> Any:  # fmt: skip
+    """`evaluate`'s report of `model` on labelled `examples` read from `path` (evaluate and promote)."""
+    from worker.training.evaluate import evaluate
+
+    classifier, _ = load_model(settings_for_model(model, device, max_seq_len))
+    return evaluate(
+        classifier,
+        examples,
+        model_ref=model,
+        data=str(path),
+        batch_size=batch_size,
+        static_probe=static_probe,
+    )
 
 
 def install_stop_handlers(request_stop: Callable[[], None]) -> Callable[[], None]:
