@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
-from typing import Any
 
 from worker.cli.common import (
     EXIT_OK,
@@ -27,12 +25,6 @@ def register(subparsers: Subparsers) -> None:
     )
     add_settings_flags(
         serve, "model", "device", "http_host", "http_port", "backend", "tokenizer", "long_text"
-    )
-    serve.add_argument(
-        "--naive",
-        action="store_true",
-        help="serve the documents' baseline instead (POST /predict: one text, padded to 128, a model call "
-        "each), for `bench --http`",
     )
     serve.set_defaults(func=cmd_serve)
 
@@ -56,23 +48,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     def listening(address: tuple[str, int]) -> None:
         print(json.dumps({"listening": f"http://{address[0]}:{address[1]}"}), flush=True)
 
-    if args.naive:
-        return serve_naive(settings, classifier, model_ref, stop, listening)
     service = SentimentService(settings, classifier, model_ref, stop=stop, on_listening=listening)
     summary = service.run()
     print(json.dumps({"stopped": "stop requested", "seconds": round(summary.seconds, 2)}), flush=True)
-    return EXIT_OK
-
-
-def serve_naive(
-    settings: Any, classifier: Any, model_ref: Any, stop: Any, listening: Callable[[tuple[str, int]], None]
-) -> int:
-    from worker.bench.naive_http import build_naive_app
-    from worker.http.server import HttpServer
-
-    server = HttpServer(build_naive_app(classifier, model_ref), settings.http_host, settings.http_port)
-    listening(server.address)
-    while not stop.wait(0.5):
-        pass
-    server.close()
     return EXIT_OK

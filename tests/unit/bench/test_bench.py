@@ -302,6 +302,14 @@ def test_repeated_predict_runs_alternate_and_the_rate_comes_from_the_median_time
     assert report["conservation"] == {"ok": True}
 
 
+def test_the_naive_http_baseline_is_served_by_bench_not_by_serve() -> None:
+    parser = build_parser()
+    assert parser.parse_args(["bench", "--naive-server", "8123"]).naive_server == 8123
+    assert parser.parse_args(["bench", "--http"]).naive_server is None
+    with pytest.raises(SystemExit):  # the product's `serve` carries no benchmark baseline
+        parser.parse_args(["serve", "--naive"])
+
+
 def test_predict_repeats_defaults_flag_and_refusal(tmp_path: Path) -> None:
     assert bench_options(parse()).predict_repeats == 3
     assert bench_options(parse("--quick")).predict_repeats == 1

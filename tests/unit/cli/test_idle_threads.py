@@ -1,5 +1,6 @@
-"""`run` and `serve` make Paddle's idle OpenMP threads sleep 1 ms after their last work (KMP_BLOCKTIME=1,
-OMP_WAIT_POLICY=PASSIVE) before Paddle loads, unless the user chose a wait policy."""
+"""`run` and `serve` (and `bench --naive-server`, the baseline `bench --http` compares `serve` with) make
+Paddle's idle OpenMP threads sleep 1 ms after their last work (KMP_BLOCKTIME=1, OMP_WAIT_POLICY=PASSIVE)
+before Paddle loads, unless the user chose a wait policy."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from worker.cli import run, serve
+from worker.cli import bench, run, serve
 from worker.cli.common import IDLE_THREAD_DEFAULTS, rest_idle_threads
 from worker.cli.main import build_parser
 from worker.errors import ConfigurationError
@@ -40,9 +41,11 @@ def test_a_users_own_wait_policy_is_kept(monkeypatch: pytest.MonkeyPatch, name: 
 
 @pytest.mark.usefixtures("no_wait_policy")
 @pytest.mark.parametrize(
-    ("module", "argv"), [(run, ["run"]), (serve, ["serve", "--http-port", "8080"])], ids=["run", "serve"]
+    ("module", "argv"),
+    [(run, ["run"]), (serve, ["serve", "--http-port", "8080"]), (bench, ["bench", "--naive-server", "0"])],
+    ids=["run", "serve", "naive-server"],
 )
-def test_run_and_serve_set_it_before_the_model_loads(
+def test_run_serve_and_the_naive_server_set_it_before_the_model_loads(
     monkeypatch: pytest.MonkeyPatch, module: Any, argv: list[str]
 ) -> None:
     seen: dict[str, str | None] = {}
