@@ -36,8 +36,8 @@ def register(subparsers: Subparsers) -> None:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     use_all_cores()  # before Paddle loads (below)
-    from worker.training.calibration import calibrate
     from worker.training.evaluate import predict_probs
+    from worker.training.temperature import calibrate
 
     configure_logging("WARNING")
 
