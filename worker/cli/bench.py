@@ -1,5 +1,5 @@
 """`sentiment-worker bench`: end-to-end vs `predict` vs model-only vs naive throughput, latency at a fixed
-rate, RSS."""
+rate, RSS; `bench --http`: `serve` vs the naive handler, which `bench --naive-server` serves."""
 
 from __future__ import annotations
 
@@ -13,13 +13,15 @@ from typing import TYPE_CHECKING, Any
 from worker.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
-    CommandError,
     Subparsers,
     add_settings_flags,
     configure_logging,
+    install_stop_handlers,
     load_model,
+    rest_idle_threads,
     settings_from_args,
 )
+from worker.errors import ConfigurationError, OperationError
 
 if TYPE_CHECKING:
     from worker.bench.bench import BenchOptions
@@ -69,6 +71,14 @@ def register(subparsers: Subparsers) -> None:
     bench.add_argument(
         "--http-max-wait-ms", type=int, default=None, help="--http: the server's http_max_wait_ms (2)"
     )
+    bench.add_argument(
+        "--naive-server",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="instead: serve the naive handler `--http` measures against on PORT (0: a free one) until "
+        "stopped: the design documents' baseline, POST /predict, one text padded to 128, a model call each",
+    )
     bench.set_defaults(func=cmd_bench)
 
 
@@ -77,6 +87,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from worker.bench.bench_table import format_table
     from worker.inference.token_budget import StartupError, choose_token_budget
 
+    if args.naive_server is not None:
+        return serve_naive(args)
     options = bench_options(args)  # before the model loads: a bad flag fails at once
     settings = settings_from_args(args)
     configure_logging("WARNING")
@@ -93,7 +105,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             progress=say,
         )
     except StartupError as exc:
-        raise CommandError(f"{exc}; pass --max-batch-tokens", EXIT_FAILED) from None
+        raise OperationError(f"{exc}; pass --max-batch-tokens") from None
     budget = choice.max_batch_tokens
     source = "--max-batch-tokens" if args.max_batch_tokens is not None else choice.source
     if args.http:
@@ -114,10 +126,10 @@ def bench_options(args: argparse.Namespace) -> BenchOptions:
     from worker.bench.bench import BenchOptions  # noqa: F811 - at run time (the CLI loads lazily)
 
     if args.predict_messages is not None and args.predict_messages < 0:
-        raise CommandError("--predict-messages: 0 (skip the phase) or more")
+        raise ConfigurationError("--predict-messages: 0 (skip the phase) or more")
     for flag, value in (("--predict-repeats", args.predict_repeats), ("--drains", args.drains)):
         if value is not None and value < 1:
-            raise CommandError(f"{flag}: 1 or more")
+            raise ConfigurationError(f"{flag}: 1 or more")
     make = BenchOptions.quick if args.quick else BenchOptions
     overrides = {
         "messages": args.messages, "naive_messages": args.naive_messages,
@@ -157,3 +169,27 @@ def bench_http(args: argparse.Namespace, settings: Any, classifier: Any, budget:
     print(f"wrote {path}", flush=True)
     overload = report["targets"].get("overload_all_answered")
     return EXIT_OK if overload is None or overload["met"] else EXIT_FAILED
+
+
+def serve_naive(args: argparse.Namespace) -> int:
+    """`bench --naive-server PORT`: the naive handler until SIGTERM/SIGINT, started like `serve` (idle
+    threads, signals, model), so that `bench --http` compares the two servers and nothing else."""
+    import threading
+
+    from worker.bench.naive_http import build_naive_app
+    from worker.http.server import HttpServer
+
+    settings = settings_from_args(args)
+    rest_idle_threads()  # before Paddle loads (load_model), as `serve` does
+    configure_logging(settings.log_level)
+    stop = threading.Event()
+    reinstall = install_stop_handlers(stop.set)
+    classifier, model_ref = load_model(settings)
+    reinstall()  # loading Paddle replaced them
+    server = HttpServer(build_naive_app(classifier, model_ref), settings.http_host, args.naive_server)
+    host, port = server.address
+    print(json.dumps({"listening": f"http://{host}:{port}"}), flush=True)
+    while not stop.wait(0.5):
+        pass
+    server.close()
+    return EXIT_OK

@@ -1,6 +1,7 @@
-"""What every `sentiment-worker` command shares: exit codes, CommandError, the settings flags and the one
-way settings are built from them, logging set-up and model loading. Command modules import this, nothing else
-in `worker/` imports `worker.cli`."""
+"""What every `sentiment-worker` command shares: exit codes, the settings flags and the one way settings are
+built from them, logging set-up and model loading. A command fails by raising a category of `worker.errors`
+(`ConfigurationError`: exit 2, `OperationError`: exit 1); `main` turns it into the exit code. Command modules
+import this, nothing else in `worker/` imports `worker.cli`."""
 
 from __future__ import annotations
 
@@ -19,17 +20,19 @@ from typing import Any, TypeAlias
 from pydantic import ValidationError
 
 from worker.config import WorkerSettings, environment_warnings, load_settings
+from worker.errors import ConfigurationError
 
 __all__ = [
     "EXIT_CONFIG",
     "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
     "EXIT_OK",
     "SETTING_FLAGS",
-    "CommandError",
     "Subparsers",
     "add_settings_flags",
     "configure_logging",
     "env_config_file",
+    "evaluate_model",
     "install_stop_handlers",
     "load_model",
     "quiet_libraries",
@@ -40,18 +43,10 @@ __all__ = [
 
 log = logging.getLogger("worker")
 
-EXIT_OK, EXIT_FAILED, EXIT_CONFIG = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 # What `build_parser` hands each command module's `register(subparsers)`.
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
-
-
-class CommandError(Exception):
-    """A failure the user can fix; printed without a traceback, exit code attached."""
-
-    def __init__(self, message: str, exit_code: int = EXIT_CONFIG) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
 
 
 # ----- settings from flags -----
@@ -88,9 +83,9 @@ def settings_from_args(args: argparse.Namespace) -> WorkerSettings:
         problems = "; ".join(
             f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()
         )
-        raise CommandError(f"invalid settings: {problems}") from None
+        raise ConfigurationError(f"invalid settings: {problems}") from None
     except ValueError as exc:
-        raise CommandError(str(exc)) from None
+        raise ConfigurationError(str(exc)) from None
     # Before logging is configured these go to stderr as bare lines (logging's last resort handler).
     serves_api = settings.http_port > 0 and (getattr(args, "command", None) == "serve" or settings.http_api)
     for warning in environment_warnings(settings, os.environ, serves_api=serves_api):
@@ -159,7 +154,7 @@ def settings_for_model(model: str, device: str | None, max_seq_len: int | None) 
     try:
         settings = load_settings(env_config_file(), model=model, device=device, max_seq_len=max_seq_len)
     except (ValidationError, ValueError) as exc:
-        raise CommandError(f"invalid settings: {exc}") from None
+        raise ConfigurationError(f"invalid settings: {exc}") from None
     for warning in environment_warnings(settings, os.environ, serves_api=False):
         log.warning("%s", warning)
     return settings
@@ -175,7 +170,7 @@ def load_model(settings: WorkerSettings) -> tuple[Any, Any]:
     try:
         choice = choose_device(settings.device)
     except DeviceUnavailableError as exc:
-        raise CommandError(f"device: {exc}") from None
+        raise ConfigurationError(f"device: {exc}") from None
     log.info("device %s (%s)", choice.paddle_device, choice.reason)
     activate(choice)
     try:
@@ -186,9 +181,27 @@ def load_model(settings: WorkerSettings) -> tuple[Any, Any]:
             options=InferenceOptions.from_settings(settings),
         )
     except ModelLoadError as exc:
-        raise CommandError(f"model: {exc}") from None
+        raise ConfigurationError(f"model: {exc}") from None
     log.info("model %r", classifier)
     return classifier, ModelRef(name=classifier.name, version=classifier.version)
+
+
+def evaluate_model(
+    model: str, examples: list[Any], path: Path, *, device: str, max_seq_len: int | None, batch_size: int,
+    static_probe: bool,
+) -> Any:  # fmt: skip
+    """`evaluate`'s report of `model` on labelled `examples` read from `path` (evaluate and promote)."""
+    from worker.training.evaluate import evaluate
+
+    classifier, _ = load_model(settings_for_model(model, device, max_seq_len))
+    return evaluate(
+        classifier,
+        examples,
+        model_ref=model,
+        data=str(path),
+        batch_size=batch_size,
+        static_probe=static_probe,
+    )
 
 
 def install_stop_handlers(request_stop: Callable[[], None]) -> Callable[[], None]:

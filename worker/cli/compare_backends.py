@@ -8,7 +8,8 @@ import json
 import sys
 from pathlib import Path
 
-from worker.cli.common import EXIT_OK, CommandError, Subparsers, configure_logging
+from worker.cli.common import EXIT_OK, Subparsers, configure_logging
+from worker.errors import ConfigurationError
 
 
 def register(subparsers: Subparsers) -> None:
@@ -48,13 +49,10 @@ def register(subparsers: Subparsers) -> None:
 
 def cmd_compare_backends(args: argparse.Namespace) -> int:
     from worker.bench.compare_backends import TableOptions, compare_backends, format_table, rows_as_json
-    from worker.model.loading import ModelLoadError
-    from worker.training.export import ExportError
-    from worker.training.quantize import QuantizeError
 
     configure_logging("WARNING")
     if args.record and args.work_dir is None:
-        raise CommandError("--record needs --work-dir (the measured forms must be kept to be served)")
+        raise ConfigurationError("--record needs --work-dir (the measured forms must be kept to be served)")
     options = TableOptions(
         texts=args.texts,
         repeats=args.repeats,
@@ -70,7 +68,7 @@ def cmd_compare_backends(args: argparse.Namespace) -> int:
             record=args.record,
             progress=lambda line: print(line, file=sys.stderr, flush=True),
         )
-    except (ExportError, QuantizeError, ModelLoadError, FileNotFoundError, ValueError) as exc:
-        raise CommandError(str(exc)) from None
+    except (FileNotFoundError, ValueError) as exc:
+        raise ConfigurationError(str(exc)) from None
     print(json.dumps(rows_as_json(rows)) if args.json else format_table(rows), flush=True)
     return EXIT_OK

@@ -9,7 +9,8 @@ import os
 import sys
 from pathlib import Path
 
-from worker.cli.common import EXIT_OK, CommandError, Subparsers, configure_logging, use_all_cores
+from worker.cli.common import EXIT_OK, Subparsers, configure_logging, use_all_cores
+from worker.errors import ConfigurationError
 
 
 def register(subparsers: Subparsers) -> None:
@@ -31,14 +32,13 @@ def register(subparsers: Subparsers) -> None:
 
 def cmd_int8_ceiling(args: argparse.Namespace) -> int:
     from worker.bench.int8_ceiling import CeilingOptions, format_ceiling, int8_ceiling
-    from worker.model.loading import ModelLoadError
 
     configure_logging("WARNING")
     use_all_cores()
     threads = args.cpu_threads or os.cpu_count() or 1
     for directory in (args.model, args.int8):
         if not (directory / "model.onnx").is_file():
-            raise CommandError(
+            raise ConfigurationError(
                 f"{directory} holds no model.onnx: pass an `export --format onnx` or `quantize` output"
             )
     options = CeilingOptions(texts=args.texts, repeats=args.repeats, cpu_threads=threads)
@@ -46,8 +46,8 @@ def cmd_int8_ceiling(args: argparse.Namespace) -> int:
         report = int8_ceiling(
             args.model, args.int8, options, progress=lambda line: print(line, file=sys.stderr, flush=True)
         )
-    except (ModelLoadError, FileNotFoundError, KeyError) as exc:
-        raise CommandError(str(exc)) from None
+    except (FileNotFoundError, KeyError) as exc:
+        raise ConfigurationError(str(exc)) from None
     print(format_ceiling(report), flush=True)
     if args.json is not None:
         args.json.write_text(json.dumps(report.as_json(), indent=2) + "\n", encoding="utf-8")

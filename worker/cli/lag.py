@@ -5,15 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from worker.cli.common import (
-    EXIT_FAILED,
-    EXIT_OK,
-    CommandError,
-    Subparsers,
-    add_settings_flags,
-    settings_from_args,
-)
-from worker.tools.lag import LagError, TopicMissingError, format_table, measure_lag
+from worker.cli.common import EXIT_OK, Subparsers, add_settings_flags, settings_from_args
+from worker.tools.lag import format_table, measure_lag
 
 
 def register(subparsers: Subparsers) -> None:
@@ -31,12 +24,7 @@ def register(subparsers: Subparsers) -> None:
 def cmd_lag(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     topic = args.topic or settings.input_topic
-    try:
-        lag = measure_lag(settings.librdkafka_common(), settings.group_id, topic, timeout_s=args.timeout_s)
-    except TopicMissingError as exc:
-        raise CommandError(str(exc)) from None  # exit 2: cannot start as configured, like a missing model
-    except LagError as exc:
-        raise CommandError(str(exc), EXIT_FAILED) from None
+    lag = measure_lag(settings.librdkafka_common(), settings.group_id, topic, timeout_s=args.timeout_s)
     if args.json:
         print(json.dumps(lag.to_json(), ensure_ascii=False), flush=True)
     else:

@@ -1,4 +1,5 @@
-"""The `sentiment-worker` parser: every command module registers its sub-commands the same way."""
+"""The `sentiment-worker` parser (every command module registers its sub-commands the same way) and the one
+place where a failure becomes an exit code."""
 
 from __future__ import annotations
 
@@ -10,15 +11,20 @@ from collections.abc import Sequence
 from worker.cli import (
     base_model,
     bench,
+    calibrate,
     compare_backends,
     doctor,
+    evaluate,
     export,
+    inference_speed,
     int8_ceiling,
     lag,
     model_table,
     predict,
     produce,
+    promote,
     quantize,
+    record,
     report,
     run,
     serve,
@@ -27,7 +33,8 @@ from worker.cli import (
     train,
     tune,
 )
-from worker.cli.common import EXIT_FAILED, CommandError, quiet_libraries
+from worker.cli.common import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, quiet_libraries
+from worker.errors import ConfigurationError, OperationError, WorkerError
 
 log = logging.getLogger("worker")
 
@@ -40,7 +47,11 @@ COMMAND_MODULES = (
     predict,
     base_model,
     train,
+    evaluate,
+    promote,
+    calibrate,
     export,
+    inference_speed,
     quantize,
     compare_backends,
     int8_ceiling,
@@ -50,6 +61,7 @@ COMMAND_MODULES = (
     lag,
     tune,
     bench,
+    record,
     report,
 )
 
@@ -65,17 +77,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The exit code of each category of the project's errors (worker.errors; README "Exit codes").
+EXIT_CODES: dict[type[WorkerError], int] = {ConfigurationError: EXIT_CONFIG, OperationError: EXIT_FAILED}
+
+
+def exit_code(error: WorkerError) -> int:
+    """The exit code of `error`'s category (an error of none counts as failed while running)."""
+    return next((code for kind, code in EXIT_CODES.items() if isinstance(error, kind)), EXIT_FAILED)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parses `argv`, runs the command; user-fixable errors are one line on stderr with their exit code."""
+    """Parses `argv`, runs the command; the project's errors are one line on stderr and their category's
+    exit code, an interrupt is 130, anything else a bug (one line, the traceback in the log, exit 1)."""
     args = build_parser().parse_args(argv)
     quiet_libraries()  # before any command imports Paddle
     try:
         return int(args.func(args))
-    except CommandError as exc:
+    except WorkerError as exc:
         print(f"sentiment-worker {args.command}: error: {exc}", file=sys.stderr, flush=True)
-        return exc.exit_code
+        return exit_code(exc)
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - last resort: one clear line, details in the log
         log.error("unexpected failure", exc_info=True)
         print(

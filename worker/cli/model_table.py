@@ -10,7 +10,6 @@ from pathlib import Path
 
 from worker.cli.common import (
     EXIT_OK,
-    CommandError,
     Subparsers,
     configure_logging,
     env_config_file,
@@ -18,6 +17,7 @@ from worker.cli.common import (
     use_all_cores,
 )
 from worker.config import WorkerSettings
+from worker.errors import ConfigurationError
 
 
 def broker_settings(bootstrap_servers: str) -> WorkerSettings:
@@ -25,7 +25,7 @@ def broker_settings(bootstrap_servers: str) -> WorkerSettings:
     try:
         return load_settings(env_config_file(), bootstrap_servers=bootstrap_servers)
     except ValueError as exc:
-        raise CommandError(f"invalid settings: {exc}") from None
+        raise ConfigurationError(f"invalid settings: {exc}") from None
 
 
 def register(subparsers: Subparsers) -> None:
@@ -57,8 +57,6 @@ def register(subparsers: Subparsers) -> None:
 def cmd_model_table(args: argparse.Namespace) -> int:
     use_all_cores()
     from worker.bench.model_table import EndToEnd, format_model_table, model_table, rows_as_json
-    from worker.model.loading import ModelLoadError
-    from worker.training.export import ExportError
 
     configure_logging("WARNING")
     try:
@@ -73,7 +71,7 @@ def cmd_model_table(args: argparse.Namespace) -> int:
             else None,
             progress=lambda line: print(line, file=sys.stderr, flush=True),
         )
-    except (ExportError, ModelLoadError, FileNotFoundError, ValueError, KeyError) as exc:
-        raise CommandError(str(exc)) from None
+    except (FileNotFoundError, ValueError, KeyError) as exc:
+        raise ConfigurationError(str(exc)) from None
     print(json.dumps(rows_as_json(rows)) if args.json else format_model_table(rows), flush=True)
     return EXIT_OK

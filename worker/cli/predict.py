@@ -10,13 +10,13 @@ from pathlib import Path
 
 from worker.cli.common import (
     EXIT_OK,
-    CommandError,
     Subparsers,
     add_settings_flags,
     configure_logging,
     load_model,
     settings_from_args,
 )
+from worker.errors import ConfigurationError
 
 
 def register(subparsers: Subparsers) -> None:
@@ -41,7 +41,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
     configure_logging("WARNING")
     if args.input is not None and not args.input.is_file():
-        raise CommandError(f"no such file: {args.input}")
+        raise ConfigurationError(f"no such file: {args.input}")
     classifier, _ = load_model(settings_from_args(args))
     source = FileLines(args.input) if args.input is not None else None
     bar = ProgressBar(source.total_bytes, sys.stderr) if source is not None and not args.no_progress else None

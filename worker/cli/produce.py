@@ -9,12 +9,11 @@ from pathlib import Path
 from worker.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
-    CommandError,
     Subparsers,
     add_settings_flags,
     settings_from_args,
 )
-from worker.tools.produce import FeedFileError, produce_reviews, read_reviews
+from worker.tools.produce import produce_reviews, read_reviews
 
 
 def register(subparsers: Subparsers) -> None:
@@ -33,18 +32,15 @@ def register(subparsers: Subparsers) -> None:
 def cmd_produce(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     topic = args.topic or settings.input_topic
-    try:
-        records = read_reviews(args.file, args.format, raw_text=args.raw_text)
-        report = produce_reviews(
-            settings.librdkafka_common(),
-            topic,
-            records,
-            rate_per_s=args.rate,
-            limit=args.limit,
-            progress=lambda line: print(line, file=sys.stderr, flush=True),
-        )
-    except FeedFileError as exc:
-        raise CommandError(str(exc)) from None
+    records = read_reviews(args.file, args.format, raw_text=args.raw_text)
+    report = produce_reviews(
+        settings.librdkafka_common(),
+        topic,
+        records,
+        rate_per_s=args.rate,
+        limit=args.limit,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
     print(
         f"produced {report.acknowledged} of {report.sent} reviews to {topic} in {report.seconds:.1f} s"
         + (f"; {report.failed} failed: {report.first_error}" if report.failed else ""),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from worker.cli.common import EXIT_OK, CommandError, Subparsers, configure_logging
+from worker.cli.common import EXIT_OK, Subparsers, configure_logging
 
 
 def register(subparsers: Subparsers) -> None:
@@ -39,22 +39,19 @@ def register(subparsers: Subparsers) -> None:
 
 
 def cmd_quantize(args: argparse.Namespace) -> int:
-    from worker.training.quantize import QuantizeError, quantize_model
+    from worker.training.quantize import quantize_model
 
     configure_logging("WARNING")
-    try:
-        report = quantize_model(
-            args.model,
-            args.output_dir,
-            method=args.method,
-            weight_bits=args.weight_bits,
-            heldout=args.heldout,
-            calibration_size=args.calibration_texts,
-            seed=args.seed,
-            overwrite=args.overwrite,
-        )
-    except QuantizeError as exc:
-        raise CommandError(str(exc)) from None
+    report = quantize_model(
+        args.model,
+        args.output_dir,
+        method=args.method,
+        weight_bits=args.weight_bits,
+        heldout=args.heldout,
+        calibration_size=args.calibration_texts,
+        seed=args.seed,
+        overwrite=args.overwrite,
+    )
     acc = report.accuracy
     print(
         f"quantized {args.model} → {report.output_dir} ({report.method}, {report.weight_bits}-bit weights, "

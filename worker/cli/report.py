@@ -1,27 +1,17 @@
-"""`sentiment-worker record` and `report`: scrape a worker's /metrics, render the dashboard panels to PNG."""
+"""`sentiment-worker report`: render the dashboard's panels from a recording (made by `record`) into a PNG."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-from worker.bench.report import ReportError, default_window_s, load_recording, record, render
-from worker.cli.common import EXIT_FAILED, EXIT_OK, CommandError, Subparsers
+from worker.bench.report import default_window_s, load_recording, render
+from worker.cli.common import EXIT_OK, Subparsers
 
 
 def register(subparsers: Subparsers) -> None:
-    """Adds `record` and `report`."""
-    rec = subparsers.add_parser(
-        "record", help="scrape a worker's /metrics periodically into a JSONL recording"
-    )
-    rec.add_argument("--url", default="http://127.0.0.1:9108/metrics", help="the worker's /metrics URL")
-    rec.add_argument("--interval-s", type=float, default=1.0, help="seconds between scrapes")
-    rec.add_argument("--duration-s", type=float, required=True, help="how long to record")
-    rec.add_argument("--out", type=Path, required=True, help="recording file (JSON lines)")
-    rec.set_defaults(func=cmd_record)
-
+    """Adds `report`."""
     rep = subparsers.add_parser("report", help="render the dashboard's panels from a recording into a PNG")
     rep.add_argument("recording", type=Path)
     rep.add_argument("--out", type=Path, required=True, help="PNG file")
@@ -32,27 +22,8 @@ def register(subparsers: Subparsers) -> None:
     rep.set_defaults(func=cmd_report)
 
 
-def cmd_record(args: argparse.Namespace) -> int:
-    if args.interval_s <= 0 or args.duration_s <= 0:
-        raise CommandError("--interval-s and --duration-s must be positive")
-    written = record(
-        args.url,
-        args.out,
-        interval_s=args.interval_s,
-        duration_s=args.duration_s,
-        log=lambda line: print(line, file=sys.stderr, flush=True),
-    )
-    print(f"{written} scrapes of {args.url} → {args.out}", flush=True)
-    if written == 0:
-        raise CommandError(f"no scrape of {args.url} succeeded; is the worker running there?", EXIT_FAILED)
-    return EXIT_OK
-
-
 def cmd_report(args: argparse.Namespace) -> int:
-    try:
-        recording = load_recording(args.recording)
-    except ReportError as exc:
-        raise CommandError(str(exc)) from None
+    recording = load_recording(args.recording)
     window_s = args.window_s or default_window_s(recording)
     summary = render(recording, args.out, window_s=window_s, title=args.title)
     print(json.dumps({"png": str(args.out), **summary.__dict__}), flush=True)

@@ -9,7 +9,6 @@ import threading
 from worker.cli.common import (
     EXIT_OK,
     SETTING_FLAGS,
-    CommandError,
     Subparsers,
     add_settings_flags,
     configure_logging,
@@ -37,7 +36,6 @@ def register(subparsers: Subparsers) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     # The run path loads Paddle: imported here so that `--help` and the light commands start fast.
     from worker.http.serving import WorkerApi
-    from worker.inference.token_budget import StartupError
     from worker.stream.app import SentimentWorker
 
     settings = settings_from_args(args)
@@ -49,10 +47,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     reinstall()  # loading Paddle replaced them
     api = WorkerApi() if settings.http_api else None  # the API on the worker's port, when asked for
     worker = SentimentWorker(settings, classifier, model_ref, stop=stop, api=api)
-    try:
-        summary = worker.run(max_messages=args.max_messages, idle_exit_s=args.idle_exit_s)
-    except StartupError as exc:
-        raise CommandError(str(exc)) from None
+    summary = worker.run(max_messages=args.max_messages, idle_exit_s=args.idle_exit_s)
     print(
         json.dumps(
             {

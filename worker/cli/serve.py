@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
-from typing import Any
 
 from worker.cli.common import (
     EXIT_OK,
-    CommandError,
     Subparsers,
     add_settings_flags,
     configure_logging,
@@ -18,6 +15,7 @@ from worker.cli.common import (
     rest_idle_threads,
     settings_from_args,
 )
+from worker.errors import ConfigurationError
 
 
 def register(subparsers: Subparsers) -> None:
@@ -28,12 +26,6 @@ def register(subparsers: Subparsers) -> None:
     add_settings_flags(
         serve, "model", "device", "http_host", "http_port", "backend", "tokenizer", "long_text"
     )
-    serve.add_argument(
-        "--naive",
-        action="store_true",
-        help="serve the documents' baseline instead (POST /predict: one text, padded to 128, a model call "
-        "each), for `bench --http`",
-    )
     serve.set_defaults(func=cmd_serve)
 
 
@@ -41,14 +33,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Paddle and uvicorn load here, so that `--help` and the light commands start fast.
     import threading
 
-    from worker.http.server import HttpServerError
     from worker.http.serving import SentimentService
-    from worker.inference.token_budget import StartupError
 
     settings = settings_from_args(args)
     rest_idle_threads()  # before Paddle loads (load_model)
     if not settings.http_port:
-        raise CommandError("serve needs an HTTP port (SENTIMENT_HTTP_PORT / --http-port, not 0)")
+        raise ConfigurationError("serve needs an HTTP port (SENTIMENT_HTTP_PORT / --http-port, not 0)")
     configure_logging(settings.log_level)
     stop = threading.Event()
     reinstall = install_stop_handlers(stop.set)
@@ -58,29 +48,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     def listening(address: tuple[str, int]) -> None:
         print(json.dumps({"listening": f"http://{address[0]}:{address[1]}"}), flush=True)
 
-    if args.naive:
-        return serve_naive(settings, classifier, model_ref, stop, listening)
     service = SentimentService(settings, classifier, model_ref, stop=stop, on_listening=listening)
-    try:
-        summary = service.run()
-    except (StartupError, HttpServerError) as exc:
-        raise CommandError(str(exc)) from None
+    summary = service.run()
     print(json.dumps({"stopped": "stop requested", "seconds": round(summary.seconds, 2)}), flush=True)
-    return EXIT_OK
-
-
-def serve_naive(
-    settings: Any, classifier: Any, model_ref: Any, stop: Any, listening: Callable[[tuple[str, int]], None]
-) -> int:
-    from worker.bench.naive_http import build_naive_app
-    from worker.http.server import HttpServer, HttpServerError
-
-    try:
-        server = HttpServer(build_naive_app(classifier, model_ref), settings.http_host, settings.http_port)
-    except HttpServerError as exc:
-        raise CommandError(str(exc)) from None
-    listening(server.address)
-    while not stop.wait(0.5):
-        pass
-    server.close()
     return EXIT_OK

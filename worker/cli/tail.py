@@ -5,15 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from worker.cli.common import (
-    EXIT_FAILED,
-    EXIT_OK,
-    CommandError,
-    Subparsers,
-    add_settings_flags,
-    settings_from_args,
-)
-from worker.tools.tail import TailError, format_table, result_row, tail_records
+from worker.cli.common import EXIT_OK, Subparsers, add_settings_flags, settings_from_args
+from worker.tools.tail import format_table, result_row, tail_records
 
 
 def register(subparsers: Subparsers) -> None:
@@ -45,14 +38,11 @@ def cmd_tail(args: argparse.Namespace) -> int:
         max_messages=args.max_messages,
         idle_exit_s=args.idle_exit_s,
     )
-    try:
-        if args.output == "table":
-            rows = [result_row(record) for record in records]
-            print(format_table(rows))
-            print(f"{len(rows)} records from {topic}")
-            return EXIT_OK
-        for record in records:
-            print(json.dumps(result_row(record), ensure_ascii=False), flush=True)
-    except TailError as exc:
-        raise CommandError(str(exc), EXIT_FAILED) from None
+    if args.output == "table":
+        rows = [result_row(record) for record in records]
+        print(format_table(rows))
+        print(f"{len(rows)} records from {topic}")
+        return EXIT_OK
+    for record in records:
+        print(json.dumps(result_row(record), ensure_ascii=False), flush=True)
     return EXIT_OK

@@ -6,19 +6,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from worker.cli.common import (
-    EXIT_FAILED,
-    EXIT_OK,
-    CommandError,
-    Subparsers,
-    add_settings_flags,
-    settings_from_args,
-)
+from worker.cli.common import EXIT_FAILED, EXIT_OK, Subparsers, add_settings_flags, settings_from_args
 from worker.config import WorkerSettings
-from worker.tools.acls import AclError, apply_acls, worker_acls
+from worker.errors import ConfigurationError, OperationError
+from worker.tools.acls import apply_acls, worker_acls
 from worker.tools.topics import (
     OUTPUT_TOPIC_MAX_MESSAGE_BYTES,
-    TopicAdminError,
     TopicConsumer,
     consumers_of,
     create_topics,
@@ -84,18 +77,15 @@ def register(subparsers: Subparsers) -> None:
 def cmd_topics_create(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     conf = settings.librdkafka_common()
-    try:
-        outcome = create_topics(conf, [settings.input_topic], partitions=args.partitions)
-        # A dead letter carries its input's value plus headers, so the output topics accept larger records
-        # than the input topic's default (1 MiB); larger ones still become value-less dead letters.
-        outcome |= create_topics(
-            conf,
-            [settings.output_topic, settings.dlq_topic],
-            partitions=args.partitions,
-            config={"max.message.bytes": str(OUTPUT_TOPIC_MAX_MESSAGE_BYTES)},
-        )
-    except TopicAdminError as exc:
-        raise CommandError(str(exc), EXIT_FAILED) from None
+    outcome = create_topics(conf, [settings.input_topic], partitions=args.partitions)
+    # A dead letter carries its input's value plus headers, so the output topics accept larger records
+    # than the input topic's default (1 MiB); larger ones still become value-less dead letters.
+    outcome |= create_topics(
+        conf,
+        [settings.output_topic, settings.dlq_topic],
+        partitions=args.partitions,
+        config={"max.message.bytes": str(OUTPUT_TOPIC_MAX_MESSAGE_BYTES)},
+    )
     for name, what in outcome.items():
         print(f"{name}: {what}")
     return EXIT_OK
@@ -104,13 +94,10 @@ def cmd_topics_create(args: argparse.Namespace) -> int:
 def cmd_topics_acls(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     if not args.principal.startswith("User:") or args.principal == "User:":
-        raise CommandError(f"--principal must look like User:NAME, got {args.principal!r}")
+        raise ConfigurationError(f"--principal must look like User:NAME, got {args.principal!r}")
     rules = worker_acls(settings, args.delivery)
     if args.apply:
-        try:
-            created = apply_acls(settings.librdkafka_common(), args.principal, rules)
-        except AclError as exc:
-            raise CommandError(str(exc), EXIT_FAILED) from None
+        created = apply_acls(settings.librdkafka_common(), args.principal, rules)
         print(f"{created} ACLs for {args.principal} in place ({args.delivery or settings.delivery})")
         return EXIT_OK
     print(f"# {args.principal}, delivery={args.delivery or settings.delivery}: least privilege, nothing else")
@@ -121,11 +108,8 @@ def cmd_topics_acls(args: argparse.Namespace) -> int:
 
 def cmd_topics_list(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    try:
-        counts = list_topic_names(settings.librdkafka_common())
-        names = matching_topics(list(counts), args.topic) if args.topic else list(counts)
-    except TopicAdminError as exc:
-        raise CommandError(str(exc), EXIT_FAILED) from None
+    counts = list_topic_names(settings.librdkafka_common())
+    names = matching_topics(list(counts), args.topic) if args.topic else list(counts)
     for name in names:
         if args.exclude_internal and name.startswith("__"):
             continue
@@ -136,27 +120,23 @@ def cmd_topics_list(args: argparse.Namespace) -> int:
 def cmd_topics_delete(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     conf = settings.librdkafka_common()
-    try:
-        existing = list_topic_names(conf)
-        if args.topic:
-            targets = matching_topics(list(existing), args.topic)
-            missing = [] if targets else [" or ".join(args.topic)]
-        else:
-            wanted = _worker_topics(settings)
-            targets = [name for name in wanted if name in existing]
-            missing = [name for name in wanted if name not in existing]
-        if missing and not args.if_exists:
-            raise CommandError(
-                f"no topic {', '.join(missing)} (`sentiment-worker topics list` shows them; "
-                "--if-exists ignores this)",
-                EXIT_FAILED,
-            )
-        if not targets:
-            print("nothing to delete")
-            return EXIT_OK
-        in_use = consumers_of(conf, [*targets, settings.input_topic])
-    except TopicAdminError as exc:
-        raise CommandError(str(exc), EXIT_FAILED) from None
+    existing = list_topic_names(conf)
+    if args.topic:
+        targets = matching_topics(list(existing), args.topic)
+        missing = [] if targets else [" or ".join(args.topic)]
+    else:
+        wanted = _worker_topics(settings)
+        targets = [name for name in wanted if name in existing]
+        missing = [name for name in wanted if name not in existing]
+    if missing and not args.if_exists:
+        raise OperationError(
+            f"no topic {', '.join(missing)} (`sentiment-worker topics list` shows them; "
+            "--if-exists ignores this)"
+        )
+    if not targets:
+        print("nothing to delete")
+        return EXIT_OK
+    in_use = consumers_of(conf, [*targets, settings.input_topic])
     # A worker consuming the settings' input topic writes to their output and dead-letter topics.
     workers = [c for c in in_use.get(settings.input_topic, []) if c.group == settings.group_id]
     busy = {name: in_use[name] for name in targets if name in in_use}
@@ -166,19 +146,13 @@ def cmd_topics_delete(args: argparse.Namespace) -> int:
     if busy and not args.force:
         for name, consumers in busy.items():
             print(f"{name}: in use by {_who(consumers)}", file=sys.stderr)
-        raise CommandError(
-            "refusing to delete topics in use (stop those consumers, or pass --force)",
-            EXIT_FAILED,
-        )
+        raise OperationError("refusing to delete topics in use (stop those consumers, or pass --force)")
     if not args.yes:
         for name in targets:
             print(f"would delete {name} ({existing[name]} partitions)")
         print("run again with --yes to delete them", file=sys.stderr)
         return EXIT_FAILED
-    try:
-        outcome = delete_topics(conf, targets)
-    except TopicAdminError as exc:
-        raise CommandError(str(exc), EXIT_FAILED) from None
+    outcome = delete_topics(conf, targets)
     for name, what in outcome.items():
         print(f"{name}: {what}")
     return EXIT_OK

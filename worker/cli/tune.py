@@ -8,13 +8,13 @@ from pathlib import Path
 
 from worker.cli.common import (
     EXIT_OK,
-    CommandError,
     Subparsers,
     add_settings_flags,
     configure_logging,
     load_model,
     settings_from_args,
 )
+from worker.errors import ConfigurationError
 from worker.inference.tuning.calibration import DEFAULT_CACHE_DIR
 
 
@@ -37,7 +37,7 @@ def register(subparsers: Subparsers) -> None:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from worker.inference.tuning import TuneOptions, TuningError, cache_path, device_description, tune
+    from worker.inference.tuning import TuneOptions, cache_path, device_description, tune
     from worker.tools.tune import format_report
 
     settings = settings_from_args(args)
@@ -55,16 +55,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
             use_cache=not args.force,
         )
     except ValueError as exc:
-        raise CommandError(str(exc)) from None
+        raise ConfigurationError(str(exc)) from None
     kind, _ = device_description(classifier)
     print(
         "tuning for the VRAM budget (GPU)" if kind == "gpu" else "tuning for CPU throughput, not memory",
         flush=True,
     )
-    try:
-        result = tune(classifier, options, progress=lambda line: print("  " + line, flush=True))
-    except TuningError as exc:
-        raise CommandError(str(exc), 1) from None
+    result = tune(classifier, options, progress=lambda line: print("  " + line, flush=True))
     print(format_report(result), flush=True)
     print(f"cache: {cache_path(options.cache_dir, result.key)}")
     if args.json is not None:

@@ -121,16 +121,11 @@ class SentimentApi:
         timeout_s = self.settings.http_request_timeout_s
         try:
             future = batcher.submit([text for _, text in items])
-        except Overloaded as exc:
-            return error_response(503, "overloaded", str(exc), retry_after_s=exc.retry_after_s)
-        except BatcherClosed as exc:
-            return error_response(503, "stopping", str(exc), retry_after_s=1)
-        try:
             outcome = await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
+        except (Overloaded, BatcherClosed) as exc:
+            return status_of(exc)
         except TimeoutError:
             return error_response(504, "timeout", f"not labelled within {timeout_s:g} s")
-        except BatcherClosed as exc:
-            return error_response(503, "stopping", str(exc), retry_after_s=1)
         self.http_metrics.texts.inc(len(items))
         answer = self._response(items, outcome, model, time.perf_counter() - accepted)
         return Response(answer.model_dump_json(), media_type="application/json")
@@ -160,6 +155,14 @@ def result_of(item_id: str, output: Any, labels: list[str]) -> TextSentiment:
     if isinstance(output, InferenceFailure):
         return TextSentiment(id=item_id, error=ItemError(kind=output.kind.value, reason=output.reason))
     return TextSentiment(id=item_id, **label_fields(output, labels))
+
+
+def status_of(error: Overloaded | BatcherClosed) -> JSONResponse:
+    """The one mapping of the project's errors to HTTP answers (refusals of the body are `validation`'s):
+    the model's queue is full, or the server is stopping; both 503 with when to retry."""
+    if isinstance(error, Overloaded):
+        return error_response(503, "overloaded", str(error), retry_after_s=error.retry_after_s)
+    return error_response(503, "stopping", str(error), retry_after_s=1)
 
 
 def error_response(status: int, error: str, reason: str, *, retry_after_s: int | None = None) -> JSONResponse:

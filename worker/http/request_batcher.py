@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from worker.errors import OperationError
 from worker.inference.engine import Engine, EngineClosed, Labelled
 from worker.inference.labelling import Output
 from worker.metrics import HttpMetrics
@@ -24,7 +25,7 @@ from worker.metrics import HttpMetrics
 log = logging.getLogger(__name__)
 
 
-class Overloaded(Exception):
+class Overloaded(OperationError):
     """The request would pass `max_queued_texts`: answer 503 and ask the client to retry later."""
 
     def __init__(self, queued_texts: int, retry_after_s: int) -> None:
@@ -34,7 +35,7 @@ class Overloaded(Exception):
         self.retry_after_s = retry_after_s
 
 
-class BatcherClosed(Exception):
+class BatcherClosed(OperationError):
     """The server is stopping (or stopped): it accepts nothing new."""
 
 

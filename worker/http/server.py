@@ -10,12 +10,14 @@ from typing import Any
 
 import uvicorn
 
+from worker.errors import ConfigurationError
+
 log = logging.getLogger(__name__)
 
 _START_TIMEOUT_S = 30.0
 
 
-class HttpServerError(RuntimeError):
+class HttpServerError(ConfigurationError):
     """The server did not start (e.g. the port is taken)."""
 
 

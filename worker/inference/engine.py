@@ -30,6 +30,7 @@ from types import TracebackType
 
 from schemas.dead_letter import DeadLetterKind
 from worker.config import WorkerSettings
+from worker.errors import OperationError
 from worker.inference.batch_plan import plan_batches
 from worker.inference.labelling import (
     Classifier,
@@ -49,7 +50,7 @@ _IDLE_WAIT_S = 0.5
 _WARM_UP_TEXTS = ["这个商品很好，物流也快", "太差了"]
 
 
-class EngineClosed(Exception):
+class EngineClosed(OperationError):
     """The engine is stopping (or stopped): it takes nothing new, or stopped before labelling these texts."""
 
 

@@ -10,13 +10,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from worker.config import WorkerSettings
+from worker.errors import ConfigurationError
 from worker.inference.labelling import Classifier
 from worker.inference.tuning import TuningError, resolve_token_budget
 
 log = logging.getLogger(__name__)
 
 
-class StartupError(RuntimeError):
+class StartupError(ConfigurationError):
     """The worker cannot start as configured; the message says what to change."""
 
 

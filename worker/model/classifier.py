@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from worker.errors import OperationError
 from worker.model.device import DeviceChoice
 from worker.model.fast_tokenizer import SlowErnieTokenizer, SpecialIds
 from worker.model.long_text import SequenceEncoder, flatten_chunks, merge_chunk_outputs
@@ -14,7 +15,7 @@ from worker.model.long_text import SequenceEncoder, flatten_chunks, merge_chunk_
 DEFAULT_LABELS = ["negative", "positive"]
 
 
-class OutputWidthError(RuntimeError):
+class OutputWidthError(OperationError):
     """The model gave another shape of outputs than [texts, labels]: its label names do not fit it."""
 
     def __init__(self, shape: tuple[int, ...], n: int, labels: Sequence[str]) -> None:

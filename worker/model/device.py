@@ -5,11 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from worker.errors import ConfigurationError
+
 DeviceKind = Literal["gpu", "cpu"]
 RequestedDevice = Literal["gpu", "cpu", "auto"]
 
 
-class DeviceUnavailableError(RuntimeError):
+class DeviceUnavailableError(ConfigurationError):
     """The requested device cannot be used; the message says what to do about it."""
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
+from worker.errors import ConfigurationError
 from worker.model.backend_choice import measured_choice
 from worker.model.classifier import DEFAULT_LABELS, OutputWidthError, SentimentClassifier, TextClassifierBase
 from worker.model.device import DeviceChoice, activate
@@ -73,7 +74,7 @@ def _missing_hint(directory: Path) -> str:
     return TRAIN_HINT
 
 
-class ModelLoadError(RuntimeError):
+class ModelLoadError(ConfigurationError):
     """The model could not be loaded; the message says what is wrong and what to do."""
 
 

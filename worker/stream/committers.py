@@ -25,6 +25,7 @@ from typing import ClassVar
 from confluent_kafka import KafkaError, KafkaException
 
 from worker.config import WorkerSettings
+from worker.errors import OperationError
 from worker.metrics import WorkerMetrics
 from worker.stream import kafka_clients
 from worker.stream.authorization import is_authorization_error, publish_refusal
@@ -45,7 +46,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class DeliveryFailedError(RuntimeError):
+class DeliveryFailedError(OperationError):
     """The broker did not take a record; its input offset must not be committed."""
 
     def __init__(self, message: str, topic: str, error: KafkaError | None) -> None:

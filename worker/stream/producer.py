@@ -61,15 +61,6 @@ def record_size(record: OutboundRecord) -> int:
     return len(record.key or b"") + len(record.value or b"") + headers + _RECORD_OVERHEAD_BYTES
 
 
-class DeliveryFailedError(RuntimeError):
-    """The broker did not take a record; its input offset must not be committed."""
-
-    def __init__(self, message: str, topic: str, error: KafkaError | None) -> None:
-        super().__init__(message)
-        self.topic = topic
-        self.error = error
-
-
 class ResultPublisher:
     """An idempotent producer for the output and dead-letter topics."""
 

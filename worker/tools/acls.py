@@ -28,6 +28,7 @@ from confluent_kafka.admin import (
 )
 
 from worker.config import WorkerSettings
+from worker.errors import OperationError
 
 Resource = Literal["topic", "group", "transactional-id"]
 Operation = Literal["Read", "Write", "Describe", "DescribeConfigs"]
@@ -45,7 +46,7 @@ _OPERATIONS: dict[Operation, AclOperation] = {
 }
 
 
-class AclError(RuntimeError):
+class AclError(OperationError):
     """ACLs could not be created; the message says which and why."""
 
 

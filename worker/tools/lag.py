@@ -22,16 +22,17 @@ try:  # the model class moved between client versions
 except ImportError:  # pragma: no cover
     from confluent_kafka.admin import ConsumerGroupTopicPartitions  # type: ignore[no-redef,attr-defined]
 
+from worker.errors import ConfigurationError, OperationError
 from worker.stream.timestamps import timestamps_at
 
 _NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: the group has committed nothing for the partition
 
 
-class LagError(RuntimeError):
+class LagError(OperationError):
     """The lag could not be read; the message says what to check."""
 
 
-class TopicMissingError(LagError):
+class TopicMissingError(ConfigurationError):
     """The topic does not exist: a setting to fix (or a topic to create), not a failure while running."""
 
 

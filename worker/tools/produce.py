@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from worker.errors import ConfigurationError
+
 FeedFormat = Literal["auto", "jsonl", "csv", "txt"]
 
 _SUFFIX_FORMATS: dict[str, Literal["jsonl", "csv", "txt"]] = {
@@ -30,7 +32,7 @@ _BOM = b"\xef\xbb\xbf"
 PROGRESS_INTERVAL_S = 2.0
 
 
-class FeedFileError(ValueError):
+class FeedFileError(ConfigurationError, ValueError):
     """A review file cannot be read or holds a bad line; `line` is 1-based (None: the whole file)."""
 
     def __init__(self, path: Path, line: int | None, problem: str) -> None:

@@ -27,12 +27,13 @@ from pydantic import ValidationError
 
 from schemas.dead_letter import HEADER_ERROR_KIND, parse_dead_letter_headers
 from schemas.sentiment_result import SentimentResult
+from worker.errors import OperationError
 
 _POLL_S = 0.5
 _CONSUME_BATCH = 500
 
 
-class TailError(RuntimeError):
+class TailError(OperationError):
     """The topic cannot be read; the message says why and what to check."""
 
 

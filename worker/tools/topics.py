@@ -12,6 +12,8 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from worker.errors import OperationError
+
 # The output and dead-letter topics' max.message.bytes: a dead letter is its input plus headers.
 OUTPUT_TOPIC_MAX_MESSAGE_BYTES = 2 * 1024 * 1024
 
@@ -45,7 +47,7 @@ _DELETE_ADVICE: dict[int, str] = {
 }
 
 
-class TopicAdminError(RuntimeError):
+class TopicAdminError(OperationError):
     """A topic could not be created or inspected; the message says what to do about it."""
 
 

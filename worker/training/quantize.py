@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from worker.errors import ConfigurationError
 from worker.model.classifier import TextClassifierBase
 from worker.model.device import choose_device
 from worker.model.fast_tokenizer import FAST_TOKENIZER_FILE
@@ -55,7 +56,7 @@ TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.jso
 EVAL_BATCH_SIZE = 32
 
 
-class QuantizeError(RuntimeError):
+class QuantizeError(ConfigurationError):
     """Quantization failed; the message says why and what to do."""
 
 

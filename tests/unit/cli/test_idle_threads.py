@@ -1,5 +1,6 @@
-"""`run` and `serve` make Paddle's idle OpenMP threads sleep 1 ms after their last work (KMP_BLOCKTIME=1,
-OMP_WAIT_POLICY=PASSIVE) before Paddle loads, unless the user chose a wait policy."""
+"""`run` and `serve` (and `bench --naive-server`, the baseline `bench --http` compares `serve` with) make
+Paddle's idle OpenMP threads sleep 1 ms after their last work (KMP_BLOCKTIME=1, OMP_WAIT_POLICY=PASSIVE)
+before Paddle loads, unless the user chose a wait policy."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from worker.cli import run, serve
-from worker.cli.common import IDLE_THREAD_DEFAULTS, CommandError, rest_idle_threads
+from worker.cli import bench, run, serve
+from worker.cli.common import IDLE_THREAD_DEFAULTS, rest_idle_threads
 from worker.cli.main import build_parser
+from worker.errors import ConfigurationError
 
 
 @pytest.fixture
@@ -39,21 +41,23 @@ def test_a_users_own_wait_policy_is_kept(monkeypatch: pytest.MonkeyPatch, name: 
 
 @pytest.mark.usefixtures("no_wait_policy")
 @pytest.mark.parametrize(
-    ("module", "argv"), [(run, ["run"]), (serve, ["serve", "--http-port", "8080"])], ids=["run", "serve"]
+    ("module", "argv"),
+    [(run, ["run"]), (serve, ["serve", "--http-port", "8080"]), (bench, ["bench", "--naive-server", "0"])],
+    ids=["run", "serve", "naive-server"],
 )
-def test_run_and_serve_set_it_before_the_model_loads(
+def test_run_serve_and_the_naive_server_set_it_before_the_model_loads(
     monkeypatch: pytest.MonkeyPatch, module: Any, argv: list[str]
 ) -> None:
     seen: dict[str, str | None] = {}
 
     def load_model(_settings: object) -> None:
         seen.update({name: os.environ.get(name) for name in IDLE_THREAD_DEFAULTS})
-        raise CommandError("stop here")
+        raise ConfigurationError("stop here")
 
     monkeypatch.setattr(module, "load_model", load_model)
     monkeypatch.setattr(module, "install_stop_handlers", lambda _stop: lambda: None)
     monkeypatch.setattr(module, "configure_logging", lambda _level: None)
     args = build_parser().parse_args(argv)
-    with pytest.raises(CommandError, match="stop here"):
+    with pytest.raises(ConfigurationError, match="stop here"):
         args.func(args)
     assert seen == IDLE_THREAD_DEFAULTS  # set when the model (and with it Paddle) starts loading

@@ -5,12 +5,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from worker.errors import OperationError
+
 MIB = 1024 * 1024
 
 TuningMode = Literal["gpu-memory", "cpu-throughput"]
 
 
-class TuningError(RuntimeError):
+class TuningError(OperationError):
     """Calibration cannot produce a budget; the message says why and what to change."""
 
 

@@ -12,7 +12,9 @@ import pytest
 
 from worker.cli import main
 from worker.model.metadata import METADATA_FILE, weights_version
-from worker.training.calibration import (
+from worker.training.evaluate import HELDOUT_FILE, expected_calibration_error, read_heldout
+from worker.training.options import METRICS_FILE, MODEL_CARD_FILE
+from worker.training.temperature import (
     CALIBRATION_KEY,
     CalibrationError,
     fit_temperature,
@@ -20,8 +22,6 @@ from worker.training.calibration import (
     rebuild_dev_split,
     rescaled,
 )
-from worker.training.evaluate import HELDOUT_FILE, expected_calibration_error, read_heldout
-from worker.training.options import METRICS_FILE, MODEL_CARD_FILE
 
 
 def _softmax(z: np.ndarray) -> np.ndarray:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from worker.errors import OperationError
 from worker.model.metadata import METADATA_FILE, ModelMetadata, find_weights, weights_version
 from worker.training.corpus import LabeledText, split
 from worker.training.data import load_examples
@@ -34,7 +35,7 @@ Predict = Callable[[Path, Sequence[str]], np.ndarray]
 """Probabilities of a model directory for texts, in input order (a fresh load each call)."""
 
 
-class CalibrationError(RuntimeError):
+class CalibrationError(OperationError):
     """The directory cannot be calibrated as it is; the message says why and what to do."""
 
 
