@@ -138,11 +138,11 @@ def result_example(classifier: Any, model: ModelRef, input_value: bytes) -> dict
 
 def http_example(classifier: Any, model: ModelRef) -> dict[str, Any]:
     """`serve`'s answer to HTTP_REQUEST (a real server in this process, on a free port)."""
-    from worker.http.serving import SentimentService  # here: the README test imports this file, not a server
+    from worker.http.serving import SentimentApi  # here: the README test imports this file, not a server
 
     stop = threading.Event()
     listening: list[tuple[str, int]] = []
-    service = SentimentService(
+    service = SentimentApi(
         WorkerSettings(http_port=0, worker_id="readme"),
         classifier,
         model,

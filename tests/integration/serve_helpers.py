@@ -1,4 +1,4 @@
-"""Helpers of the HTTP API tests: a real `SentimentService` (uvicorn on a free port) in a thread, a slowed
+"""Helpers of the HTTP API tests: a real `SentimentApi` (uvicorn on a free port) in a thread, a slowed
 model for overload and timeouts, and /metrics parsing."""
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
-from worker.http.serving import SentimentService
+from worker.http.serving import SentimentApi
 
 
 @dataclass(frozen=True)
 class Served:
     url: str
     registry: CollectorRegistry
-    service: SentimentService
+    service: SentimentApi
 
 
 @contextmanager
@@ -34,7 +34,7 @@ def serving(classifier: Any, **settings: Any) -> Iterator[Served]:
     stop = threading.Event()
     registry = CollectorRegistry()
     listening: list[tuple[str, int]] = []
-    service = SentimentService(
+    service = SentimentApi(
         WorkerSettings(**values),
         classifier,
         ModelRef(name=classifier.name, version=classifier.version),

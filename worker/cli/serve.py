@@ -33,7 +33,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Paddle and uvicorn load here, so that `--help` and the light commands start fast.
     import threading
 
-    from worker.http.serving import SentimentService
+    from worker.http.serving import SentimentApi
 
     settings = settings_from_args(args)
     rest_idle_threads()  # before Paddle loads (load_model)
@@ -48,7 +48,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     def listening(address: tuple[str, int]) -> None:
         print(json.dumps({"listening": f"http://{address[0]}:{address[1]}"}), flush=True)
 
-    service = SentimentService(settings, classifier, model_ref, stop=stop, on_listening=listening)
+    service = SentimentApi(settings, classifier, model_ref, stop=stop, on_listening=listening)
     summary = service.run()
     print(json.dumps({"stopped": "stop requested", "seconds": round(summary.seconds, 2)}), flush=True)
     return EXIT_OK

@@ -9,6 +9,6 @@ worker's own port).
 """
 
 from worker.http.server import HttpServer, HttpServerError
-from worker.http.serving import SentimentService, ServeSummary, WorkerApi
+from worker.http.serving import SentimentApi, ServeSummary, WorkerApi
 
-__all__ = ["HttpServer", "HttpServerError", "SentimentService", "ServeSummary", "WorkerApi"]
+__all__ = ["HttpServer", "HttpServerError", "SentimentApi", "ServeSummary", "WorkerApi"]

@@ -66,7 +66,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
-class SentimentApi:
+class ApiState:
     """What the routes use: settings, health, metrics, and (once the model is warm) the batcher."""
 
     def __init__(
@@ -172,7 +172,7 @@ def error_response(status: int, error: str, reason: str, *, retry_after_s: int |
     return JSONResponse(ErrorResponse(error=error, reason=reason).model_dump(), status, headers=headers)
 
 
-def build_app(api: SentimentApi) -> FastAPI:
+def build_app(api: ApiState) -> FastAPI:
     """The FastAPI app: the API, the page, metrics and probes; guarded as the settings say."""
     s = api.settings
     app = FastAPI(

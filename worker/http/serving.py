@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
 from worker.health import HealthState
-from worker.http.api import SentimentApi, build_app
+from worker.http.api import ApiState, build_app
 from worker.http.request_batcher import RequestBatcher
 from worker.http.server import HttpServer
 from worker.inference.engine import Engine, EngineOptions
@@ -32,9 +32,9 @@ log = logging.getLogger(__name__)
 
 def open_api_server(
     stack: ExitStack, settings: WorkerSettings, registry: CollectorRegistry, health: HealthState
-) -> tuple[SentimentApi, HttpServer]:
+) -> tuple[ApiState, HttpServer]:
     """The API app served on `http_host:http_port`, closed by `stack`; 503 until `attach_batcher`."""
-    api = SentimentApi(settings, registry, health, create_http_metrics(registry))
+    api = ApiState(settings, registry, health, create_http_metrics(registry))
     server = HttpServer(
         build_app(api), settings.http_host, settings.http_port, graceful_timeout_s=settings.shutdown_timeout_s
     )
@@ -44,7 +44,7 @@ def open_api_server(
 
 def attach_batcher(
     stack: ExitStack,
-    api: SentimentApi,
+    api: ApiState,
     server: HttpServer,
     *,
     engine: Engine,
@@ -72,7 +72,7 @@ class WorkerApi:
     what `SentimentWorker` takes as `api`, so that the run path does not import the HTTP serving."""
 
     def __init__(self) -> None:
-        self._opened: tuple[SentimentApi, HttpServer] | None = None
+        self._opened: tuple[ApiState, HttpServer] | None = None
 
     def open(
         self, stack: ExitStack, settings: WorkerSettings, registry: CollectorRegistry, health: HealthState
@@ -104,8 +104,10 @@ class ServeSummary:
     address: tuple[str, int] | None = None
 
 
-class SentimentService:
-    """The model behind `POST /v1/sentiment` until stopped; `address` is set once it listens."""
+class SentimentApi:
+    """The HTTP front door (`serve`): the model behind `POST /v1/sentiment` until stopped; `address` is set
+    once it listens. (The Kafka front door is `worker.stream.SentimentWorker`; `WorkerApi` puts this API on
+    the worker's own port.)"""
 
     def __init__(
         self,

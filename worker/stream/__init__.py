@@ -12,7 +12,7 @@ consumer, topics, transactions at start). Health and metrics are `worker.health`
 and `worker.metrics`, shared with the HTTP serving.
 
 The HTTP serving of the same model is `worker.http`: this package never imports it (with http_api, `run`
-hands the worker its API, `app.ApiFront`).
+hands the worker its API, `app.WorkerApi`).
 """
 
 from worker.stream.app import SentimentWorker

@@ -49,7 +49,7 @@ _BROKER_CHECK_EVERY_S = 10.0
 _MAX_WINDOW_BYTES = 64 * 1024 * 1024
 
 
-class ApiFront(Protocol):
+class WorkerApi(Protocol):
     """The HTTP API on the worker's own port (`run` with http_api), answered by the worker's engine:
     `worker.http.serving.WorkerApi`, handed in by the caller (the run path never imports http)."""
 
@@ -95,7 +95,7 @@ class SentimentWorker:
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
         stop: Event | None = None,
-        api: ApiFront | None = None,
+        api: WorkerApi | None = None,
         clients: KafkaClients | None = None,
     ) -> None:
         """`clients` opens the producer and the consumer (the real ones unless given: a unit test passes

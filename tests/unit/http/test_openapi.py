@@ -10,13 +10,13 @@ from prometheus_client import CollectorRegistry
 from schemas.http_api import ErrorResponse, SentimentRequest, SentimentResponse
 from worker.config import WorkerSettings
 from worker.health import HealthState
-from worker.http.api import API_PATH, SentimentApi, build_app
+from worker.http.api import API_PATH, ApiState, build_app
 from worker.metrics import create_http_metrics
 
 
 def openapi(**settings: Any) -> dict[str, Any]:
     registry = CollectorRegistry()
-    api = SentimentApi(
+    api = ApiState(
         WorkerSettings(**settings), registry, HealthState(30, kafka=False), create_http_metrics(registry)
     )
     return build_app(api).openapi()

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from worker.config import WorkerSettings
 from worker.health import HealthServer, HealthState
-from worker.http.api import SentimentApi, build_app
+from worker.http.api import ApiState, build_app
 from worker.http.server import HttpServer
 from worker.metrics import create_http_metrics
 
@@ -40,7 +40,7 @@ def _servers(kafka: bool) -> Iterator[Servers]:
     Counter("probe_things", "things", registry=registry).inc(3)
     clock = FakeClock()
     health = HealthState(30, clock, kafka=kafka)
-    api = SentimentApi(WorkerSettings(), registry, health, create_http_metrics(registry))
+    api = ApiState(WorkerSettings(), registry, health, create_http_metrics(registry))
     plain = HealthServer("127.0.0.1", 0, registry, health)
     fast = HttpServer(build_app(api), "127.0.0.1", 0, graceful_timeout_s=1)
     try:
