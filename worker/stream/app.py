@@ -152,6 +152,50 @@ class SentimentWorker:
 
     # ----- lifecycle -----
     def _start(self, stack: ExitStack) -> None:
+        """Start order, each step closed by `stack` on the way out: the metrics exported at 0, HTTP up (the
+        probes answer while the model loads), the producer and the output topics checked, the engine warm,
+        the API attached to it, the consumer in the group."""
+        s = self._settings
+        self._export_metrics()
+        api = self._open_http(stack)
+        publisher = self._clients.open_publisher(s)
+        # Closed last, on every exit path (a StartupError too): hands librdkafka's queued log lines over.
+        stack.callback(publisher.close)
+        records = self._outbound_records(publisher)
+        committer_type = committer_for(s)
+        committer_type.prepare(publisher, s)  # exactly_once: registers the transactional id
+        self._health.broker_reachable = True
+        engine = Engine(
+            self._classifier,
+            EngineOptions.from_settings(s, self._classifier),
+            on_labelled=self._metrics.observe_window,
+        )
+        stack.callback(engine.close, s.shutdown_timeout_s)
+        engine.start()
+        self._health.model_warm = True
+        if api is not None:
+            labels, model, metrics = self._classifier.labels, self._model, self._metrics
+            api.attach(stack, engine=engine, labels=labels, model=model, metrics=metrics)
+        rebalance = Rebalance(self._on_assign, self._on_revoke, self._on_lost)
+        consumer = self._clients.open_consumer(s, rebalance, transactional=committer_type.transactional)
+        # Closing leaves the group; its revoke callback flushes and commits what is acknowledged.
+        stack.callback(consumer.close)
+        committer = committer_type(
+            s, consumer, publisher, self._book, records, self._run, self._metrics, self._model.version
+        )
+        windows: InOrder[PreparedWindow] = InOrder(engine, capacity=s.max_queued_windows)
+        self._parts = _StartedParts(consumer, publisher, records, engine, windows, committer)
+        consumer.subscribe()
+        log.info(
+            "consuming %s as group %s → results to %s, dead letters to %s; %s",
+            s.input_topic,
+            s.group_id,
+            s.output_topic,
+            s.dlq_topic,
+            kafka_clients.delivery_description(s),
+        )
+
+    def _export_metrics(self) -> None:
         s = self._settings
         self._metrics.model.info(
             {"name": self._model.name, "version": self._model.version, "device": _device_of(self._classifier)}
@@ -160,6 +204,11 @@ class SentimentWorker:
         # Exported at 0 from the start, so rate() counts the first messages (a series is born at its value).
         self._metrics.messages_consumed.labels(s.input_topic)
         self._metrics.results_published.labels(s.output_topic)
+
+    def _open_http(self, stack: ExitStack) -> WorkerApi | None:
+        """The HTTP port: the API with the probes (http_api), or the probes and metrics alone; the API
+        answers 503 until it is attached to the engine. Returns the API to attach, if any."""
+        s = self._settings
         api = self._api if s.http_port and s.http_api else None
         if api is not None:  # the API on the same port, through this worker's engine
             self.http_address = api.open(stack, s, self._registry, self._health)
@@ -172,11 +221,13 @@ class SentimentWorker:
             stack.callback(server.close)
             self.http_address = server.address
             log.info("metrics and health on http://%s:%d (/metrics /healthz /readyz)", *server.address)
-        publisher = self._clients.open_publisher(s)
-        # Closed last, on every exit path (a StartupError too): hands librdkafka's queued log lines over.
-        stack.callback(publisher.close)
+        return api
+
+    def _outbound_records(self, publisher: ResultPublisher) -> OutboundRecords:
+        """How results and dead letters are built, for the output topics as the broker describes them."""
+        s = self._settings
         partition_counts, max_message_bytes = kafka_clients.output_topic_limits(publisher, s)
-        records = OutboundRecords(
+        return OutboundRecords(
             labels=self._classifier.labels,
             model=self._model,
             output_topic=s.output_topic,
@@ -186,39 +237,6 @@ class SentimentWorker:
             partition_counts=partition_counts,
             max_message_bytes=max_message_bytes,
             clock=self._clock,
-        )
-        committer_type = committer_for(s)
-        committer_type.prepare(publisher, s)  # exactly_once: registers the transactional id
-        self._health.broker_reachable = True
-        engine = Engine(
-            self._classifier,
-            EngineOptions.from_settings(s, self._classifier),
-            on_labelled=self._metrics.observe_window,
-        )
-        stack.callback(engine.close, s.shutdown_timeout_s)
-        engine.start()
-        self._health.model_warm = True
-        windows: InOrder[PreparedWindow] = InOrder(engine, capacity=s.max_queued_windows)
-        if api is not None:
-            api.attach(
-                stack, engine=engine, labels=self._classifier.labels, model=self._model, metrics=self._metrics
-            )
-        rebalance = Rebalance(self._on_assign, self._on_revoke, self._on_lost)
-        consumer = self._clients.open_consumer(s, rebalance, transactional=committer_type.transactional)
-        # Closing leaves the group; its revoke callback flushes and commits what is acknowledged.
-        stack.callback(consumer.close)
-        committer = committer_type(
-            s, consumer, publisher, self._book, records, self._run, self._metrics, self._model.version
-        )
-        self._parts = _StartedParts(consumer, publisher, records, engine, windows, committer)
-        consumer.subscribe()
-        log.info(
-            "consuming %s as group %s → results to %s, dead letters to %s; %s",
-            s.input_topic,
-            s.group_id,
-            s.output_topic,
-            s.dlq_topic,
-            kafka_clients.delivery_description(s),
         )
 
     def _loop(self) -> str:
