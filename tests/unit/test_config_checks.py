@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from worker.cli.common import CommandError, settings_from_args
+from worker.cli.common import settings_from_args
+from worker.cli.main import exit_code
 from worker.config import OTHER_ENVIRONMENT, WorkerSettings, environment_warnings, load_settings
+from worker.errors import ConfigurationError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -161,8 +163,8 @@ def test_a_json_variable_that_is_not_json_is_named_with_an_example(
 ) -> None:
     """Before: 'error parsing value for field "http_cors_origins" from source "EnvSettingsSource"'."""
     monkeypatch.setenv(name, value)
-    with pytest.raises(CommandError) as caught:
+    with pytest.raises(ConfigurationError) as caught:
         settings_from_args(argparse.Namespace(command="run", config=None))
     message = str(caught.value)
     assert message == f"{name} must be JSON, e.g. {name}='{example}'"
-    assert caught.value.exit_code == 2
+    assert exit_code(caught.value) == 2
