@@ -371,16 +371,8 @@ class SentimentWorker:
 
     def _publish_window(self, prepared: PreparedWindow, labelled: Labelled) -> None:
         """Publishes exactly one record per input of the window that is still ours, in input order."""
-        outbound, committer = self._started.records, self._started.committer
-        now = self._clock()
-        records = window_records(
-            prepared,
-            labelled.outputs,
-            owned=lambda item: self._book.owns((item.position.topic, item.position.partition), item.epoch),
-            result=lambda item, review, probs: outbound.result(item, review, probs, now),
-            dead_letter=outbound.dead_letter,
-        )
-        rewind = committer.publish(records)
+        records = window_records(prepared, labelled.outputs, self._book, self._started.records, self._clock())
+        rewind = self._started.committer.publish(records)
         if rewind:  # an aborted transaction: its inputs are read and labelled again
             self._rewind(rewind)
         self._metrics.in_flight_messages.set(self._book.offsets.outstanding())

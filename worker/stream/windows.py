@@ -4,18 +4,15 @@ its valid reviews' texts submitted to the engine, then turned into one outbound 
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-import numpy as np
-
-from schemas.dead_letter import DeadLetterKind
 from worker.config import WorkerSettings
 from worker.inference.labelling import InferenceFailure, Output
 from worker.stream.decode import DecodedReview, DecodeFailure, decode_review
+from worker.stream.partitions import PartitionBook
 from worker.stream.producer import OutboundRecord
-from worker.stream.records import InputMessage
+from worker.stream.records import InputMessage, OutboundRecords
 
 
 @dataclass(frozen=True)
@@ -66,31 +63,27 @@ def prepare_window(items: list[InputMessage], options: DecodeOptions) -> Prepare
     return PreparedWindow(items, decoded)
 
 
-ResultBuilder = Callable[[InputMessage, DecodedReview, np.ndarray], OutboundRecord]
-DeadLetterBuilder = Callable[[InputMessage, DeadLetterKind, str], OutboundRecord]
-
-
 def window_records(
     prepared: PreparedWindow,
     outputs: list[Output],
-    *,
-    owned: Callable[[InputMessage], bool],
-    result: ResultBuilder,
-    dead_letter: DeadLetterBuilder,
+    book: PartitionBook,
+    outbound: OutboundRecords,
+    now: float,
 ) -> list[OutboundRecord]:
-    """One record per input still `owned`, in input order: its result, or its dead letter. `outputs`: the
-    engine's, one per valid review."""
+    """One record per input whose partition is still ours (`book`), in input order: its result, or its dead
+    letter (built by `outbound`; `now` on the worker's clock). `outputs`: the engine's, one per valid
+    review."""
     records: list[OutboundRecord] = []
     predictions = iter(outputs)
     for item, review in zip(prepared.items, prepared.decoded, strict=True):
         output = next(predictions) if isinstance(review, DecodedReview) else None
-        if not owned(item):
+        if not book.owns((item.position.topic, item.position.partition), item.epoch):
             continue  # its partition was revoked meanwhile: uncommitted, so the new owner labels it
         if isinstance(review, DecodeFailure):
-            records.append(dead_letter(item, review.kind, review.reason))
+            records.append(outbound.dead_letter(item, review.kind, review.reason))
         elif isinstance(output, InferenceFailure):
-            records.append(dead_letter(item, output.kind, output.reason))
+            records.append(outbound.dead_letter(item, output.kind, output.reason))
         else:
             assert output is not None
-            records.append(result(item, review, output))
+            records.append(outbound.result(item, review, output, now))
     return records
