@@ -20,11 +20,12 @@ failing batch was split in halves), gets an `InferenceFailure` in its place; its
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import TracebackType
 
@@ -129,7 +130,10 @@ class Engine:
         self._clock = clock
         self._name = name
         self._lane_count = max(1, classifier.parallel_calls)
-        self._lanes: ThreadPoolExecutor | None = None
+        # The lanes are daemon threads of the engine's own (not a ThreadPoolExecutor's, which the interpreter
+        # joins at exit): a model call stuck past the shutdown time must not keep the process alive.
+        self._lanes: list[threading.Thread] = []
+        self._lane_inbox: queue.SimpleQueue[tuple[_Group, list[int], list[int]] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._cond = threading.Condition()
         self._stats_lock = threading.Lock()  # WindowStats and TokenBudget, updated by lanes side by side
@@ -146,7 +150,12 @@ class Engine:
         real submission does not pay for lazy initialisation."""
         if self._thread is not None:
             raise RuntimeError("the engine is already started")
-        self._lanes = ThreadPoolExecutor(self._lane_count, thread_name_prefix=f"{self._name}-lane")
+        self._lanes = [
+            threading.Thread(target=self._lane, name=f"{self._name}-lane_{i}", daemon=True)
+            for i in range(self._lane_count)
+        ]
+        for lane in self._lanes:
+            lane.start()
         self._thread = threading.Thread(target=self._run, name=f"{self._name}-queue", daemon=True)
         self._thread.start()
         if warm_up:
@@ -221,8 +230,11 @@ class Engine:
                 )
         if unfinished:
             log.warning("the model is still busy after %.0f s of stopping; leaving it", timeout_s)
-        if self._lanes is not None:
-            self._lanes.shutdown(wait=not unfinished, cancel_futures=True)
+        for _ in self._lanes:
+            self._lane_inbox.put(None)  # each lane ends after the batches queued before it
+        if not unfinished:
+            for lane in self._lanes:
+                lane.join(max(0.0, deadline - time.monotonic()))
 
     def __enter__(self) -> Engine:
         return self if self._thread is not None else self.start()
@@ -296,11 +308,17 @@ class Engine:
         group.batches_left = len(batches)
         with self._cond:
             self._waiting_batches += len(batches)
-        assert self._lanes is not None
         for batch in batches:
-            self._lanes.submit(self._run_batch, group, batch, lengths)
+            self._lane_inbox.put((group, batch, lengths))
 
     # ----- on a lane -----
+    def _lane(self) -> None:
+        while True:
+            work = self._lane_inbox.get()
+            if work is None:
+                return
+            self._run_batch(*work)
+
     def _run_batch(self, group: _Group, batch: list[int], lengths: list[int]) -> None:
         with self._cond:
             self._waiting_batches -= 1

@@ -401,3 +401,18 @@ def test_the_warm_up_labels_before_start_returns_and_is_not_reported() -> None:
         assert len(fake.batches) == 1 and reports == []  # the model ran once; the metrics did not see it
         engine.submit(["好评"]).result(5)
     assert len(reports) == 1
+
+
+def test_a_model_call_stuck_past_close_does_not_hold_the_process() -> None:
+    fake = FakeGatedClassifier()
+    fake.gate.clear()  # the model never answers
+    engine = Engine(fake, EngineOptions(4, 4096), name="stuck").start(warm_up=False)
+    stuck = engine.submit(["好评"])
+    assert fake.entered.wait(5)
+    started = time.monotonic()
+    engine.close(timeout_s=0.3)
+    assert time.monotonic() - started < 5  # bounded by the timeout, not by the model
+    lanes = [t for t in threading.enumerate() if t.name.startswith("stuck-lane")]
+    assert lanes and all(t.daemon for t in lanes)  # the interpreter does not wait for them at exit
+    assert not stuck.done()
+    fake.gate.set()
