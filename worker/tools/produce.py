@@ -185,7 +185,7 @@ class ProduceReport:
         return self.acknowledged / self.seconds if self.seconds > 0 else 0.0
 
 
-class _Tally:
+class DeliveryTally:
     """Delivery outcomes, written by callbacks (on the calling thread, inside poll/flush)."""
 
     def __init__(self) -> None:
@@ -240,7 +240,7 @@ def produce_reviews(
     """
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
-    tally = _Tally()
+    tally = DeliveryTally()
     conf = dict(common_conf)
     conf.update(
         {
@@ -310,7 +310,7 @@ def produce_reviews(
     )
 
 
-def _flush_or_purge(producer: Producer, tally: _Tally, timeout_s: float) -> None:
+def _flush_or_purge(producer: Producer, tally: DeliveryTally, timeout_s: float) -> None:
     """Wait up to `timeout_s` for every delivery report; then give up on the rest, reported as failed."""
     remaining = producer.flush(timeout_s)
     if not remaining:

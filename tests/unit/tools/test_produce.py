@@ -9,8 +9,18 @@ from typing import Any
 
 import pytest
 
+from worker.cli.produce import summary
 from worker.stream.decode import DecodedReview, InputFormat, decode_review
-from worker.tools.produce import FeedRecord, FileCheck, MessageFields, RateLimiter, check_file, feed_records
+from worker.tools.produce import (
+    DeliveryTally,
+    FeedRecord,
+    FileCheck,
+    MessageFields,
+    ProduceReport,
+    RateLimiter,
+    check_file,
+    feed_records,
+)
 from worker.tools.review_files import BadRow, FeedFileError, ReviewFile, detect_format
 
 
@@ -402,3 +412,43 @@ def test_rate_limiter_allows_catching_up_a_short_lag() -> None:
 def test_rate_limiter_rejects_nonsense_rates(rate: float) -> None:
     with pytest.raises(ValueError, match="positive finite"):
         RateLimiter(rate)
+
+
+# --- after a failed send ----------------------------------------------------------------------------------
+
+
+def test_the_resume_line_is_the_first_line_not_acknowledged_and_later_deliveries_are_counted() -> None:
+    tally = DeliveryTally()
+    for line in (2, 3, 5, 6, 8):
+        tally.outstanding.add(line)
+    tally.on_delivery(2, None, None)  # type: ignore[arg-type]
+    tally.on_delivery(6, None, None)  # type: ignore[arg-type]  (another partition: acknowledged out of order)
+    tally.on_delivery(5, FakeError("Broker: Message size too large"), None)  # type: ignore[arg-type]
+    tally.on_delivery(3, None, None)  # type: ignore[arg-type]
+
+    assert tally.resume_line() == 5
+    assert (tally.acknowledged, tally.failed, tally.first_error) == (3, 1, "Broker: Message size too large")
+    tally.on_delivery(8, None, None)  # type: ignore[arg-type]
+    assert tally.resume_line() == 5  # line 8 was never in doubt; line 5 failed
+
+
+def test_a_failed_send_says_what_went_and_where_to_resume() -> None:
+    report = ProduceReport(
+        sent=50, acknowledged=22, failed=28, seconds=1.0, first_error="Local: Message timed out",
+        resume_line=24, delivered_after_resume=1,
+    )  # fmt: skip
+
+    said = summary("reviews.csv", "reviews", 50, 0, report, None)
+
+    assert said.startswith("reviews.csv → reviews: read 50, sent 22, skipped 0, failed 28 in 1.0 s")
+    assert "not sent: Local: Message timed out" in said
+    assert "every row before line 24 is on the topic; to send the rest, run again with --from-line 24" in said
+    assert "(1 rows after line 24 did arrive and would be sent twice)" in said
+
+
+class FakeError:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def str(self) -> str:
+        return self.text
