@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -207,7 +208,18 @@ class ReviewFile:
             )
         if number == 1 and text.strip() in ("[", "{"):
             reason += " (the file must hold one JSON object per line: JSON Lines, not pretty-printed JSON)"
-        return BadRow(number, decoded.kind.value, reason)
+        return BadRow(number, decoded.kind.value, reason, self._id_of(text))
+
+    def _id_of(self, line: str) -> str | None:
+        """The id of a bad JSON line, when it parses and has a string or integer one (for predict's row)."""
+        try:
+            document = json.loads(line)
+        except (ValueError, RecursionError):
+            return None
+        found = document.get(self.id_field) if isinstance(document, dict) else None
+        if isinstance(found, bool) or not isinstance(found, (str, int)):
+            return None
+        return str(found)
 
     def _checked(
         self, number: int, review_id: str | None, text: str, metadata: dict[str, Any], raw: bytes

@@ -128,7 +128,7 @@ def test_a_csv_is_labelled_by_its_text_column_with_the_ids_of_its_id_column(tmp_
 
 def test_a_jsonl_file_is_labelled_by_its_text_field_not_as_raw_json(tmp_path: Path) -> None:
     path = tmp_path / "reviews.jsonl"
-    lines = ['{"id": 7, "text": "好吃"}', '{"text": "一般", "shop": "s"}', '{"body": "x"}']
+    lines = ['{"id": 7, "text": "好吃"}', '{"text": "一般", "shop": "s"}', '{"body": "x", "id": "b"}']
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     rows = list(predict_rows(ThreadNotingModel(), ReviewFile(path)))
@@ -136,5 +136,5 @@ def test_a_jsonl_file_is_labelled_by_its_text_field_not_as_raw_json(tmp_path: Pa
     assert [(r["id"], r.get("text"), r.get("error")) for r in rows] == [
         ("7", "好吃", None),
         ("2", "一般", None),
-        ("3", None, "missing_text"),
+        ("b", None, "missing_text"),  # a bad row keeps its id
     ]
