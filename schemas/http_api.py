@@ -19,17 +19,11 @@ def _coerce_id(value: Any) -> Any:
     return value
 
 
-def _valid_text(text: str, where: str = "text") -> str:
-    # (pydantic itself refuses lone surrogates: "unable to parse raw data as a unicode string")
-    if not text.strip():
-        raise ValueError(f"{where} must contain at least one non-whitespace character")
-    return text
-
-
 class SentimentRequest(BaseModel):
     """Reviews to label: `text` (one) or `texts` (several), with optional ids echoed in the results.
 
-    The server also bounds the number of texts, each text's length and the body size (its settings)."""
+    The server also bounds the number of texts and the body size (its settings), and applies the one rule
+    for odd texts (`schemas.review_input.text_problem`): a bad text of `texts` gets its own error."""
 
     SCHEMA_NAME: ClassVar[str] = "sentiment-request"
     SCHEMA_VERSION: ClassVar[int] = 1
@@ -50,7 +44,11 @@ class SentimentRequest(BaseModel):
     id: StrictStr | None = Field(
         default=None, description="Id of `text`, echoed in its result.", json_schema_extra=_ID_SCHEMA
     )
-    texts: list[StrictStr] | None = Field(default=None, min_length=1, description="Several reviews.")
+    texts: list[StrictStr] | None = Field(
+        default=None,
+        min_length=1,
+        description="Reviews; an empty, blank or over-long one gets its own error, the others a label.",
+    )
     ids: list[StrictStr] | None = Field(
         default=None,
         description="Ids of `texts` (same length), echoed in their results; default: their positions.",
@@ -66,19 +64,6 @@ class SentimentRequest(BaseModel):
     @classmethod
     def _coerce_int_ids(cls, value: Any) -> Any:
         return [_coerce_id(v) for v in value] if isinstance(value, list) else value
-
-    @field_validator("text")
-    @classmethod
-    def _text_not_blank(cls, value: str | None) -> str | None:
-        return None if value is None else _valid_text(value)
-
-    @field_validator("texts")
-    @classmethod
-    def _texts_not_blank(cls, value: list[str] | None) -> list[str] | None:
-        if value is not None:
-            for index, text in enumerate(value):
-                _valid_text(text, f"texts[{index}]")
-        return value
 
     @model_validator(mode="after")
     def _one_shape(self) -> SentimentRequest:
@@ -106,7 +91,10 @@ class ItemError(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: str = Field(description="A dead-letter kind, e.g. `too_long_for_memory`, `inference_failed`.")
+    kind: str = Field(
+        description="A dead-letter kind, e.g. `empty_text`, `text_too_long`, `too_long_for_memory`, "
+        "`inference_failed`."
+    )
     reason: str = Field(description="What went wrong.")
 
 
@@ -135,7 +123,11 @@ class Timing(BaseModel):
     inference_ms: float = Field(
         ge=0.0, description="Model time of the batches that held this request's texts (shared with others)."
     )
-    batch_texts: int = Field(ge=1, description="Texts labelled together with this request's (it included).")
+    batch_texts: int = Field(
+        ge=0,
+        description="Texts labelled together with this request's (it included); 0 when none of its texts "
+        "was labelled.",
+    )
 
 
 class SentimentResponse(BaseModel):

@@ -1,10 +1,52 @@
-"""The input contract: one review per Kafka record value (JSON mode)."""
+"""The input contract: one review per Kafka record value (JSON mode), and the one rule for odd texts that
+every front door applies (`text_problem`: the worker, `produce`, `predict` and the HTTP API)."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import unicodedata
+from dataclasses import dataclass
+from typing import Any, ClassVar, Final
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator
+
+from schemas.dead_letter import DeadLetterKind
+
+_INVISIBLE: Final = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+"""Unicode categories of characters that show nothing: control, format (zero-width spaces and joiners,
+direction marks, U+FEFF), and space, line and paragraph separators; every whitespace character is in one."""
+
+EMPTY_TEXT_REASON: Final = (
+    "text is empty or has no visible character (only whitespace, control or format characters such as "
+    "zero-width spaces)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TextProblem:
+    """Why a text is not labelled: `empty_text` or `text_too_long`, and the reason in words."""
+
+    kind: DeadLetterKind
+    reason: str
+
+
+def has_visible_character(text: str) -> bool:
+    """True if `text` holds a character outside the invisible categories (stops at the first visible)."""
+    category = unicodedata.category
+    return any(category(char) not in _INVISIBLE for char in text)
+
+
+def text_problem(text: str, max_text_chars: int) -> TextProblem | None:
+    """The one rule for odd texts, None for a text to label: a text with no visible character (empty, only
+    whitespace, control, format or separator characters, e.g. only U+200B) is `empty_text`; one of more
+    than `max_text_chars` characters is `text_too_long`. The text itself is never changed."""
+    if not has_visible_character(text):
+        return TextProblem(DeadLetterKind.EMPTY_TEXT, EMPTY_TEXT_REASON)
+    if len(text) > max_text_chars:
+        return TextProblem(
+            DeadLetterKind.TEXT_TOO_LONG,
+            f"text is {len(text):,} characters, more than the limit of {max_text_chars:,}",
+        )
+    return None
 
 
 class ReviewInput(BaseModel):
@@ -31,11 +73,12 @@ class ReviewInput(BaseModel):
 
     text: StrictStr = Field(
         min_length=1,
-        # JSON Schema patterns are unanchored: "contains a non-whitespace character".
+        # JSON Schema patterns are unanchored: "contains a non-whitespace character" (an approximation of
+        # `text_problem`'s rule, which also refuses only-format characters such as U+200B).
         json_schema_extra={"pattern": "\\S"},
         description=(
             "The review text (any language the model was trained on, usually Chinese). Must contain at "
-            "least one non-whitespace character; the worker also enforces a configured maximum length."
+            "least one visible character; the worker also enforces a configured maximum length."
         ),
     )
     id: StrictStr | None = Field(
@@ -58,9 +101,9 @@ class ReviewInput(BaseModel):
     @field_validator("text")
     @classmethod
     def _text_not_blank(cls, value: str) -> str:
-        """Reject whitespace-only text; the text itself is kept exactly as given."""
-        if value.isspace():
-            raise ValueError("text must contain at least one non-whitespace character")
+        """Reject a text with no visible character (`text_problem`'s rule); the text is kept as given."""
+        if not has_visible_character(value):
+            raise ValueError(EMPTY_TEXT_REASON)
         return value
 
     @property

@@ -67,6 +67,15 @@ class WorkerSettings(BaseSettings):
     input_format: Literal["json", "text"] = Field(
         "json", description='json: {"text": ..., "id": ...}; text: the whole value is the review.'
     )
+    text_field: str = Field(
+        "text", min_length=1, description="input_format=json: the field that holds the review text."
+    )
+    id_field: str = Field(
+        "id",
+        min_length=1,
+        description="input_format=json: the field that holds the review id (optional in each message; "
+        "without it the id is topic/partition/offset).",
+    )
     output_partitioning: Literal["source", "key"] = Field(
         "source",
         description="source: a result goes to the output partition numbered like its input partition "
@@ -156,6 +165,12 @@ class WorkerSettings(BaseSettings):
             data = {key: value for key, value in data.items() if key != "max_batch_tokens"}
             data["max_batch_tokens_auto"] = True
         return data
+
+    @model_validator(mode="after")
+    def _two_input_fields(self) -> WorkerSettings:
+        if self.text_field == self.id_field:
+            raise ValueError(f"text_field and id_field are both {self.text_field!r}: name two fields")
+        return self
 
     @model_validator(mode="after")
     def _one_vram_budget(self) -> WorkerSettings:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, TopicPartition
 
 from tests.integration.helpers import SAMPLES
 from worker.bench.worker_process import free_port
@@ -82,7 +82,8 @@ def test_produce_run_tail_and_doctor_through_the_cli(
         "SENTIMENT_HTTP_PORT": "0",
     }
     produced = cli("produce", str(SAMPLES), env=env)
-    assert produced.returncode == 0 and "produced 30 of 30" in produced.stdout, produced.stderr
+    assert produced.returncode == 0, produced.stderr
+    assert "read 30, sent 30, skipped 0, failed 0" in produced.stdout, produced.stdout
 
     run = cli("run", "--max-messages", "30", env=env)
     assert run.returncode == 0, run.stderr[-2000:]
@@ -108,6 +109,99 @@ def test_produce_run_tail_and_doctor_through_the_cli(
     assert f"[FAIL] topic {names['dlq']}-nope: missing" in missing.stdout
     assert "run `sentiment-worker topics create`" in missing.stdout
     assert_quiet(missing)
+
+
+NEWCOMER_CSV = (
+    "review_id,content,shop\n"
+    "R1,外送很快，餐點還是熱的,s1\n"
+    "R2,,s2\n"  # line 3: an empty text
+    "\n"  # line 4: a blank row
+    'R4,"Great food, fast delivery!",s1\n'
+    "R5,\u200b\u200d,s2\n"  # line 6: only zero-width characters
+    "R6,😡😡,s3\n"
+)
+
+
+def test_a_csv_export_goes_in_whole_or_not_at_all_by_its_named_columns(
+    kafka_bootstrap: str, topics: Any, tmp_path: Path
+) -> None:
+    names = topics()
+    env = {"SENTIMENT_BOOTSTRAP_SERVERS": kafka_bootstrap, "SENTIMENT_INPUT_TOPIC": names["reviews"]}
+    path = tmp_path / "reviews.csv"
+    path.write_text(NEWCOMER_CSV, encoding="utf-8")
+
+    unnamed = cli("produce", str(path), env=env)
+    assert (
+        unnamed.returncode == 2 and "no `text` column" in unnamed.stderr and "--text-field" in unnamed.stderr
+    )
+    columns = ["--text-field", "content", "--id-field", "review_id"]
+    refused = cli("produce", str(path), *columns, env=env)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "3 of 6 rows cannot be labelled, so nothing was sent" in refused.stderr
+    for line in ("line 3: empty_text", "line 4: empty_text", "line 6: empty_text"):
+        assert line in refused.stderr
+    assert end_offsets(kafka_bootstrap, names["reviews"]) == 0  # nothing on the topic
+
+    skipping = cli("produce", str(path), *columns, "--skip-bad", env=env)
+    assert skipping.returncode == 0, skipping.stderr
+    assert "read 6, sent 3, skipped 3, failed 0" in skipping.stdout
+    assert "skipped line 3: empty_text: the `content` column is empty" in skipping.stderr
+    consumer = Consumer(
+        {"bootstrap.servers": kafka_bootstrap, "group.id": names["group"], "auto.offset.reset": "earliest"}
+    )
+    consumer.subscribe([names["reviews"]])
+    got: list[Any] = []
+    deadline = time.monotonic() + 30
+    while len(got) < 3 and time.monotonic() < deadline:
+        message = consumer.poll(0.5)
+        if message is not None and message.error() is None:
+            got.append(message)
+    consumer.close()
+    assert sorted((m.key(), json.loads(m.value())["id"]) for m in got) == [
+        (b"R1", "R1"),
+        (b"R4", "R4"),
+        (b"R6", "R6"),
+    ]
+    assert {json.loads(m.value())["shop"] for m in got} == {"s1", "s3"}  # the other columns: metadata
+
+
+def end_offsets(bootstrap: str, topic: str) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "end-offsets"})
+    try:
+        metadata = consumer.list_topics(topic, timeout=10)
+        partitions = metadata.topics[topic].partitions
+        return sum(
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions
+        )
+    finally:
+        consumer.close()
+
+
+def test_predict_reads_a_csv_by_column_with_ids_and_takes_the_model_like_run(
+    tiny_model_dir: Path, tiny_classifier: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "reviews.csv"
+    path.write_text(NEWCOMER_CSV, encoding="utf-8")
+    env = {"SENTIMENT_MODEL": str(tiny_model_dir), "SENTIMENT_DEVICE": "cpu"}  # no --model: as `run` takes it
+
+    done = cli(
+        "predict", str(path), "--text-field", "content", "--id-field", "review_id", "--no-progress", env=env
+    )
+
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(r["id"], r["line"], r.get("error")) for r in rows] == [
+        ("R1", 2, None),
+        ("R2", 3, "empty_text"),
+        ("4", 4, "empty_text"),
+        ("R4", 5, None),
+        ("R5", 6, "empty_text"),
+        ("R6", 7, None),
+    ]
+    texts = ["外送很快，餐點還是熱的", "Great food, fast delivery!", "😡😡"]
+    assert [r["text"] for r in rows if "error" not in r] == texts  # not the header, not the id or shop cells
+    expected = [row["label"] for row in predict_lines(tiny_classifier, texts)]
+    assert [r["label"] for r in rows if "error" not in r] == expected
 
 
 def assert_quiet(run: Any) -> None:

@@ -129,7 +129,7 @@ DEEP = b"[" * 990 + b"]" * 990  # past the JSON parser's recursion limit; json.l
         (b"", 422, "invalid_request", "the body is empty"),
         (b"{}", 422, "invalid_request", "give either `text`"),
         (b'{"text": ""}', 422, "invalid_request", "text: String should have at least 1 character"),
-        (b'{"text": "   "}', 422, "invalid_request", "non-whitespace"),
+        (b'{"text": "   "}', 422, "invalid_request", "no visible character"),
         (b'{"text": 5}', 422, "invalid_request", "text: Input should be a valid string"),
         (b'{"texts": []}', 422, "invalid_request", "texts: List should have at least 1 item"),
         (b'{"texts": ["ok", 3]}', 422, "invalid_request", "texts.1: Input should be a valid string"),
@@ -144,7 +144,12 @@ DEEP = b"[" * 990 + b"]" * 990  # past the JSON parser's recursion limit; json.l
         (b'{"text": "ok", "id": ' + b"7" * 4301 + b"}", 422, "invalid_request", "send an id this long as"),
         (b'{"text": "ok", "id": "\\ud800"}', 422, "invalid_request", "surrogate (\\ud800-\\udfff) its pair"),
         (b'{"texts": ["ok"], "ids": ["\\udc00"]}', 422, "invalid_request", "malformed JSON: lone"),
-        (json.dumps({"text": "好" * 201}).encode(), 422, "text_too_long", "201 characters; at most 200"),
+        (
+            json.dumps({"text": "好" * 201}).encode(),
+            422,
+            "text_too_long",
+            "201 characters, more than the limit of 200",
+        ),
         (json.dumps({"texts": ["好"] * 9}).encode(), 413, "too_many_texts", "9 texts; at most 8"),
         (json.dumps({"text": "好" * 2000}).encode(), 413, "body_too_large", "larger than 8192 bytes"),
         (json.dumps({"texts": ["很好", "太差了"], "ids": ["a", "b"]}).encode(), 200, None, None),
@@ -177,6 +182,31 @@ def test_each_body_gets_its_status_and_reason_with_cors_on_or_off(
     # CORS on: the browser may read the answer; off: no CORS header at all
     assert with_cors.headers.get("access-control-allow-origin") == ORIGIN
     assert "access-control-allow-origin" not in without.headers
+
+
+def test_a_bad_text_in_a_batch_gets_its_own_error_and_the_others_their_labels(
+    served_small: str, tiny_classifier: Any
+) -> None:
+    """The one rule for odd texts, per item: a blank, an invisible-only and an over-long text each get their
+    error, the good ones the labels `predict` gives them; a batch of only bad texts is answered too."""
+    texts = [TEXTS[0], "   ", "\u200b\u200d", "好" * 201, TEXTS[1]]
+    answer = httpx.post(served_small + API, json={"texts": texts, "ids": ["a", "b", "c", "d", "e"]})
+    assert answer.status_code == 200, answer.text
+    results = answer.json()["results"]
+    assert [(r["id"], (r["error"] or {}).get("kind")) for r in results] == [
+        ("a", None),
+        ("b", "empty_text"),
+        ("c", "empty_text"),
+        ("d", "text_too_long"),
+        ("e", None),
+    ]
+    expected = [row["label"] for row in predict_lines(tiny_classifier, [TEXTS[0], TEXTS[1]])]
+    assert [results[0]["label"], results[4]["label"]] == expected
+    assert results[1]["label"] is None and "no visible character" in results[1]["error"]["reason"]
+    only_bad = httpx.post(served_small + API, json={"texts": ["", " "]})
+    assert only_bad.status_code == 200, only_bad.text
+    assert [r["error"]["kind"] for r in only_bad.json()["results"]] == ["empty_text", "empty_text"]
+    assert only_bad.json()["timing"]["batch_texts"] == 0
 
 
 def test_with_cors_the_guards_refusals_are_readable_and_a_preflight_needs_no_token(

@@ -10,12 +10,17 @@ from typing import Any
 import pytest
 
 from worker.tools import topics
-from worker.tools.produce import FeedFileError, produce_reviews, read_reviews
+from worker.tools.produce import check_file, feed_records, produce_reviews
+from worker.tools.review_files import ReviewFile
 from worker.tools.tail import TailedRecord, TailError, format_table, result_row, tail_records
 
 pytestmark = pytest.mark.integration
 
 IDLE_S = 3.0
+
+
+def read_reviews(path: Path, *, raw_text: bool = False) -> Any:
+    return feed_records(ReviewFile(path), raw_text=raw_text)
 
 
 def conf(bootstrap: str) -> dict[str, Any]:
@@ -118,19 +123,20 @@ def test_produce_csv_with_limit_and_rate(
     ]
 
 
-def test_bad_line_stops_the_feed_after_flushing_what_was_sent(
+def test_a_resume_from_a_line_sends_only_the_rest(
     kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
 ) -> None:
-    topic = unique_name("tools-bad")
+    topic = unique_name("tools-resume")
     topics.create_topics(conf(kafka_bootstrap), [topic], partitions=1)
     path = tmp_path / "reviews.jsonl"
-    path.write_text('{"text": "一"}\n{"text": "二"}\nnot json\n{"text": "三"}\n', encoding="utf-8")
+    path.write_text('{"text": "一"}\n{"text": "二"}\n{"text": "三"}\n{"text": "四"}\n', encoding="utf-8")
 
-    with pytest.raises(FeedFileError, match=r"reviews.jsonl:3: not valid JSON"):
-        produce_reviews(conf(kafka_bootstrap), topic, read_reviews(path))
+    report = produce_reviews(conf(kafka_bootstrap), topic, feed_records(ReviewFile(path), from_line=3))
     tailed = tail_all(kafka_bootstrap, topic, expected=2)
 
-    assert [r.value for r in tailed] == ['{"text": "一"}'.encode(), '{"text": "二"}'.encode()]
+    assert (report.acknowledged, report.failed, report.resume_line) == (2, 0, None)
+    assert [r.value for r in tailed] == ['{"text": "三"}'.encode(), '{"text": "四"}'.encode()]
+    assert check_file(ReviewFile(path), from_line=3).read == 2
 
 
 def test_tail_does_not_commit_and_can_start_at_the_end(
@@ -183,3 +189,4 @@ def test_undeliverable_records_are_counted_failed_with_the_first_error(tmp_path:
 
     assert (report.sent, report.acknowledged, report.failed) == (3, 0, 3)
     assert report.first_error is not None and "timed out" in report.first_error.lower()
+    assert (report.resume_line, report.delivered_after_resume) == (1, 0)  # nothing went: resume at line 1

@@ -29,6 +29,7 @@ __all__ = [
     "EXIT_OK",
     "SETTING_FLAGS",
     "Subparsers",
+    "add_column_flags",
     "add_settings_flags",
     "configure_logging",
     "env_config_file",
@@ -72,6 +73,16 @@ def add_settings_flags(parser: argparse.ArgumentParser, *names: str) -> None:
     for name in names:
         kind: Callable[[str], Any] = int if name == "http_port" else str
         parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=kind, help=SETTING_FLAGS[name])
+
+
+def add_column_flags(parser: argparse.ArgumentParser) -> None:
+    """--text-field / --id-field: where a CSV or JSONL file keeps the text and the id (produce, predict)."""
+    parser.add_argument(
+        "--text-field", default=None, help="CSV column / JSON field holding the review text (default: text)"
+    )
+    parser.add_argument(
+        "--id-field", default=None, help="CSV column / JSON field holding the review id (default: id, if any)"
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> WorkerSettings:

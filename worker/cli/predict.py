@@ -1,5 +1,6 @@
-"""`sentiment-worker predict`: one review per line (a file or stdin) → one JSON result per stdout line, no
-Kafka; the worker's pipelined path, with a progress bar on stderr for a file."""
+"""`sentiment-worker predict`: a TXT / CSV / JSONL file of reviews (or TXT lines on stdin) → one JSON
+result per row on stdout, with its id, no Kafka; the worker's pipelined path, with a progress bar on stderr
+for a file."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from worker.cli.common import (
     EXIT_OK,
     Subparsers,
+    add_column_flags,
     add_settings_flags,
     configure_logging,
     load_model,
@@ -22,37 +24,61 @@ from worker.errors import ConfigurationError
 def register(subparsers: Subparsers) -> None:
     """Adds `predict`."""
     predict = subparsers.add_parser(
-        "predict", help="one review per line (FILE or stdin) → one JSON result per stdout line"
+        "predict", help="a TXT / CSV / JSONL file of reviews (or stdin) → one JSON result per row on stdout"
     )
     predict.add_argument(
-        "input", nargs="?", type=Path, default=None, help="a file of reviews (default: stdin)"
+        "input",
+        nargs="?",
+        type=Path,
+        default=None,
+        help="a file of reviews (default: stdin, a review per line)",
     )
-    predict.add_argument("--model", required=True, help="model directory or PaddleNLP name")
-    predict.add_argument("--device", default="auto", choices=["gpu", "cpu", "auto"])
+    predict.add_argument(
+        "--format",
+        default="auto",
+        choices=["auto", "jsonl", "csv", "txt"],
+        help="default: by suffix; stdin: txt",
+    )
+    add_column_flags(predict)
     predict.add_argument("--batch-size", type=int, default=32)
     predict.add_argument("--max-batch-tokens", type=int, default=4096, help="padded tokens per model call")
     predict.add_argument("--no-progress", action="store_true", help="no progress bar for a file input")
-    add_settings_flags(predict, "backend", "tokenizer", "long_text")
+    add_settings_flags(predict, "model", "device", "backend", "tokenizer", "long_text")
     predict.set_defaults(func=cmd_predict)
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from worker.tools.predict import FileLines, ProgressBar, predict_lines
+    from worker.tools.predict import ProgressBar, predict_rows
+    from worker.tools.review_files import ReviewFile
 
     configure_logging("WARNING")
     if args.input is not None and not args.input.is_file():
         raise ConfigurationError(f"no such file: {args.input}")
-    classifier, _ = load_model(settings_from_args(args))
-    source = FileLines(args.input) if args.input is not None else None
-    bar = ProgressBar(source.total_bytes, sys.stderr) if source is not None and not args.no_progress else None
+    settings = settings_from_args(args)
+    source = ReviewFile(
+        args.input,
+        args.format,
+        stream=sys.stdin.buffer if args.input is None else None,
+        text_field=args.text_field,
+        id_field=args.id_field,
+        max_text_chars=settings.max_text_chars,
+        max_value_bytes=settings.max_value_bytes,
+        max_json_depth=settings.max_json_depth,
+    )
+    classifier, _ = load_model(settings)
+    bar = (
+        ProgressBar(source.total_bytes, sys.stderr)
+        if args.input is not None and not args.no_progress
+        else None
+    )
 
-    def progress(lines: int) -> None:
-        if bar is not None and source is not None:
-            bar.update(source.bytes_read, lines)
+    def progress(rows: int) -> None:
+        if bar is not None:
+            bar.update(source.bytes_read, rows)
 
-    rows = predict_lines(
+    rows = predict_rows(
         classifier,
-        source if source is not None else sys.stdin,
+        source,
         max_batch_size=args.batch_size,
         max_batch_tokens=args.max_batch_tokens,
         on_chunk=progress,
@@ -61,6 +87,6 @@ def cmd_predict(args: argparse.Namespace) -> int:
     for row in rows:
         write(json.dumps(row, ensure_ascii=False) + "\n")
     sys.stdout.flush()
-    if bar is not None and source is not None:
+    if bar is not None:
         bar.finish(source.bytes_read)
     return EXIT_OK

@@ -1,4 +1,5 @@
-"""`sentiment-worker produce`: a JSONL / CSV / TXT file of reviews → the input topic."""
+"""`sentiment-worker produce`: a JSONL / CSV / TXT file of reviews → the input topic, the whole file or
+nothing (or, with --skip-bad, its good rows), ending with the counts."""
 
 from __future__ import annotations
 
@@ -10,19 +11,41 @@ from worker.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
     Subparsers,
+    add_column_flags,
     add_settings_flags,
     settings_from_args,
 )
-from worker.tools.produce import produce_reviews, read_reviews
+from worker.errors import ConfigurationError
+from worker.tools.produce import (
+    FeedFileError,
+    MessageFields,
+    ProduceReport,
+    check_file,
+    feed_records,
+    produce_reviews,
+)
+from worker.tools.review_files import BadRow, ReviewFile
 
 
 def register(subparsers: Subparsers) -> None:
     """Adds `produce`."""
-    produce = subparsers.add_parser("produce", help="send a JSONL / CSV / TXT file of reviews to a topic")
+    produce = subparsers.add_parser(
+        "produce",
+        help="send a JSONL / CSV / TXT file of reviews to a topic: all rows, or none when one is bad",
+    )
     produce.add_argument("file", type=Path)
     add_settings_flags(produce, "bootstrap_servers", "input_topic")
     produce.add_argument("--topic", default=None, help="topic (default: the input topic)")
     produce.add_argument("--format", default="auto", choices=["auto", "jsonl", "csv", "txt"])
+    add_column_flags(produce)
+    produce.add_argument(
+        "--skip-bad",
+        action="store_true",
+        help="send the good rows, naming each bad one (default: send nothing)",
+    )
+    produce.add_argument(
+        "--from-line", type=int, default=1, help="start at this line (resume after a failed send)"
+    )
     produce.add_argument("--raw-text", action="store_true", help="txt: send lines as plain text values")
     produce.add_argument("--rate", type=float, default=None, help="messages per second (default: as fast)")
     produce.add_argument("--limit", type=int, default=None, help="send at most N reviews")
@@ -32,18 +55,57 @@ def register(subparsers: Subparsers) -> None:
 def cmd_produce(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     topic = args.topic or settings.input_topic
-    records = read_reviews(args.file, args.format, raw_text=args.raw_text)
+    if args.from_line < 1:
+        raise ConfigurationError(f"--from-line {args.from_line}: lines are numbered from 1")
+    file = ReviewFile(
+        args.file,
+        args.format,
+        text_field=args.text_field,
+        id_field=args.id_field,
+        max_text_chars=settings.max_text_chars,
+        max_value_bytes=settings.max_value_bytes,
+        max_json_depth=settings.max_json_depth,
+    )
+    fields = MessageFields(text=settings.text_field, id=settings.id_field)
+    checked = check_file(file, fields, from_line=args.from_line)
+    if checked.bad and not args.skip_bad:
+        raise FeedFileError(file.name, None, checked.refusal(file.name))
+
+    def skipped(row: BadRow) -> None:
+        print(f"skipped {row}", file=sys.stderr, flush=True)
+
     report = produce_reviews(
         settings.librdkafka_common(),
         topic,
-        records,
+        feed_records(file, fields, raw_text=args.raw_text, from_line=args.from_line, on_bad=skipped),
         rate_per_s=args.rate,
         limit=args.limit,
         progress=lambda line: print(line, file=sys.stderr, flush=True),
     )
-    print(
-        f"produced {report.acknowledged} of {report.sent} reviews to {topic} in {report.seconds:.1f} s"
-        + (f"; {report.failed} failed: {report.first_error}" if report.failed else ""),
-        flush=True,
-    )
+    print(summary(file.name, topic, checked.read, len(checked.bad), report, args.limit), flush=True)
     return EXIT_OK if report.failed == 0 else EXIT_FAILED
+
+
+def summary(name: str, topic: str, read: int, skipped: int, report: ProduceReport, limit: int | None) -> str:
+    """`reviews.csv → reviews: read 50, sent 46, skipped 4, failed 0 in 0.4 s`, and when some failed, what
+    went and where to resume."""
+    line = (
+        f"{name} → {topic}: read {read}, sent {report.acknowledged}, skipped {skipped}, "
+        f"failed {report.failed} in {report.seconds:.1f} s"
+    )
+    unsent = read - skipped - report.sent
+    if limit is not None and unsent > 0:
+        line += f"; {unsent} not sent (--limit {limit})"
+    if report.failed:
+        line += f"\nnot sent: {report.first_error}"
+        if report.resume_line is not None:
+            line += (
+                f"\nevery row before line {report.resume_line} is on the topic; to send the rest, run again "
+                f"with --from-line {report.resume_line}"
+            )
+            if report.delivered_after_resume:
+                line += (
+                    f" ({report.delivered_after_resume} rows after line {report.resume_line} did arrive and "
+                    "would be sent twice)"
+                )
+    return line

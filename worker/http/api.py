@@ -8,8 +8,9 @@ place, `validation.validate_body`.
 
 Refusals, each with `{"error": ..., "reason": ...}`: 401 without the bearer token (when one is set), 413 for
 a body over `http_max_body_bytes` or more than `http_max_texts` texts, 415 for a body not sent as
-`Content-Type: application/json` (naming the header to send), 422 for malformed JSON, a missing,
-empty, blank or non-string text or a text over `max_text_chars`, 503 with `Retry-After` when the queue is
+`Content-Type: application/json` (naming the header to send), 422 for malformed JSON, a missing or
+non-string text, a single `text` that is empty, blank or over `max_text_chars` (in a `texts` list such a
+text gets its own `error` and the others are labelled), 503 with `Retry-After` when the queue is
 full (or the server is starting or stopping), 504 after `http_request_timeout_s`.
 """
 
@@ -41,7 +42,7 @@ from worker.config import WorkerSettings
 from worker.health import HealthState, endpoint_answer
 from worker.http.page import FAVICON_MEDIA_TYPE, favicon_ico, render_page
 from worker.http.request_batcher import BatcherClosed, Overloaded, RequestBatcher, RequestOutcome
-from worker.http.validation import Refusal, RequestLimits, validate_body
+from worker.http.validation import Refusal, RequestItem, RequestLimits, validate_body
 from worker.inference.label_fields import label_fields
 from worker.inference.labelling import InferenceFailure
 from worker.metrics import HttpMetrics, WorkerMetrics
@@ -59,7 +60,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         (401, "missing or wrong bearer token"),
         (413, "body too large, or too many texts"),
         (415, "the body is not sent as Content-Type: application/json"),
-        (422, "malformed JSON, missing / empty / non-string text, text too long"),
+        (422, "malformed JSON, missing / non-string text; a single `text` empty, blank or too long"),
         (503, "queue full, starting or stopping (see Retry-After)"),
         (504, "not answered in time"),
     )
@@ -109,8 +110,8 @@ class ApiState:
         return None
 
     async def respond(self, body: bytes) -> Response:
-        """The answer to `POST /v1/sentiment` with this raw body: the results in request order, or the
-        refusal (`validate_body`'s, or 503 / 504 from the batcher)."""
+        """The answer to `POST /v1/sentiment` with this raw body: the results in request order (a bad text of
+        a list gets its own error), or the refusal (`validate_body`'s, or 503 / 504 from the batcher)."""
         items = validate_body(body, self._limits)
         if isinstance(items, Refusal):
             return error_response(items.status, items.error, items.reason)
@@ -119,23 +120,31 @@ class ApiState:
         if batcher is None or model is None:
             return error_response(503, "not_ready", "the model is still loading", retry_after_s=1)
         timeout_s = self.settings.http_request_timeout_s
-        try:
-            future = batcher.submit([text for _, text in items])
-            outcome = await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
-        except (Overloaded, BatcherClosed) as exc:
-            return status_of(exc)
-        except TimeoutError:
-            return error_response(504, "timeout", f"not labelled within {timeout_s:g} s")
+        texts = [item.text for item in items if item.problem is None]
+        outcome = RequestOutcome(outputs=[], queue_seconds=0.0, inference_seconds=0.0, batch_texts=0)
+        if texts:
+            try:
+                future = batcher.submit(texts)
+                outcome = await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
+            except (Overloaded, BatcherClosed) as exc:
+                return status_of(exc)
+            except TimeoutError:
+                return error_response(504, "timeout", f"not labelled within {timeout_s:g} s")
         self.http_metrics.texts.inc(len(items))
         answer = self._response(items, outcome, model, time.perf_counter() - accepted)
         return Response(answer.model_dump_json(), media_type="application/json")
 
     def _response(
-        self, items: list[tuple[str, str]], outcome: RequestOutcome, model: ModelRef, seconds: float
+        self, items: list[RequestItem], outcome: RequestOutcome, model: ModelRef, seconds: float
     ) -> SentimentResponse:
+        outputs = iter(outcome.outputs)
         results = [
-            result_of(item_id, output, self._labels)
-            for (item_id, _), output in zip(items, outcome.outputs, strict=True)
+            result_of(item.id, next(outputs), self._labels)
+            if item.problem is None
+            else TextSentiment(
+                id=item.id, error=ItemError(kind=item.problem.kind.value, reason=item.problem.reason)
+            )
+            for item in items
         ]
         if self._metrics is not None:
             for result in results:

@@ -1,4 +1,5 @@
-"""The one validation of a `POST /v1/sentiment` body: JSON -> `SentimentRequest` -> the server's limits.
+"""The one validation of a `POST /v1/sentiment` body: JSON -> `SentimentRequest` -> the server's limits,
+and each text by the one rule for odd texts (`schemas.review_input.text_problem`).
 
 The JSON is parsed by pydantic's own parser (`model_validate_json`), which also refuses hostile JSON as
 malformed: nesting past its recursion limit (200 levels), integers of more than 4,300 digits and unpaired
@@ -12,7 +13,9 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
+from schemas.dead_letter import DeadLetterKind
 from schemas.http_api import SentimentRequest
+from schemas.review_input import TextProblem, text_problem
 from worker.config import WorkerSettings
 
 _BOM: Final = "\ufeff".encode()
@@ -27,7 +30,7 @@ _JSON_HINTS: Final = (
 
 @dataclass(frozen=True, slots=True)
 class RequestLimits:
-    """What one request may hold: texts (more: 413) and characters per text (more: 422)."""
+    """What one request may hold: texts (more: 413) and characters per text (more: that text's error)."""
 
     max_texts: int
     max_text_chars: int
@@ -46,10 +49,22 @@ class Refusal:
     reason: str
 
 
-def validate_body(body: bytes, limits: RequestLimits) -> list[tuple[str, str]] | Refusal:
-    """(id, text) per review of a UTF-8 JSON `body`, in request order (ids default to the position), or the
-    refusal: 422 `invalid_request` (empty or malformed JSON, the request schema not met), 413
-    `too_many_texts`, 422 `text_too_long`."""
+@dataclass(frozen=True, slots=True)
+class RequestItem:
+    """One review of a request: its id (given, or its position), text, and why it is not labelled (None: it
+    is labelled)."""
+
+    id: str
+    text: str
+    problem: TextProblem | None = None
+
+
+def validate_body(body: bytes, limits: RequestLimits) -> list[RequestItem] | Refusal:
+    """The reviews of a UTF-8 JSON `body`, in request order (ids default to the position), each checked by
+    the one rule for odd texts; or the refusal: 422 `invalid_request` (empty or malformed JSON, the request
+    schema not met), 413 `too_many_texts`. A bad text of a `texts` list gets its own problem, the others
+    are labelled; a bad single `text` refuses the request (422 `invalid_request` for an empty text,
+    `text_too_long` for a long one): a request of one text gets its answer in the status."""
     if not body:
         return Refusal(422, "invalid_request", f"the body is empty: {_EXAMPLE}")
     try:
@@ -57,13 +72,14 @@ def validate_body(body: bytes, limits: RequestLimits) -> list[tuple[str, str]] |
         request = SentimentRequest.model_validate_json(body[3:] if body.startswith(_BOM) else body)
     except ValidationError as exc:
         return Refusal(422, "invalid_request", _reason(exc.errors()))
-    items = request.items()
-    if len(items) > limits.max_texts:
-        return Refusal(413, "too_many_texts", f"{len(items)} texts; at most {limits.max_texts}")
-    for index, (_, text) in enumerate(items):
-        if len(text) > limits.max_text_chars:
-            reason = f"text {index} has {len(text)} characters; at most {limits.max_text_chars}"
-            return Refusal(422, "text_too_long", reason)
+    pairs = request.items()
+    if len(pairs) > limits.max_texts:
+        return Refusal(413, "too_many_texts", f"{len(pairs)} texts; at most {limits.max_texts}")
+    items = [RequestItem(item_id, text, text_problem(text, limits.max_text_chars)) for item_id, text in pairs]
+    problem = items[0].problem
+    if request.text is not None and problem is not None:
+        error = "text_too_long" if problem.kind is DeadLetterKind.TEXT_TOO_LONG else "invalid_request"
+        return Refusal(422, error, f"text: {problem.reason}")
     return items
 
 

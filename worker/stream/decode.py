@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import math
 import sys
-import unicodedata
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from schemas.dead_letter import DeadLetterKind
+from schemas.review_input import text_problem
 
 InputFormat = Literal["json", "text"]
 
@@ -62,16 +62,6 @@ def _float_in_range(literal: str) -> float:
 
 # Stateless and reused: json.loads(..., parse_constant=...) would build a new decoder per call.
 _DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_float_in_range)
-
-_INVISIBLE: Final = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
-"""Unicode categories of characters that show nothing: control, format (zero-width spaces and joiners,
-direction marks, U+FEFF), and space, line and paragraph separators; every whitespace character is in one."""
-
-
-def _has_visible_character(text: str) -> bool:
-    """True if `text` holds a character outside `_INVISIBLE` (stops at the first, usually the first)."""
-    category = unicodedata.category
-    return any(category(char) not in _INVISIBLE for char in text)
 
 
 def _type_name(value: object) -> str:
@@ -122,18 +112,21 @@ def decode_review(
     max_text_chars: int,
     max_json_depth: int,
     default_id: str,
+    text_field: str = "text",
+    id_field: str = "id",
 ) -> DecodedReview | DecodeFailure:
     """Decode one record value.
 
     `input_format="json"`: a UTF-8 JSON object with a string `text`, an optional string or integer `id`
     (integers become decimal strings; absent or null means `default_id`) and any other fields, returned as
-    `metadata`. `input_format="text"`: the whole value is the text, the id is `default_id`, metadata is
-    empty. Limits: `max_value_bytes` (bytes of the raw value), `max_text_chars` (characters of the text),
-    `max_json_depth` (nesting levels of arrays/objects, the top-level object counting as 1; documents
-    deeper than the interpreter's recursion limit, about 1,000, always fail the same way). A leading
-    UTF-8 byte order mark is ignored. The text is returned exactly as given; a text with no visible
-    character (only Unicode control, format or separator characters, whitespace among them) is
-    `empty_text`. Values are kept exactly or refused, never changed: a number a 64-bit float cannot hold
+    `metadata`; the text and id are read from the fields named `text_field` and `id_field`.
+    `input_format="text"`: the whole value is the text, the id is `default_id`, metadata is empty. Limits:
+    `max_value_bytes` (bytes of the raw value), `max_text_chars` (characters of the text), `max_json_depth`
+    (nesting levels of arrays/objects, the top-level object counting as 1; documents deeper than the
+    interpreter's recursion limit, about 1,000, always fail the same way). A leading UTF-8 byte order mark is
+    ignored. The text is returned exactly as given, or refused by the one rule for odd texts
+    (`schemas.review_input.text_problem`: no visible character is `empty_text`, over `max_text_chars` is
+    `text_too_long`). Values are kept exactly or refused, never changed: a number a 64-bit float cannot hold
     (`1e999`, `1e-999`) or an integer of more digits than the interpreter converts (4,300) is `invalid_json`.
     """
     if value is None:
@@ -163,11 +156,17 @@ def decode_review(
         return _check_text(decoded, max_text_chars, default_id, {})
     if input_format != "json":
         raise ValueError(f"unknown input_format {input_format!r}; expected 'json' or 'text'")
-    return _decode_json(value, decoded, max_text_chars, max_json_depth, default_id)
+    return _decode_json(value, decoded, max_text_chars, max_json_depth, default_id, text_field, id_field)
 
 
 def _decode_json(
-    raw: bytes, decoded: str, max_text_chars: int, max_json_depth: int, default_id: str
+    raw: bytes,
+    decoded: str,
+    max_text_chars: int,
+    max_json_depth: int,
+    default_id: str,
+    text_field: str,
+    id_field: str,
 ) -> DecodedReview | DecodeFailure:
     try:
         document = _DECODER.decode(decoded)
@@ -213,15 +212,19 @@ def _decode_json(
             f"{_EXAMPLE} with valid characters",
         )
 
-    if "text" not in document:
-        return DecodeFailure(DeadLetterKind.MISSING_TEXT, f'JSON object has no "text" field: {_EXAMPLE}')
-    text = document.pop("text")
+    if text_field not in document:
+        return DecodeFailure(
+            DeadLetterKind.MISSING_TEXT,
+            f"JSON object has no {json.dumps(text_field)} field: {_example(text_field)}",
+        )
+    text = document.pop(text_field)
     if not isinstance(text, str):
         return DecodeFailure(
             DeadLetterKind.WRONG_TYPE,
-            f'"text" is a JSON {_type_name(text)}, expected a string: {_EXAMPLE}',
+            f"{json.dumps(text_field)} is a JSON {_type_name(text)}, expected a string: "
+            + _example(text_field),
         )
-    raw_id = document.pop("id", None)
+    raw_id = document.pop(id_field, None)
     if raw_id is None:
         review_id = default_id
     elif isinstance(raw_id, str):
@@ -231,7 +234,8 @@ def _decode_json(
     else:
         return DecodeFailure(
             DeadLetterKind.WRONG_TYPE,
-            f'"id" is a JSON {_type_name(raw_id)}, expected a string or an integer (or leave it out)',
+            f"{json.dumps(id_field)} is a JSON {_type_name(raw_id)}, expected a string or an integer "
+            "(or leave it out)",
         )
     return _check_text(text, max_text_chars, review_id, document)
 
@@ -239,20 +243,19 @@ def _decode_json(
 def _check_text(
     text: str, max_text_chars: int, review_id: str, metadata: dict[str, Any]
 ) -> DecodedReview | DecodeFailure:
-    if not _has_visible_character(text):
-        return DecodeFailure(
-            DeadLetterKind.EMPTY_TEXT,
-            "text is empty or has no visible character (only whitespace, control or format characters "
-            "such as zero-width spaces): send the review text",
-        )
-    n_chars = len(text)
-    if n_chars > max_text_chars:
-        return DecodeFailure(
-            DeadLetterKind.TEXT_TOO_LONG,
-            f"text is {n_chars} characters, more than the limit of {max_text_chars}: "
-            "send shorter reviews (split long ones)",
-        )
-    return DecodedReview(id=review_id, text=text, metadata=metadata)
+    problem = text_problem(text, max_text_chars)
+    if problem is None:
+        return DecodedReview(id=review_id, text=text, metadata=metadata)
+    fix = "send the review text" if problem.kind is DeadLetterKind.EMPTY_TEXT else "split long reviews"
+    return DecodeFailure(problem.kind, f"{problem.reason}: {fix}")
+
+
+def _example(text_field: str) -> str:
+    return (
+        _EXAMPLE
+        if text_field == "text"
+        else f'send UTF-8 encoded JSON like {{{json.dumps(text_field)}: "..."}}'
+    )
 
 
 def _shortened(literal: str, limit: int = 40) -> str:

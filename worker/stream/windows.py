@@ -23,6 +23,8 @@ class DecodeOptions:
     max_value_bytes: int
     max_text_chars: int
     max_json_depth: int
+    text_field: str = "text"
+    id_field: str = "id"
 
     @classmethod
     def from_settings(cls, settings: WorkerSettings) -> DecodeOptions:
@@ -31,6 +33,8 @@ class DecodeOptions:
             max_value_bytes=settings.max_value_bytes,
             max_text_chars=settings.max_text_chars,
             max_json_depth=settings.max_json_depth,
+            text_field=settings.text_field,
+            id_field=settings.id_field,
         )
 
 
@@ -57,6 +61,8 @@ def prepare_window(items: list[InputMessage], options: DecodeOptions) -> Prepare
             max_text_chars=options.max_text_chars,
             max_json_depth=options.max_json_depth,
             default_id=item.default_id,
+            text_field=options.text_field,
+            id_field=options.id_field,
         )
         for item in items
     ]

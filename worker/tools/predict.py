@@ -1,140 +1,72 @@
-"""Offline labelling of text lines (the `predict` command): no Kafka, the worker's pipelined path.
+"""Offline labelling of review files (the `predict` command): no Kafka, the worker's pipelined path.
 
-This thread reads and decodes the next chunk of lines while the engine (the worker's) labels the current one
-(token-budget, length-grouped batches on the model lanes); at most two chunks are in flight, so memory stays
-bounded whatever the input's size.
+The rows come from `review_files.ReviewFile` (TXT, CSV, JSONL; the text and id columns named), bad rows by
+the rules the worker decodes with. This thread reads the next chunk of rows while the engine (the worker's)
+labels the current one (token-budget, length-grouped batches on the model lanes); at most two chunks are in
+flight, so memory stays bounded whatever the input's size. One output row per input row, in input order,
+each with its id (the row's, else its line number) and line.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from itertools import islice
-from pathlib import Path
-from typing import Any, BinaryIO, TextIO
+from typing import Any, TextIO
 
-from schemas.dead_letter import DeadLetterKind
 from worker.inference.engine import Engine, EngineOptions
 from worker.inference.in_order import InOrder
 from worker.inference.label_fields import label_fields
 from worker.inference.labelling import Classifier, InferenceFailure, Output
-from worker.stream.decode import DecodedReview, DecodeFailure, decode_review
+from worker.tools.review_files import BadRow, FileReview, Row, text_lines
 
-_CHUNK_LINES = 512
+_CHUNK_ROWS = 512
 _QUEUED_CHUNKS = 2
 
 
-@dataclass(frozen=True)
-class _Chunk:
-    lines: list[tuple[int, str]]
-    decoded: list[DecodedReview | DecodeFailure]
-
-    @property
-    def texts(self) -> list[str]:
-        return [d.text for d in self.decoded if isinstance(d, DecodedReview)]
-
-
-def predict_lines(
+def predict_rows(
     classifier: Classifier,
-    lines: Iterable[str],
+    rows: Iterable[Row],
     *,
     max_batch_size: int = 32,
     max_batch_tokens: int = 4096,
-    max_text_chars: int = 10_000,
     on_chunk: Callable[[int], None] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """One output dict per input line, in input order: a label, or an `error` kind with its reason.
+    """One output dict per row, in input order: `id`, `line`, and the `text` with its label, or an `error`
+    kind with its `reason` (a bad row's, or the model's).
 
-    `on_chunk(n)` is called after the rows of each chunk of `n` lines are yielded (progress)."""
-    numbered = enumerate(lines, start=1)
-    chunks = iter(lambda: list(islice(numbered, _CHUNK_LINES)), [])
+    `on_chunk(n)` is called after the outputs of each chunk of `n` rows are yielded (progress)."""
+    source = iter(rows)
+    chunks = iter(lambda: list(islice(source, _CHUNK_ROWS)), [])
     engine = Engine(classifier, EngineOptions(max_batch_size, max_batch_tokens), name="predict")
     with engine.start(warm_up=False):
-        in_order: InOrder[_Chunk] = InOrder(engine, capacity=_QUEUED_CHUNKS)
-        prepared = (_prepare(chunk, max_text_chars) for chunk in chunks)
-        for chunk, labelled in in_order.pipeline((chunk, chunk.texts) for chunk in prepared):
-            yield from _rows(chunk, labelled.outputs, classifier.labels)
+        in_order: InOrder[list[Row]] = InOrder(engine, capacity=_QUEUED_CHUNKS)
+        texts = ((chunk, [row.text for row in chunk if isinstance(row, FileReview)]) for chunk in chunks)
+        for chunk, labelled in in_order.pipeline(texts):
+            yield from _outputs(chunk, labelled.outputs, classifier.labels)
             if on_chunk is not None:
-                on_chunk(len(chunk.lines))
+                on_chunk(len(chunk))
 
 
-def _prepare(lines: list[tuple[int, str]], max_text_chars: int) -> _Chunk:
-    decoded: list[DecodedReview | DecodeFailure] = []
-    for number, line in lines:
-        text = line.rstrip("\r\n")
-        review = decode_review(
-            text.encode("utf-8", "surrogateescape"),
-            input_format="text",
-            max_value_bytes=4 * max_text_chars + 4,
-            max_text_chars=max_text_chars,
-            max_json_depth=1,
-            default_id=str(number),
-        )
-        if isinstance(review, DecodeFailure):
-            review = line_failure(number, text, review, max_text_chars)
-        decoded.append(review)
-    return _Chunk(lines, decoded)
+def predict_lines(
+    classifier: Classifier, lines: Iterable[str], *, max_text_chars: int = 10_000, **options: Any
+) -> Iterator[dict[str, Any]]:
+    """`predict_rows` of text lines, one review per line (as a TXT file)."""
+    return predict_rows(classifier, text_lines(lines, max_text_chars), **options)
 
 
-def line_failure(number: int, text: str, failure: DecodeFailure, max_text_chars: int) -> DecodeFailure:
-    """`failure` (decode's verdict, worded for a Kafka value) said of line `number` of a text file: what is
-    wrong with that line and what to do, with no word of values or JSON. `text`: the line without its line
-    break, undecodable bytes as surrogate escapes. An empty line is `empty_text`, like a blank one."""
-    where = f"line {number}"
-    one_per_line = "write one review per line (or remove the line)"
-    kind = failure.kind
-    if kind in (DeadLetterKind.EMPTY_VALUE, DeadLetterKind.EMPTY_TEXT):
-        what = "is empty" if not text else "holds only whitespace"
-        return DecodeFailure(DeadLetterKind.EMPTY_TEXT, f"{where} {what}: {one_per_line}")
-    if kind is DeadLetterKind.INVALID_UTF8:
-        bad = next((i for i, char in enumerate(text) if "\udc80" <= char <= "\udcff"), None)
-        if bad is not None:
-            column = len(text[:bad].encode("utf-8", "surrogateescape")) + 1
-            byte = ord(text[bad]) - 0xDC00
-            return DecodeFailure(
-                kind,
-                f"{where}: byte {column} (0x{byte:02x}) is not valid UTF-8: "
-                "convert the input to UTF-8 (e.g. `iconv -t UTF-8`)",
-            )
-    if kind in (DeadLetterKind.TEXT_TOO_LONG, DeadLetterKind.VALUE_TOO_LARGE):
-        return DecodeFailure(
-            DeadLetterKind.TEXT_TOO_LONG,
-            f"{where} has {len(text):,} characters, more than the limit of {max_text_chars:,}: shorten it, "
-            "or split it into several reviews",
-        )
-    return DecodeFailure(kind, f"{where}: {failure.reason}")
-
-
-def _rows(chunk: _Chunk, outputs: list[Output], labels: list[str]) -> Iterator[dict[str, Any]]:
+def _outputs(chunk: list[Row], outputs: list[Output], labels: list[str]) -> Iterator[dict[str, Any]]:
     predictions = iter(outputs)
-    for (number, _line), review in zip(chunk.lines, chunk.decoded, strict=True):
-        if not isinstance(review, DecodedReview):
-            yield {"line": number, "error": review.kind.value, "reason": review.reason}
+    for row in chunk:
+        where = {"id": row.id if row.id is not None else str(row.line), "line": row.line}
+        if isinstance(row, BadRow):
+            yield {**where, "error": row.kind, "reason": row.reason}
             continue
         output = next(predictions)
         if isinstance(output, InferenceFailure):
-            yield {"line": number, "text": review.text, "error": output.kind.value, "reason": output.reason}
+            yield {**where, "text": row.text, "error": output.kind.value, "reason": output.reason}
             continue
-        yield {"line": number, "text": review.text, **label_fields(output, labels)}
-
-
-class FileLines:
-    """The lines of a file (UTF-8, undecodable bytes kept as surrogate escapes), counting bytes read."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.total_bytes = path.stat().st_size
-        self.bytes_read = 0
-
-    def __iter__(self) -> Iterator[str]:
-        with self.path.open("rb") as raw:
-            yield from self._read(raw)
-
-    def _read(self, raw: BinaryIO) -> Iterator[str]:
-        for line in raw:
-            self.bytes_read += len(line)
-            yield line.decode("utf-8", "surrogateescape")
+        yield {**where, "text": row.text, **label_fields(output, labels)}
 
 
 class ProgressBar:

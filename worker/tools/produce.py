@@ -1,45 +1,29 @@
 """Producing review files to a topic, for demos and load tests (the `produce` command).
 
-Files are checked while they are read: a line that is not what its format promises raises FeedFileError
-naming the file and line, so garbage is never produced by accident.
+Whole files or nothing: `check_file` reads the whole file first (`review_files.ReviewFile`, the rules the
+worker decodes with) and every bad row is named with its line before anything is sent; the caller sends
+nothing, or (asked to skip bad rows) only the good ones. Each good row becomes the message the worker
+reads: `{"id": ..., "text": ..., other columns}` under the worker's field names (`MessageFields`), its id as
+the record key. `produce_reviews` then sends in file order and says which line to resume from when some
+records were not acknowledged.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import time
+from array import array
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from worker.errors import ConfigurationError
+from worker.tools.review_files import BadRow, FeedFileError, FileReview, ReviewFile
 
-FeedFormat = Literal["auto", "jsonl", "csv", "txt"]
-
-_SUFFIX_FORMATS: dict[str, Literal["jsonl", "csv", "txt"]] = {
-    ".jsonl": "jsonl",
-    ".ndjson": "jsonl",
-    ".json": "jsonl",
-    ".csv": "csv",
-    ".txt": "txt",
-}
-_BOM = b"\xef\xbb\xbf"
 PROGRESS_INTERVAL_S = 2.0
-
-
-class FeedFileError(ConfigurationError, ValueError):
-    """A review file cannot be read or holds a bad line; `line` is 1-based (None: the whole file)."""
-
-    def __init__(self, path: Path, line: int | None, problem: str) -> None:
-        where = f"{path}:{line}" if line is not None else str(path)
-        super().__init__(f"{where}: {problem}")
-        self.path = path
-        self.line = line
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,155 +35,93 @@ class FeedRecord:
     line: int
 
 
+@dataclass(frozen=True, slots=True)
+class MessageFields:
+    """The JSON field names the worker reads the text and the id from (its `text_field`, `id_field`)."""
+
+    text: str = "text"
+    id: str = "id"
+
+
+@dataclass(frozen=True)
+class FileCheck:
+    """A whole file, checked: data rows read (from the first line asked for), good ones, the bad ones."""
+
+    read: int
+    good: int
+    bad: list[BadRow] = field(default_factory=list)
+
+    def refusal(self, name: str, listed: int = 20) -> str:
+        """Why nothing was sent, each bad row on its own line (the first `listed`)."""
+        rows = "\n".join(f"  {row}" for row in self.bad[:listed])
+        more = f"\n  ... and {len(self.bad) - listed} more" if len(self.bad) > listed else ""
+        return (
+            f"{len(self.bad)} of {self.read} rows cannot be labelled, so nothing was sent; fix them, or pass "
+            f"--skip-bad to send the {self.good} good rows:\n{rows}{more}"
+        )
+
+
 def _dumps(document: dict[str, Any]) -> bytes:
     return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _key_of(document: Any) -> bytes | None:
-    """The record key: the document's `id` (string, or integer as decimal), UTF-8; None when it has none."""
-    if not isinstance(document, dict):
-        return None
-    ident = document.get("id")
-    if isinstance(ident, bool) or not isinstance(ident, (str, int)):
-        return None
-    return str(ident).encode("utf-8")
-
-
-def _lines(path: Path) -> Iterator[tuple[int, bytes, str]]:
-    """(line number, raw bytes without line ending and BOM, decoded text) for every line of `path`."""
-    try:
-        handle = path.open("rb")
-    except OSError as exc:
-        raise FeedFileError(path, None, f"cannot open: {exc.strerror or exc}") from exc
-    with handle:
-        for number, raw in enumerate(handle, start=1):
-            raw = raw.rstrip(b"\r\n")
-            if number == 1 and raw.startswith(_BOM):
-                raw = raw[len(_BOM) :]
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise FeedFileError(
-                    path, number, f"not valid UTF-8 at byte {exc.start}; save the file as UTF-8"
-                ) from exc
-            yield number, raw, text
-
-
-def _read_jsonl(path: Path) -> Iterator[FeedRecord]:
-    decoder = json.JSONDecoder(parse_constant=_reject_constant)
-    for number, raw, text in _lines(path):
-        if not text.strip():
-            continue
-        try:
-            document = decoder.decode(text)
-        except ValueError as exc:
-            hint = ""
-            if number == 1 and text.strip() in ("[", "{"):
-                hint = " (the file must hold one JSON document per line: JSON Lines, not pretty-printed JSON)"
-            raise FeedFileError(path, number, f"not valid JSON: {exc}{hint}") from exc
-        yield FeedRecord(key=_key_of(document), value=raw, line=number)
-
-
-def _read_txt(path: Path, raw_text: bool) -> Iterator[FeedRecord]:
-    for number, raw, text in _lines(path):
-        if not text.strip():
-            continue
-        yield FeedRecord(key=None, value=raw if raw_text else _dumps({"text": text}), line=number)
-
-
-def _read_csv(path: Path) -> Iterator[FeedRecord]:
-    try:
-        # utf-8-sig drops a BOM; newline="" lets the csv module handle quoted line breaks.
-        handle = path.open("r", encoding="utf-8-sig", newline="")
-    except OSError as exc:
-        raise FeedFileError(path, None, f"cannot open: {exc.strerror or exc}") from exc
-    with handle:
-        reader = csv.reader(handle)
-        start_line = 1
-        try:
-            header = next(reader, None)
-            if header is None:
-                raise FeedFileError(path, 1, "empty file; a header row with a `text` column is required")
-            header = [name.strip() for name in header]
-            problem = _header_problem(header)
-            if problem:
-                raise FeedFileError(path, 1, problem)
-            text_at = header.index("text")
-            start_line = reader.line_num + 1
-            for row in reader:
-                line = start_line
-                start_line = reader.line_num + 1
-                if not row or all(not cell.strip() for cell in row):
-                    continue
-                if len(row) != len(header):
-                    raise FeedFileError(
-                        path,
-                        line,
-                        f"{len(row)} fields but the header has {len(header)}; quote fields "
-                        "that contain commas",
-                    )
-                text = row[text_at]
-                if not text.strip():
-                    raise FeedFileError(path, line, "empty `text`")
-                document: dict[str, Any] = {}
-                for name, cell in zip(header, row, strict=True):
-                    if name == "id" and cell == "":
-                        continue  # no id: the worker derives one from the record coordinates
-                    document[name] = cell
-                yield FeedRecord(key=_key_of(document), value=_dumps(document), line=line)
-        except UnicodeDecodeError as exc:
+def _record(file: ReviewFile, row: FileReview, fields: MessageFields, raw_text: bool) -> FeedRecord:
+    """The record of a good row: the line's bytes when they already are the message, else the message."""
+    key = row.id.encode("utf-8") if row.id is not None else None
+    if file.format == "txt":
+        return FeedRecord(key, row.raw if raw_text else _dumps({fields.text: row.text}), row.line)
+    if file.format == "jsonl" and (file.text_field, file.id_field) == (fields.text, fields.id):
+        return FeedRecord(key, row.raw, row.line)  # byte for byte, as written
+    for name in (fields.text, fields.id):
+        if name in row.metadata:
             raise FeedFileError(
-                path, start_line, f"not valid UTF-8 near line {start_line}; save the file as UTF-8"
-            ) from exc
-        except csv.Error as exc:
-            raise FeedFileError(path, reader.line_num, f"malformed CSV: {exc}") from exc
+                file.name,
+                row.line,
+                f"the field `{name}` would be sent beside the review's own `{name}` (the worker reads text "
+                f"and id from `{fields.text}` and `{fields.id}`): rename or drop that column or field",
+            )
+    document: dict[str, Any] = {fields.id: row.id} if row.id is not None else {}
+    document[fields.text] = row.text
+    document.update(row.metadata)
+    return FeedRecord(key, _dumps(document), row.line)
 
 
-def _header_problem(header: list[str]) -> str | None:
-    if "text" not in header:
-        return f"the header row must have a `text` column (found: {', '.join(header) or 'nothing'})"
-    if any(not name for name in header):
-        return "the header row has an empty column name"
-    duplicates = sorted({name for name in header if header.count(name) > 1})
-    if duplicates:
-        return f"duplicate column names in the header: {', '.join(duplicates)}"
-    return None
+def check_file(file: ReviewFile, fields: MessageFields = MessageFields(), *, from_line: int = 1) -> FileCheck:
+    """Reads the whole file (rows before `from_line` are not counted) and builds every message, sending
+    nothing: the counts and every bad row. FeedFileError when the file cannot be read at all."""
+    read = good = 0
+    bad: list[BadRow] = []
+    for row in file:
+        if row.line < from_line:
+            continue
+        read += 1
+        if isinstance(row, BadRow):
+            bad.append(row)
+        else:
+            _record(file, row, fields, raw_text=False)
+            good += 1
+    return FileCheck(read, good, bad)
 
 
-def detect_format(path: Path) -> Literal["jsonl", "csv", "txt"]:
-    """The file format from the suffix (.jsonl/.ndjson/.json, .csv, .txt); FeedFileError otherwise."""
-    found = _SUFFIX_FORMATS.get(path.suffix.lower())
-    if found is None:
-        raise FeedFileError(
-            path,
-            None,
-            "cannot tell the format from the file name; use .jsonl, .csv or .txt or give it explicitly",
-        )
-    return found
-
-
-def read_reviews(path: Path, fmt: FeedFormat = "auto", *, raw_text: bool = False) -> Iterator[FeedRecord]:
-    """Records to produce from a review file, lazily, in file order.
-
-    - jsonl: every non-blank line is sent byte for byte after checking it parses as JSON; key = its `id`.
-    - csv: a header row with a `text` column is required; `id` (optional, empty = none) becomes the key;
-      every other column is copied as a string field of the JSON value (metadata for the worker).
-    - txt: every non-blank line is one review, sent as `{"text": line}`, or as the raw line bytes when
-      `raw_text` is true (for workers with `input_format=text`). No key.
-    A UTF-8 BOM is ignored. Bad content raises FeedFileError with the file and 1-based line number.
-    """
-    kind = detect_format(path) if fmt == "auto" else fmt
-    if kind == "jsonl":
-        return _read_jsonl(path)
-    if kind == "csv":
-        return _read_csv(path)
-    if kind == "txt":
-        return _read_txt(path, raw_text)
-    raise FeedFileError(path, None, f"unknown format {fmt!r}; use auto, jsonl, csv or txt")
+def feed_records(
+    file: ReviewFile,
+    fields: MessageFields = MessageFields(),
+    *,
+    raw_text: bool = False,
+    from_line: int = 1,
+    on_bad: Callable[[BadRow], None] | None = None,
+) -> Iterator[FeedRecord]:
+    """The records of the file's good rows from line `from_line` on, lazily, in file order; each bad row
+    goes to `on_bad` (check the file first: `check_file`). `raw_text`: a TXT line's bytes as the value
+    (for workers with `input_format=text`)."""
+    for row in file:
+        if row.line < from_line:
+            continue
+        if isinstance(row, BadRow):
+            if on_bad is not None:
+                on_bad(row)
+            continue
+        yield _record(file, row, fields, raw_text)
 
 
 class RateLimiter:
@@ -244,13 +166,18 @@ class RateLimiter:
 
 @dataclass(frozen=True)
 class ProduceReport:
-    """Outcome of a produce run: records queued, acknowledged by the broker, failed; wall seconds."""
+    """Outcome of a produce run: records queued, acknowledged by the broker, failed; wall seconds. When some
+    failed, `resume_line` is the first line not acknowledged (everything before it is on the topic) and
+    `delivered_after_resume` how many records after it were acknowledged all the same (a resume sends them
+    again)."""
 
     sent: int
     acknowledged: int
     failed: int
     seconds: float
     first_error: str | None = None
+    resume_line: int | None = None
+    delivered_after_resume: int = 0
 
     @property
     def rate_per_s(self) -> float:
@@ -258,7 +185,7 @@ class ProduceReport:
         return self.acknowledged / self.seconds if self.seconds > 0 else 0.0
 
 
-class _Tally:
+class DeliveryTally:
     """Delivery outcomes, written by callbacks (on the calling thread, inside poll/flush)."""
 
     def __init__(self) -> None:
@@ -266,14 +193,27 @@ class _Tally:
         self.failed = 0
         self.first_error: str | None = None
         self.last_client_error: str | None = None
+        self.outstanding: set[int] = set()  # lines sent, not yet reported (bounded by librdkafka's queue)
+        self.acknowledged_lines = array("q")
+        self.first_failed_line: int | None = None
 
-    def on_delivery(self, err: KafkaError | None, _msg: Message) -> None:
+    def on_delivery(self, line: int, err: KafkaError | None, _msg: Message) -> None:
+        self.outstanding.discard(line)
         if err is None:
             self.acknowledged += 1
+            self.acknowledged_lines.append(line)
             return
         self.failed += 1
+        if self.first_failed_line is None or line < self.first_failed_line:
+            self.first_failed_line = line
         if self.first_error is None:
             self.first_error = err.str()
+
+    def resume_line(self) -> int | None:
+        """The first line not acknowledged: failed, or never reported."""
+        unreported = min(self.outstanding, default=None)
+        candidates = [line for line in (self.first_failed_line, unreported) if line is not None]
+        return min(candidates, default=None)
 
     def on_error(self, err: KafkaError) -> None:
         # Client-level errors (e.g. all brokers down) are retried by librdkafka; only shown in progress.
@@ -295,12 +235,12 @@ def produce_reviews(
     `rate_per_s` paces sends by schedule (None = as fast as possible); `limit` stops after that many
     records. `progress` gets a status line about every 2 s. When librdkafka's queue is full the call
     serves delivery reports and retries. Records not acknowledged within `flush_timeout_s` seconds of
-    the final flush are counted as failed. FeedFileError from `records` propagates after flushing what
-    was already sent.
+    the final flush are counted as failed, and the report says which line to resume from. An error from
+    `records` propagates after flushing what was already sent.
     """
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
-    tally = _Tally()
+    tally = DeliveryTally()
     conf = dict(common_conf)
     conf.update(
         {
@@ -332,7 +272,13 @@ def produce_reviews(
                 limiter.wait()
             while True:
                 try:
-                    producer.produce(topic, value=record.value, key=record.key, on_delivery=tally.on_delivery)
+                    producer.produce(
+                        topic,
+                        value=record.value,
+                        key=record.key,
+                        on_delivery=partial(tally.on_delivery, record.line),
+                    )
+                    tally.outstanding.add(record.line)
                     break
                 except BufferError:
                     # librdkafka's local queue is full: serve delivery reports to make room, then retry.
@@ -352,16 +298,19 @@ def produce_reviews(
     failed = sent - tally.acknowledged
     if progress is not None and seconds >= PROGRESS_INTERVAL_S:
         progress(status(time.monotonic()))
+    resume = tally.resume_line() if failed else None
     return ProduceReport(
         sent=sent,
         acknowledged=tally.acknowledged,
         failed=failed,
         seconds=seconds,
         first_error=tally.first_error,
+        resume_line=resume,
+        delivered_after_resume=sum(1 for line in tally.acknowledged_lines if line > resume) if resume else 0,
     )
 
 
-def _flush_or_purge(producer: Producer, tally: _Tally, timeout_s: float) -> None:
+def _flush_or_purge(producer: Producer, tally: DeliveryTally, timeout_s: float) -> None:
     """Wait up to `timeout_s` for every delivery report; then give up on the rest, reported as failed."""
     remaining = producer.flush(timeout_s)
     if not remaining:

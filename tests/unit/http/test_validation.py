@@ -7,8 +7,9 @@ import json
 
 import pytest
 
+from schemas import DeadLetterKind
 from worker.config import WorkerSettings
-from worker.http.validation import Refusal, RequestLimits, validate_body
+from worker.http.validation import Refusal, RequestItem, RequestLimits, validate_body
 
 LIMITS = RequestLimits(max_texts=3, max_text_chars=10)
 
@@ -19,26 +20,50 @@ def refusal(body: bytes) -> Refusal:
     return answer
 
 
+def pairs(body: bytes) -> list[tuple[str, str]]:
+    answer = validate_body(body, LIMITS)
+    assert not isinstance(answer, Refusal), answer
+    assert all(item.problem is None for item in answer), answer
+    return [(item.id, item.text) for item in answer]
+
+
 def test_items_in_request_order_with_ids_or_positions() -> None:
-    assert validate_body(b'{"text": "ok", "id": 42}', LIMITS) == [("42", "ok")]
-    assert validate_body(b'{"text": "ok"}', LIMITS) == [("0", "ok")]
-    assert validate_body('{"texts": ["好", "差"], "ids": ["b", 7]}'.encode(), LIMITS) == [
-        ("b", "好"),
-        ("7", "差"),
-    ]
-    assert validate_body(b'{"texts": ["a", "b", "c"]}', LIMITS) == [("0", "a"), ("1", "b"), ("2", "c")]
+    assert pairs(b'{"text": "ok", "id": 42}') == [("42", "ok")]
+    assert pairs(b'{"text": "ok"}') == [("0", "ok")]
+    assert pairs('{"texts": ["好", "差"], "ids": ["b", 7]}'.encode()) == [("b", "好"), ("7", "差")]
+    assert pairs(b'{"texts": ["a", "b", "c"]}') == [("0", "a"), ("1", "b"), ("2", "c")]
 
 
 def test_a_leading_byte_order_mark_is_ignored() -> None:
-    assert validate_body('\ufeff{"text": "ok"}'.encode(), LIMITS) == [("0", "ok")]
+    assert pairs('\ufeff{"text": "ok"}'.encode()) == [("0", "ok")]
 
 
 def test_the_longest_integer_id_python_converts_is_its_decimal_string() -> None:
-    assert validate_body(b'{"text": "ok", "id": ' + b"9" * 4300 + b"}", LIMITS) == [("9" * 4300, "ok")]
+    assert pairs(b'{"text": "ok", "id": ' + b"9" * 4300 + b"}") == [("9" * 4300, "ok")]
 
 
 def test_an_escaped_surrogate_pair_is_one_character() -> None:
-    assert validate_body(b'{"text": "ok", "id": "\\ud83d\\ude00"}', LIMITS) == [("\U0001f600", "ok")]
+    assert pairs(b'{"text": "ok", "id": "\\ud83d\\ude00"}') == [("\U0001f600", "ok")]
+
+
+def test_a_bad_text_in_a_list_gets_its_own_problem_and_the_others_are_kept() -> None:
+    body = json.dumps({"texts": ["好", "  ", "\u200b", "elevenchars", ""], "ids": ["a", "b", "c", "d", "e"]})
+
+    answer = validate_body(body.encode(), RequestLimits(max_texts=5, max_text_chars=10))
+
+    assert not isinstance(answer, Refusal), answer
+    assert [(item.id, item.problem.kind if item.problem else None) for item in answer] == [
+        ("a", None),
+        ("b", DeadLetterKind.EMPTY_TEXT),
+        ("c", DeadLetterKind.EMPTY_TEXT),
+        ("d", DeadLetterKind.TEXT_TOO_LONG),
+        ("e", DeadLetterKind.EMPTY_TEXT),
+    ]
+    assert answer[0] == RequestItem("a", "好")
+    assert (
+        answer[3].problem is not None
+        and "11 characters, more than the limit of 10" in answer[3].problem.reason
+    )
 
 
 @pytest.mark.parametrize(
@@ -48,13 +73,19 @@ def test_an_escaped_surrogate_pair_is_one_character() -> None:
         (b'{"text": "ok"', 422, "invalid_request", "malformed JSON: EOF while parsing"),
         (b'{"text": "\xff"}', 422, "invalid_request", "malformed JSON: invalid unicode code point"),
         (b"{}", 422, "invalid_request", "give either `text` (one review) or `texts`"),
-        (b'{"text": "  "}', 422, "invalid_request", "text: text must contain at least one non-whitespace"),
+        (b'{"text": "  "}', 422, "invalid_request", "text: text is empty or has no visible character"),
+        (b'{"text": "\\u200b"}', 422, "invalid_request", "text: text is empty or has no visible character"),
         (b'{"texts": ["ok", 3]}', 422, "invalid_request", "texts.1: Input should be a valid string"),
         (b'{"text": "ok", "extra": 1}', 422, "invalid_request", "extra: Extra inputs are not permitted"),
         (b'{"text": "ok", "ids": ["a"]}', 422, "invalid_request", "`ids` goes with `texts`"),
         (b'["ok"]', 422, "invalid_request", "Input should be an object"),
         (b'{"texts": ["a", "b", "c", "d"]}', 413, "too_many_texts", "4 texts; at most 3"),
-        (b'{"texts": ["ok", "elevenchars"]}', 422, "text_too_long", "text 1 has 11 characters; at most 10"),
+        (
+            b'{"text": "elevenchars"}',
+            422,
+            "text_too_long",
+            "text: text is 11 characters, more than the limit of 10",
+        ),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )

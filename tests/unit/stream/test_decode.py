@@ -9,7 +9,9 @@ import pytest
 from pydantic import ValidationError
 
 from schemas import DeadLetterKind, ReviewInput
+from worker.config import WorkerSettings
 from worker.stream.decode import DecodedReview, DecodeFailure, InputFormat, decode_review
+from worker.stream.windows import DecodeOptions
 
 DEFAULT_ID = "reviews/0/17"
 
@@ -320,3 +322,40 @@ def test_decode_agrees_with_review_input_schema(payload: dict[str, Any]) -> None
         assert isinstance(result, DecodeFailure), result
         return
     assert result == DecodedReview(id=model.id or DEFAULT_ID, text=model.text, metadata=model.metadata)
+
+
+# --- the fields named by the settings -----------------------------------------------------------------
+
+
+def test_text_and_id_are_read_from_the_fields_the_settings_name() -> None:
+    options = DecodeOptions.from_settings(WorkerSettings(text_field="content", id_field="review_id"))
+    value = '{"review_id": 17, "content": "很好吃", "shop": "s1", "text": "not the review"}'.encode()
+
+    review = decode_review(
+        value,
+        input_format=options.input_format,
+        max_value_bytes=options.max_value_bytes,
+        max_text_chars=options.max_text_chars,
+        max_json_depth=options.max_json_depth,
+        default_id=DEFAULT_ID,
+        text_field=options.text_field,
+        id_field=options.id_field,
+    )
+
+    assert review == DecodedReview(id="17", text="很好吃", metadata={"shop": "s1", "text": "not the review"})
+    missing = decode_review(
+        b'{"text": "x"}',
+        input_format="json",
+        max_value_bytes=100,
+        max_text_chars=100,
+        max_json_depth=8,
+        default_id=DEFAULT_ID,
+        text_field="content",
+    )
+    assert isinstance(missing, DecodeFailure) and missing.kind is DeadLetterKind.MISSING_TEXT
+    assert 'no "content" field' in missing.reason and '{"content": "..."}' in missing.reason
+
+
+def test_the_text_and_id_fields_must_differ() -> None:
+    with pytest.raises(ValidationError, match="name two fields"):
+        WorkerSettings(text_field="body", id_field="body")

@@ -1,5 +1,5 @@
 """`predict`'s path: chunks labelled on the inference thread while the next is tokenized, rows in input
-order; the progress bar; reading a file with its byte count."""
+order with their ids; CSV and JSONL read by column; the progress bar; reading a file with its byte count."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from worker.tools.predict import FileLines, ProgressBar, predict_lines
+from worker.tools.predict import ProgressBar, predict_lines, predict_rows
+from worker.tools.review_files import ReviewFile
 
 
 class ThreadNotingModel:
@@ -73,30 +74,67 @@ def test_progress_bar_draws_share_lines_and_rate() -> None:
     assert "\r[##########] 100%  522 lines  261 lines/s" in text
 
 
-def test_file_lines_keep_undecodable_bytes_and_count_what_was_read(tmp_path: Path) -> None:
+def test_a_file_counts_what_was_read(tmp_path: Path) -> None:
     path = tmp_path / "reviews.txt"
     path.write_bytes("好吃\r\n".encode() + b"\xff bad\n" + b"last")
-    source = FileLines(path)
-    assert list(source) == ["好吃\r\n", "\udcff bad\n", "last"]
+    source = ReviewFile(path)
+    assert source.bytes_read == 0
+    rows = list(source)
+    assert [(row.line, getattr(row, "text", None)) for row in rows] == [(1, "好吃"), (2, None), (3, "last")]
     assert source.bytes_read == source.total_bytes == path.stat().st_size
 
 
 def test_bad_lines_are_reported_as_lines_of_a_text_file_not_as_json() -> None:
-    lines = ["好评", "", "   ", "差" * 12, "ab\udcffc", "最后一条"]  # \udcff: the undecodable byte 0xff
+    lines = ["好评", "", "   ", "差" * 12, "ab\udcffc", "\u200b\u200d", "最后一条"]  # \udcff: the byte 0xff
     rows = list(predict_lines(ThreadNotingModel(), (line + "\n" for line in lines), max_text_chars=10))
-    assert [r["line"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert [(r["id"], r["line"]) for r in rows] == [(str(n), n) for n in range(1, 8)]
     assert [r["text"] for r in rows if "error" not in r] == ["好评", "最后一条"]
     errors = {r["line"]: (r["error"], r["reason"]) for r in rows if "error" in r}
     assert errors == {
-        2: ("empty_text", "line 2 is empty: write one review per line (or remove the line)"),
-        3: ("empty_text", "line 3 holds only whitespace: write one review per line (or remove the line)"),
+        2: ("empty_text", "the line is empty"),
+        3: ("empty_text", "the line holds only whitespace"),
         4: (
             "text_too_long",
-            "line 4 has 12 characters, more than the limit of 10: "
-            "shorten it, or split it into several reviews",
+            "text is 12 characters, more than the limit of 10: "
+            "split it into several reviews (or raise SENTIMENT_MAX_TEXT_CHARS)",
         ),
         5: (
             "invalid_utf8",
-            "line 5: byte 3 (0xff) is not valid UTF-8: convert the input to UTF-8 (e.g. `iconv -t UTF-8`)",
+            "byte 3 (0xff) is not valid UTF-8: save the file as UTF-8 (e.g. `iconv -t UTF-8`)",
+        ),
+        6: (
+            "empty_text",
+            "text is empty or has no visible character (only whitespace, control or format characters "
+            "such as zero-width spaces)",
         ),
     }
+
+
+def test_a_csv_is_labelled_by_its_text_column_with_the_ids_of_its_id_column(tmp_path: Path) -> None:
+    path = tmp_path / "reviews.csv"
+    path.write_text("review_id,content,shop\nR1,好吃,川味\n\nR3,,面馆\n,一般,面馆\n", encoding="utf-8")
+
+    source = ReviewFile(path, text_field="content", id_field="review_id")
+    rows = list(predict_rows(ThreadNotingModel(), source))
+
+    assert [(r["id"], r["line"], r.get("text"), r.get("error")) for r in rows] == [
+        ("R1", 2, "好吃", None),  # the header is not labelled, nor the id or shop cells
+        ("3", 3, None, "empty_text"),
+        ("R3", 4, None, "empty_text"),
+        ("5", 5, "一般", None),  # no id: its line
+    ]
+    assert rows[0]["label"] in ("negative", "positive")
+
+
+def test_a_jsonl_file_is_labelled_by_its_text_field_not_as_raw_json(tmp_path: Path) -> None:
+    path = tmp_path / "reviews.jsonl"
+    lines = ['{"id": 7, "text": "好吃"}', '{"text": "一般", "shop": "s"}', '{"body": "x", "id": "b"}']
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    rows = list(predict_rows(ThreadNotingModel(), ReviewFile(path)))
+
+    assert [(r["id"], r.get("text"), r.get("error")) for r in rows] == [
+        ("7", "好吃", None),
+        ("2", "一般", None),
+        ("b", None, "missing_text"),  # a bad row keeps its id
+    ]
