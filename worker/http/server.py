@@ -3,6 +3,7 @@ ExitStack, serve's stop event); `close()` stops accepting, lets requests in prog
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -11,6 +12,7 @@ from typing import Any
 import uvicorn
 
 from worker.errors import ConfigurationError
+from worker.http.connections import BoundedProtocol, ConnectionLimits
 
 log = logging.getLogger(__name__)
 
@@ -22,13 +24,25 @@ class HttpServerError(ConfigurationError):
 
 
 class HttpServer:
-    """Serves an ASGI `app` on `host:port` (0: a free port) from a daemon thread until `close()`."""
+    """Serves an ASGI `app` on `host:port` (0: a free port) from a daemon thread until `close()`, each
+    connection bounded by `limits` (head size, timeouts, how many at once; default: the settings'
+    defaults)."""
 
-    def __init__(self, app: Any, host: str, port: int, *, graceful_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        app: Any,
+        host: str,
+        port: int,
+        *,
+        graceful_timeout_s: float = 30.0,
+        limits: ConnectionLimits | None = None,
+    ) -> None:
+        protocol: Any = functools.partial(BoundedProtocol, limits=limits or ConnectionLimits.defaults())
         config = uvicorn.Config(
             app,
             host=host,
             port=port,
+            http=protocol,
             lifespan="off",
             log_level="warning",
             access_log=False,
