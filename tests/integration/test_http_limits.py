@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.serve_helpers import Served, serving
+from tests.integration.serve_helpers import Served, scrape, serving
 
 API = "/v1/sentiment"
 CUT_OFF_S = 1.0  # the head, body and keep-alive timeouts of these tests
@@ -49,6 +49,8 @@ def _error(answer: bytes) -> str:
 def test_a_head_over_the_limit_gets_431_before_it_is_read_to_the_end(served: Served) -> None:
     # 2 MB of one header value that never ends: the server answers once the limit (16 KiB) is passed,
     # without waiting for (and holding) the rest.
+    series = "sentiment_http_connections_refused_total{reason=header_too_large}"
+    before = scrape(served.url).get(series, 0)
     with socket.create_connection(_address(served.url), timeout=READ_BOUND_S) as sock:
         try:
             sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: test\r\nX-Big: ")
@@ -63,6 +65,7 @@ def test_a_head_over_the_limit_gets_431_before_it_is_read_to_the_end(served: Ser
     assert httpx.get(served.url + "/healthz", headers={"X-Pad": "a" * 12_000}).status_code == 200
     big = httpx.post(served.url + API, json={"text": "很好"}, headers={"X-Pad": "a" * 20_000})
     assert big.status_code == 431 and big.json()["error"] == "header_too_large"
+    assert scrape(served.url)[series] - before == 2
 
 
 def _read_to_end(sock: socket.socket) -> bytes:
@@ -139,7 +142,9 @@ def test_fifty_slow_clients_are_cut_off_while_others_are_served(served: Served) 
             others += [await client.get("/healthz") for _ in range(5)]
         return list(await asyncio.gather(*slow)), others
 
+    before = scrape(served.url)
     cut_off, others = asyncio.run(main())
+    after = scrape(served.url)
 
     assert [r.status_code for r in others] == [200] * 6
     assert [r["id"] for r in others[0].json()["results"]] == ["a", "b"]
@@ -152,13 +157,24 @@ def test_fifty_slow_clients_are_cut_off_while_others_are_served(served: Served) 
             assert _error(answers[-1]) == error, kind
         if statuses and statuses[-1] == 408:
             assert b"connection: close" in answers[-1].lower(), kind
+    # Each cut-off counted by its reason (the idle ones are not refusals).
+    expected = {"header_timeout": 0, "body_timeout": 0}
+    for kind, _ in cut_off:
+        error = SLOW_CLIENTS[kind][3]
+        reason = "body_timeout" if error == "body_too_large" else error
+        if reason is not None:
+            expected[reason] += 1
+    for reason, count in expected.items():
+        series = f"sentiment_http_connections_refused_total{{reason={reason}}}"
+        assert after[series] - before.get(series, 0) == count, reason
 
 
 def test_the_connection_cap_refuses_one_more_while_the_others_are_served(tiny_classifier: Any) -> None:
     cap = 4
     with serving(tiny_classifier, http_max_connections=cap, http_keep_alive_s=60) as served:
         address = _address(served.url)
-        held = [_open_served(address) for _ in range(cap)]  # cap connections open, each answered once
+        refused: list[int] = []  # 503s while opening them (connections closed just before still counted)
+        held = [_open_served(address, refused) for _ in range(cap)]  # cap connections open, answered once
         try:
             over = httpx.get(served.url + "/healthz")  # one more
             assert over.status_code == 503 and over.json()["error"] == "too_many_connections"
@@ -169,26 +185,31 @@ def test_the_connection_cap_refuses_one_more_while_the_others_are_served(tiny_cl
         finally:
             for sock in held:
                 sock.close()
-        assert _get_once_served(served.url) == 200  # once they closed, new connections are served again
+        assert _get_once_served(served.url, refused) == 200  # once they closed, new ones are served again
+        counted = scrape(served.url)["sentiment_http_connections_refused_total{reason=too_many_connections}"]
+        assert counted == 1 + len(refused)
 
 
-def _open_served(address: tuple[str, int]) -> socket.socket:
+def _open_served(address: tuple[str, int], refused: list[int]) -> socket.socket:
     """A keep-alive connection the server answered once (retried while the server still counts
-    connections closed just before: the readiness probes')."""
+    connections closed just before: the readiness probes'); each 503 is added to `refused`."""
     for _ in range(100):
         sock = socket.create_connection(address, timeout=READ_BOUND_S)
         sock.sendall(GET)
-        if _status(sock.recv(65536)) == 200:
+        status = _status(sock.recv(65536))
+        if status == 200:
             return sock
+        refused.append(status)
         sock.close()
         time.sleep(0.05)
     raise AssertionError("no connection within the cap was served")
 
 
-def _get_once_served(url: str) -> int:
+def _get_once_served(url: str, refused: list[int]) -> int:
     for _ in range(100):
         status = httpx.get(url + "/healthz").status_code
         if status != 503:
             return status
+        refused.append(status)
         time.sleep(0.05)
     return 503

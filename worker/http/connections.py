@@ -18,6 +18,7 @@ lose the answer.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -68,7 +69,9 @@ class ConnectionLimits:
 
 class BoundedProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the bounds of `ConnectionLimits` (uvicorn builds one per
-    connection: pass `functools.partial(BoundedProtocol, limits=...)` as its `http`)."""
+    connection: pass `functools.partial(BoundedProtocol, limits=...)` as its `http`); `on_refusal` is called
+    with the reason of each connection a bound closes (`header_too_large`, `header_timeout`, `body_timeout`,
+    `too_many_connections`; not the idle ones)."""
 
     def __init__(
         self,
@@ -78,9 +81,11 @@ class BoundedProtocol(HttpToolsProtocol):
         _loop: asyncio.AbstractEventLoop | None = None,
         *,
         limits: ConnectionLimits,
+        on_refusal: Callable[[str], None] | None = None,
     ) -> None:
         super().__init__(config, server_state, app_state, _loop)
         self._limits = limits
+        self._on_refusal = on_refusal
         self.timeout_keep_alive = limits.keep_alive_s  # type: ignore[assignment]  # uvicorn's says int
         self._reading_head = True  # every byte fed from here to the end of the head counts against the limit
         self._head_bytes = 0
@@ -150,6 +155,8 @@ class BoundedProtocol(HttpToolsProtocol):
         self._deadline = None
         cycle = self.cycle
         if cycle is not None and cycle.response_started:  # answered before its body came (e.g. 413): closed
+            if self._on_refusal is not None:
+                self._on_refusal("body_timeout")
             cycle.disconnected = True
             cycle.message_event.set()
             self._linger_then_close()
@@ -172,6 +179,8 @@ class BoundedProtocol(HttpToolsProtocol):
     ) -> None:
         """Answers `status` with the API's error body and closes the connection. A request in progress on it
         is dropped (its app sees a disconnect); if its answer is already being sent, no other follows."""
+        if self._on_refusal is not None:
+            self._on_refusal(error)
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
             cycle.disconnected = True

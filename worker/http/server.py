@@ -7,6 +7,7 @@ import functools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
@@ -26,7 +27,7 @@ class HttpServerError(ConfigurationError):
 class HttpServer:
     """Serves an ASGI `app` on `host:port` (0: a free port) from a daemon thread until `close()`, each
     connection bounded by `limits` (head size, timeouts, how many at once; default: the settings'
-    defaults)."""
+    defaults); `on_refusal(error)` is called for each connection a bound refused."""
 
     def __init__(
         self,
@@ -36,8 +37,11 @@ class HttpServer:
         *,
         graceful_timeout_s: float = 30.0,
         limits: ConnectionLimits | None = None,
+        on_refusal: Callable[[str], None] | None = None,
     ) -> None:
-        protocol: Any = functools.partial(BoundedProtocol, limits=limits or ConnectionLimits.defaults())
+        protocol: Any = functools.partial(
+            BoundedProtocol, limits=limits or ConnectionLimits.defaults(), on_refusal=on_refusal
+        )
         config = uvicorn.Config(
             app,
             host=host,

@@ -42,6 +42,7 @@ def open_api_server(
         settings.http_port,
         graceful_timeout_s=settings.shutdown_timeout_s,
         limits=ConnectionLimits.from_settings(settings),
+        on_refusal=lambda error: api.http_metrics.connections_refused.labels(error).inc(),
     )
     stack.callback(server.close)
     return api, server
