@@ -290,6 +290,32 @@ class WorkerSettings(BaseSettings):
     http_cors_origins: list[str] = Field(
         default_factory=list, description="Origins allowed by CORS (JSON list); empty: no CORS headers."
     )
+    http_max_header_bytes: int = Field(
+        16_384,
+        ge=1024,
+        description="Largest HTTP request head (request line and headers) in bytes; larger: 431, and the "
+        "connection is closed.",
+    )
+    http_header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="A request head must be complete within this of the connection's opening (or of its "
+        "first byte after an answer); else 408 and closed (a connection that sent nothing: closed).",
+    )
+    http_body_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="A request body must be complete within this of its head; else 408 and closed.",
+    )
+    http_keep_alive_s: float = Field(
+        5.0, gt=0, description="An idle connection is closed this long after its last answer."
+    )
+    http_max_connections: int = Field(
+        512,
+        ge=1,
+        description="Most HTTP connections open at once; past it a new one gets 503 with Retry-After and is "
+        "closed.",
+    )
     shutdown_timeout_s: float = Field(
         30.0, gt=0, description="Bound on a clean stop: finish the window, flush, commit, close."
     )

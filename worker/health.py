@@ -3,14 +3,23 @@ that serve them: the worker's own (`HealthServer`, http.server) and the FastAPI 
 
 from __future__ import annotations
 
+import io
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from worker.config import WorkerSettings
+
+_LINGER_S = 1.0
+"""After a refusal, how long what the client still sends is read and dropped before the close (closing on
+unread data resets the connection, and the client could lose the answer)."""
 
 
 class HealthState:
@@ -83,8 +92,66 @@ def endpoint_answer(path: str, registry: CollectorRegistry, health: HealthState)
     return NOT_FOUND
 
 
-def _make_handler(registry: CollectorRegistry, health: HealthState) -> type[BaseHTTPRequestHandler]:
+class _HeadTooLarge(Exception):
+    pass
+
+
+class _BoundedHead(io.RawIOBase):
+    """The connection's bytes, at most `max_bytes` of them and until `deadline` (monotonic): a GET is all
+    head, and the server reads one request per connection (HTTP/1.0)."""
+
+    def __init__(self, sock: socket.socket, max_bytes: int, deadline: float) -> None:
+        self._sock, self._room, self._deadline = sock, max_bytes, deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self._room <= 0:
+            raise _HeadTooLarge
+        left_s = self._deadline - time.monotonic()
+        if left_s <= 0:
+            raise TimeoutError("request head not complete in time")
+        self._sock.settimeout(left_s)  # each read waits at most what is left, not a full timeout each
+        with memoryview(buffer) as view:
+            got = self._sock.recv_into(view[: self._room])
+        self._room -= got
+        return got
+
+
+def _make_handler(
+    registry: CollectorRegistry, health: HealthState, max_header_bytes: int, header_timeout_s: float
+) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        def setup(self) -> None:
+            super().setup()
+            deadline = time.monotonic() + header_timeout_s
+            self.rfile = io.BufferedReader(_BoundedHead(self.connection, max_header_bytes, deadline))
+
+        def handle_one_request(self) -> None:
+            # A head past the deadline: http.server closes the connection (TimeoutError); past the size: 431.
+            try:
+                super().handle_one_request()
+            except _HeadTooLarge:
+                self.requestline, self.request_version = "", "HTTP/1.0"
+                self.close_connection = True
+                reason = f"the request head is larger than {max_header_bytes} bytes (http_max_header_bytes)"
+                self.send_error(431, explain=reason)
+                self.wfile.flush()
+                self._linger()
+
+        def _linger(self) -> None:
+            self.connection.shutdown(socket.SHUT_WR)
+            deadline = time.monotonic() + _LINGER_S
+            drop = bytearray(65536)
+            while (left_s := deadline - time.monotonic()) > 0:
+                self.connection.settimeout(left_s)
+                try:
+                    if not self.connection.recv_into(drop):
+                        return
+                except OSError:
+                    return
+
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
             answer = endpoint_answer(self.path.split("?", 1)[0], registry, health)
             self.send_response(answer.status)
@@ -99,11 +166,26 @@ def _make_handler(registry: CollectorRegistry, health: HealthState) -> type[Base
     return Handler
 
 
-class HealthServer:
-    """Serves the endpoints from a daemon thread; `close()` stops it."""
+_DEFAULTS = WorkerSettings.model_fields
 
-    def __init__(self, host: str, port: int, registry: CollectorRegistry, health: HealthState) -> None:
-        self._server = ThreadingHTTPServer((host, port), _make_handler(registry, health))
+
+class HealthServer:
+    """Serves the endpoints from a daemon thread (one more per connection); `close()` stops it. A
+    connection's request head must be at most `max_header_bytes` (else 431) and complete within
+    `header_timeout_s` of its opening (else the connection is closed)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        registry: CollectorRegistry,
+        health: HealthState,
+        *,
+        max_header_bytes: int = _DEFAULTS["http_max_header_bytes"].default,
+        header_timeout_s: float = _DEFAULTS["http_header_timeout_s"].default,
+    ) -> None:
+        handler = _make_handler(registry, health, max_header_bytes, header_timeout_s)
+        self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="health-http", daemon=True)
         self._thread.start()

@@ -100,6 +100,7 @@ class HttpMetrics:
     request_seconds: Histogram
     texts: Counter
     queued_texts: Gauge
+    connections_refused: Counter
 
 
 def create_http_metrics(registry: CollectorRegistry) -> HttpMetrics:
@@ -123,6 +124,13 @@ def create_http_metrics(registry: CollectorRegistry) -> HttpMetrics:
         queued_texts=Gauge(
             "sentiment_http_queued_texts",
             "Texts accepted over HTTP and not yet answered (bounded by http_max_queued_texts).",
+            registry=registry,
+        ),
+        connections_refused=Counter(
+            "sentiment_http_connections_refused_total",
+            "HTTP connections closed by a connection bound, by reason: header_too_large (431), "
+            "header_timeout, body_timeout (408), too_many_connections (503); idle ones are not counted.",
+            ["reason"],
             registry=registry,
         ),
     )

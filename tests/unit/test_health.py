@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import socket
+import time
 import urllib.error
 import urllib.request
 
@@ -64,3 +66,64 @@ def test_endpoints_serve_metrics_and_status_codes() -> None:
         assert _get(base + "/nope")[0] == 404
     finally:
         server.close()
+
+
+def _read_to_end(sock: socket.socket) -> bytes:
+    answer = b""
+    while chunk := sock.recv(65536):
+        answer += chunk
+    return answer
+
+
+def test_a_head_over_the_limit_gets_431_before_it_is_read_to_the_end() -> None:
+    server = HealthServer("127.0.0.1", 0, CollectorRegistry(), HealthState(liveness_timeout_s=30))
+    try:
+        # 40 header lines of 30 KB (each under http.server's own 64 KiB line limit), 1.2 MB in all.
+        with socket.create_connection(server.address, timeout=20) as sock:
+            try:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: test\r\n")
+                for i in range(40):
+                    sock.sendall(b"X-Pad-%d: " % i + b"a" * 30_000 + b"\r\n")
+            except OSError:
+                pass  # closed while we were still sending; its answer is read below
+            answer = _read_to_end(sock)
+        assert answer.startswith(b"HTTP/1.0 431 ")
+        host, port = server.address
+        request = urllib.request.Request(f"http://{host}:{port}/healthz", headers={"X-Pad": "a" * 12_000})
+        with urllib.request.urlopen(request, timeout=5) as response:
+            assert response.status == 200
+    finally:
+        server.close()
+
+
+def test_slow_heads_are_cut_off_at_the_header_timeout_while_others_are_served() -> None:
+    server = HealthServer(
+        "127.0.0.1", 0, CollectorRegistry(), HealthState(liveness_timeout_s=30), header_timeout_s=0.5
+    )
+    try:
+        host, port = server.address
+        stalled = socket.create_connection(server.address, timeout=20)
+        stalled.sendall(b"GET /healthz HTTP/1.1\r\nHost: test\r\n")  # then nothing
+        idle = socket.create_connection(server.address, timeout=20)
+        dripping = socket.create_connection(server.address, timeout=20)
+        assert _get(f"http://{host}:{port}/healthz")[0] == 200  # served meanwhile
+        for byte in b"GET /healthz HTTP/1.1\r\nHost: test\r\n" * 10:  # one byte every 0.1 s
+            try:
+                dripping.sendall(bytes([byte]))
+            except OSError:
+                break  # cut off
+            time.sleep(0.1)
+        for sock in (stalled, idle, dripping):
+            assert _closed_without_answer(sock)
+            sock.close()
+    finally:
+        server.close()
+
+
+def _closed_without_answer(sock: socket.socket) -> bool:
+    """The server closed the connection (http.server's way on a timeout: no answer); a reset (the client's
+    bytes reached it closed) is closed too. A connection never closed fails on the read's timeout."""
+    try:
+        return _read_to_end(sock) == b""
+    except ConnectionResetError:
+        return True

@@ -4,7 +4,8 @@ run path it.
 
 Modules: `request_batcher` (requests admitted to the engine, bounded), `api` (the FastAPI app and the
 page, `page.html`; `ApiGuard`, the one route of `POST /v1/sentiment`), `validation` (the one validation of
-its body), `server` (uvicorn in a thread) and `serving` (`serve`, and `WorkerApi`, the API on the Kafka
+its body), `server` (uvicorn in a thread), `connections` (each connection's bounds: head size, head and
+body timeouts, keep-alive, how many at once) and `serving` (`serve`, and `WorkerApi`, the API on the Kafka
 worker's own port).
 """
 

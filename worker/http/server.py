@@ -3,14 +3,17 @@ ExitStack, serve's stop event); `close()` stops accepting, lets requests in prog
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import uvicorn
 
 from worker.errors import ConfigurationError
+from worker.http.connections import BoundedProtocol, ConnectionLimits
 
 log = logging.getLogger(__name__)
 
@@ -22,13 +25,28 @@ class HttpServerError(ConfigurationError):
 
 
 class HttpServer:
-    """Serves an ASGI `app` on `host:port` (0: a free port) from a daemon thread until `close()`."""
+    """Serves an ASGI `app` on `host:port` (0: a free port) from a daemon thread until `close()`, each
+    connection bounded by `limits` (head size, timeouts, how many at once; default: the settings'
+    defaults); `on_refusal(error)` is called for each connection a bound refused."""
 
-    def __init__(self, app: Any, host: str, port: int, *, graceful_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        app: Any,
+        host: str,
+        port: int,
+        *,
+        graceful_timeout_s: float = 30.0,
+        limits: ConnectionLimits | None = None,
+        on_refusal: Callable[[str], None] | None = None,
+    ) -> None:
+        protocol: Any = functools.partial(
+            BoundedProtocol, limits=limits or ConnectionLimits.defaults(), on_refusal=on_refusal
+        )
         config = uvicorn.Config(
             app,
             host=host,
             port=port,
+            http=protocol,
             lifespan="off",
             log_level="warning",
             access_log=False,

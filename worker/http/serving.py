@@ -21,6 +21,7 @@ from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
 from worker.health import HealthState
 from worker.http.api import ApiState, build_app
+from worker.http.connections import ConnectionLimits
 from worker.http.request_batcher import RequestBatcher
 from worker.http.server import HttpServer
 from worker.inference.engine import Engine, EngineOptions
@@ -36,7 +37,12 @@ def open_api_server(
     """The API app served on `http_host:http_port`, closed by `stack`; 503 until `attach_batcher`."""
     api = ApiState(settings, registry, health, create_http_metrics(registry))
     server = HttpServer(
-        build_app(api), settings.http_host, settings.http_port, graceful_timeout_s=settings.shutdown_timeout_s
+        build_app(api),
+        settings.http_host,
+        settings.http_port,
+        graceful_timeout_s=settings.shutdown_timeout_s,
+        limits=ConnectionLimits.from_settings(settings),
+        on_refusal=lambda error: api.http_metrics.connections_refused.labels(error).inc(),
     )
     stack.callback(server.close)
     return api, server

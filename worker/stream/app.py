@@ -217,7 +217,14 @@ class SentimentWorker:
                 *self.http_address,
             )
         elif s.http_port:
-            server = HealthServer(s.http_host, s.http_port, self._registry, self._health)
+            server = HealthServer(
+                s.http_host,
+                s.http_port,
+                self._registry,
+                self._health,
+                max_header_bytes=s.http_max_header_bytes,
+                header_timeout_s=s.http_header_timeout_s,
+            )
             stack.callback(server.close)
             self.http_address = server.address
             log.info("metrics and health on http://%s:%d (/metrics /healthz /readyz)", *server.address)
