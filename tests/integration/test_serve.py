@@ -351,7 +351,7 @@ def test_a_request_not_answered_in_time_gets_504(tiny_classifier: Any) -> None:
 
 
 def accepted_texts(served: Any) -> float:
-    """Texts accepted by the batcher: still waiting (the gauge) or already answered (the counter; counted
+    """Texts accepted by the admission: still waiting (the gauge) or already answered (the counter; counted
     after the gauge is lowered, so the sum never counts a text twice)."""
     registry = served.registry
     waiting = registry.get_sample_value("sentiment_http_queued_texts") or 0.0

@@ -28,7 +28,7 @@ EXIT_CODES = {
     "CalibrationError": 1,
     "ConversionError": 1,
     "DataFileError": 2,
-    "BatcherClosed": 1,
+    "AdmissionClosed": 1,
     "DeliveryFailedError": 1,
     "DeviceUnavailableError": 2,
     "EngineClosed": 1,

@@ -2,7 +2,7 @@
 engine as the Kafka worker (`worker.inference`); it never imports the run path (`worker.stream`), nor the
 run path it.
 
-Modules: `request_batcher` (requests admitted to the engine, bounded), `api` (the FastAPI app and the
+Modules: `admission` (requests admitted to the engine, bounded), `api` (the FastAPI app and the
 page, `page.html`; `ApiGuard`, the one route of `POST /v1/sentiment`), `validation` (the one validation of
 its body), `server` (uvicorn in a thread), `connections` (each connection's bounds: head size, head and
 body timeouts, keep-alive, how many at once) and `serving` (`serve`, and `WorkerApi`, the API on the Kafka

@@ -1,4 +1,4 @@
-"""The HTTP serving of the model: a FastAPI app with `POST /v1/sentiment` (through the `RequestBatcher`),
+"""The HTTP serving of the model: a FastAPI app with `POST /v1/sentiment` (through the `RequestAdmission`),
 the page at `/`, and `/metrics`, `/healthz`, `/readyz` as in the worker.
 
 `POST /v1/sentiment` has one route: `ApiGuard` answers it from the body it read, past FastAPI's routing,
@@ -40,8 +40,8 @@ from schemas.http_api import (
 from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
 from worker.health import HealthState, endpoint_answer
+from worker.http.admission import AdmissionClosed, Overloaded, RequestAdmission, RequestOutcome
 from worker.http.page import FAVICON_MEDIA_TYPE, favicon_ico, render_page
-from worker.http.request_batcher import BatcherClosed, Overloaded, RequestBatcher, RequestOutcome
 from worker.http.validation import Refusal, RequestItem, RequestLimits, validate_body
 from worker.inference.label_fields import label_fields
 from worker.inference.labelling import InferenceFailure
@@ -68,7 +68,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 class ApiState:
-    """What the routes use: settings, health, metrics, and (once the model is warm) the batcher."""
+    """What the routes use: settings, health, metrics, and (once the model is warm) the admission."""
 
     def __init__(
         self,
@@ -82,51 +82,51 @@ class ApiState:
         self.health = health
         self.http_metrics = http_metrics
         self._limits = RequestLimits.from_settings(settings)
-        self._batcher: RequestBatcher | None = None
+        self._admission: RequestAdmission | None = None
         self._model: ModelRef | None = None
         self._labels: list[str] = []
         self._metrics: WorkerMetrics | None = None  # set by attach
 
     def attach(
-        self, batcher: RequestBatcher, model: ModelRef, labels: list[str], metrics: WorkerMetrics
+        self, admission: RequestAdmission, model: ModelRef, labels: list[str], metrics: WorkerMetrics
     ) -> None:
-        """The model is warm: requests go to `batcher` from now on; their results are counted in `metrics`
+        """The model is warm: requests go to `admission` from now on; their results are counted in `metrics`
         as the Kafka worker counts its own (by label and model version, confidence)."""
         self._model, self._labels, self._metrics = model, list(labels), metrics
         metrics.start_predictions(self._labels, model.version)
-        self._batcher = batcher
+        self._admission = admission
 
     def early_refusal(self) -> JSONResponse | None:
         """A 503 decided before the body is read or parsed (overload must be cheap to refuse): not ready,
         stopping, or the queue already full."""
-        batcher = self._batcher
-        if batcher is None:
+        admission = self._admission
+        if admission is None:
             return error_response(503, "not_ready", "the model is still loading", retry_after_s=1)
-        if batcher.closing:
+        if admission.closing:
             return error_response(503, "stopping", "the server is stopping", retry_after_s=1)
-        if batcher.is_full:
-            reason = f"{batcher.queued_texts} texts are already waiting for the model"
-            return error_response(503, "overloaded", reason, retry_after_s=batcher.retry_after_s)
+        if admission.is_full:
+            reason = f"{admission.queued_texts} texts are already waiting for the model"
+            return error_response(503, "overloaded", reason, retry_after_s=admission.retry_after_s)
         return None
 
     async def respond(self, body: bytes) -> Response:
         """The answer to `POST /v1/sentiment` with this raw body: the results in request order (a bad text of
-        a list gets its own error), or the refusal (`validate_body`'s, or 503 / 504 from the batcher)."""
+        a list gets its own error), or the refusal (`validate_body`'s, or 503 / 504 from the admission)."""
         items = validate_body(body, self._limits)
         if isinstance(items, Refusal):
             return error_response(items.status, items.error, items.reason)
         accepted = time.perf_counter()
-        batcher, model = self._batcher, self._model
-        if batcher is None or model is None:
+        admission, model = self._admission, self._model
+        if admission is None or model is None:
             return error_response(503, "not_ready", "the model is still loading", retry_after_s=1)
         timeout_s = self.settings.http_request_timeout_s
         texts = [item.text for item in items if item.problem is None]
         outcome = RequestOutcome(outputs=[], queue_seconds=0.0, inference_seconds=0.0, batch_texts=0)
         if texts:
             try:
-                future = batcher.submit(texts)
+                future = admission.submit(texts)
                 outcome = await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
-            except (Overloaded, BatcherClosed) as exc:
+            except (Overloaded, AdmissionClosed) as exc:
                 return status_of(exc)
             except TimeoutError:
                 return error_response(504, "timeout", f"not labelled within {timeout_s:g} s")
@@ -166,7 +166,7 @@ def result_of(item_id: str, output: Any, labels: list[str]) -> TextSentiment:
     return TextSentiment(id=item_id, **label_fields(output, labels))
 
 
-def status_of(error: Overloaded | BatcherClosed) -> JSONResponse:
+def status_of(error: Overloaded | AdmissionClosed) -> JSONResponse:
     """The one mapping of the project's errors to HTTP answers (refusals of the body are `validation`'s):
     the model's queue is full, or the server is stopping; both 503 with when to retry."""
     if isinstance(error, Overloaded):
@@ -186,7 +186,7 @@ def build_app(api: ApiState) -> FastAPI:
     s = api.settings
     app = FastAPI(
         title="sentiment-worker",
-        summary="Sentiment of Chinese reviews, batched with the Kafka worker's own batcher.",
+        summary="Sentiment of Chinese reviews, batched by the Kafka worker's own engine.",
         version="1",
     )
     # Documents the bearer scheme in OpenAPI; ApiGuard enforces it before the body is read.

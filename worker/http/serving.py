@@ -2,7 +2,7 @@
 worker (`http_api`) put the API on their HTTP port in front of their inference thread.
 
 Start: HTTP up (probes answer, the API says 503 not_ready), token budget, the engine (warm model), request
-batcher, ready. Stop (in this order): stop accepting connections and let the requests in progress finish,
+admission, ready. Stop (in this order): stop accepting connections and let the requests in progress finish,
 answer every accepted request, stop the engine.
 """
 
@@ -20,9 +20,9 @@ from prometheus_client import CollectorRegistry
 from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
 from worker.health import HealthState
+from worker.http.admission import RequestAdmission
 from worker.http.api import ApiState, build_app
 from worker.http.connections import ConnectionLimits
-from worker.http.request_batcher import RequestBatcher
 from worker.http.server import HttpServer
 from worker.inference.engine import Engine, EngineOptions
 from worker.inference.labelling import Classifier
@@ -34,7 +34,7 @@ log = logging.getLogger(__name__)
 def open_api_server(
     stack: ExitStack, settings: WorkerSettings, registry: CollectorRegistry, health: HealthState
 ) -> tuple[ApiState, HttpServer]:
-    """The API app served on `http_host:http_port`, closed by `stack`; 503 until `attach_batcher`."""
+    """The API app served on `http_host:http_port`, closed by `stack`; 503 until `attach_admission`."""
     api = ApiState(settings, registry, health, create_http_metrics(registry))
     server = HttpServer(
         build_app(api),
@@ -48,7 +48,7 @@ def open_api_server(
     return api, server
 
 
-def attach_batcher(
+def attach_admission(
     stack: ExitStack,
     api: ApiState,
     server: HttpServer,
@@ -57,20 +57,22 @@ def attach_batcher(
     labels: list[str],
     model: ModelRef,
     metrics: WorkerMetrics,
-) -> RequestBatcher:
-    """Starts admitting requests to `engine` and hands the batcher to the API. On exit `stack` first closes
-    the server (in-progress requests finish), then the batcher (every accepted request is answered)."""
+) -> RequestAdmission:
+    """Starts admitting requests to `engine` and hands the admission to the API. On exit `stack` first closes
+    the server (in-progress requests finish), then the admission (every accepted request is answered)."""
     s = api.settings
-    batcher = RequestBatcher(
+    admission = RequestAdmission(
         engine,
         max_wait_ms=s.http_max_wait_ms,
         max_queued_texts=s.http_max_queued_texts,
         http_metrics=api.http_metrics,
     )
-    stack.callback(batcher.close, s.shutdown_timeout_s)
-    stack.callback(server.close)  # runs before batcher.close (LIFO); the earlier registration is then a no-op
-    api.attach(batcher, model, labels, metrics)
-    return batcher
+    stack.callback(admission.close, s.shutdown_timeout_s)
+    stack.callback(
+        server.close
+    )  # runs before admission.close (LIFO); the earlier registration is then a no-op
+    api.attach(admission, model, labels, metrics)
+    return admission
 
 
 class WorkerApi:
@@ -96,10 +98,10 @@ class WorkerApi:
         model: ModelRef,
         metrics: WorkerMetrics,
     ) -> None:
-        """`attach_batcher` on the server `open` started."""
+        """`attach_admission` on the server `open` started."""
         if self._opened is None:
             raise RuntimeError("WorkerApi.attach() before open()")
-        attach_batcher(stack, *self._opened, engine=engine, labels=labels, model=model, metrics=metrics)
+        attach_admission(stack, *self._opened, engine=engine, labels=labels, model=model, metrics=metrics)
 
 
 @dataclass
@@ -170,7 +172,7 @@ class SentimentApi:
             )
             stack.callback(engine.close, s.shutdown_timeout_s)
             engine.start()
-            attach_batcher(
+            attach_admission(
                 stack,
                 api,
                 server,

@@ -1,4 +1,4 @@
-"""The request batcher over the engine: requests share token-budget batches, each gets its own outputs in
+"""The request admission over the engine: requests share token-budget batches, each gets its own outputs in
 order; the queue is bounded; cancelled requests are dropped; closing answers what was accepted."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tests.polling import wait_until
-from worker.http.request_batcher import BatcherClosed, Overloaded, RequestBatcher
+from worker.http.admission import AdmissionClosed, Overloaded, RequestAdmission
 from worker.inference.engine import Engine, EngineOptions
 from worker.inference.labelling import InferenceFailure
 from worker.metrics import create_http_metrics
@@ -53,22 +53,22 @@ def model() -> LengthModel:
 
 @pytest.fixture
 def make(model: LengthModel) -> Iterator[object]:
-    made: list[tuple[RequestBatcher, Engine]] = []
+    made: list[tuple[RequestAdmission, Engine]] = []
 
-    def build(max_batch_size: int = 4, **kwargs: object) -> RequestBatcher:
+    def build(max_batch_size: int = 4, **kwargs: object) -> RequestAdmission:
         engine = Engine(model, EngineOptions(max_batch_size, 4096)).start(warm_up=False)
         options: dict[str, object] = {"max_wait_ms": 200, "max_queued_texts": 100, **kwargs}
-        batcher = RequestBatcher(
+        admission = RequestAdmission(
             engine,
             http_metrics=create_http_metrics(CollectorRegistry()),
             **options,  # type: ignore[arg-type]
         )
-        made.append((batcher, engine))
-        return batcher
+        made.append((admission, engine))
+        return admission
 
     yield build
-    for batcher, engine in made:
-        batcher.close(5)
+    for admission, engine in made:
+        admission.close(5)
         engine.close(5)
 
 
@@ -77,18 +77,18 @@ def positive(outputs: Sequence[object]) -> list[float]:
 
 
 def test_requests_waiting_for_a_busy_model_share_its_next_batches(make: object, model: LengthModel) -> None:
-    batcher = make(max_batch_size=16)  # type: ignore[operator]
+    admission = make(max_batch_size=16)  # type: ignore[operator]
     model.gate.clear()  # the model is busy with the first request
-    first = batcher.submit(["a"])
+    first = admission.submit(["a"])
     assert model.entered.wait(5)
-    queued = batcher.submit(["bb"])  # the one batch kept ready behind the running one
+    queued = admission.submit(["bb"])  # the one batch kept ready behind the running one
     wait_until(
         lambda: model.tokenized[-1:] == [1] and len(model.tokenized) == 2,
         5,
         "model.tokenized[-1:] == [1] and len(model.tokenized) == 2",
         interval_s=0.005,
     )
-    waiting = [batcher.submit(["x" * n for n in range(k + 2, k + 5)]) for k in range(0, 12, 3)]
+    waiting = [admission.submit(["x" * n for n in range(k + 2, k + 5)]) for k in range(0, 12, 3)]
     model.gate.set()
     assert positive(first.result(5).outputs) == [0.01]
     assert positive(queued.result(5).outputs) == [0.02]
@@ -102,11 +102,11 @@ def test_requests_waiting_for_a_busy_model_share_its_next_batches(make: object, 
 def test_the_planner_cuts_a_window_and_a_full_batch_is_queued_while_the_model_is_busy(
     make: object, model: LengthModel
 ) -> None:
-    batcher = make(max_batch_size=4)  # type: ignore[operator]
+    admission = make(max_batch_size=4)  # type: ignore[operator]
     model.gate.clear()
-    first = batcher.submit(["a"])
+    first = admission.submit(["a"])
     assert model.entered.wait(5)
-    full = batcher.submit(["x" * n for n in range(2, 12)])  # 10 texts: more than a model batch
+    full = admission.submit(["x" * n for n in range(2, 12)])  # 10 texts: more than a model batch
     wait_until(
         lambda: model.tokenized[-1:] == [10], 5, "model.tokenized[-1:] == [10]", interval_s=0.005
     )  # tokenized and queued before the model is free
@@ -117,58 +117,58 @@ def test_the_planner_cuts_a_window_and_a_full_batch_is_queued_while_the_model_is
 
 
 def test_the_queue_bound_refuses_with_retry_after(make: object, model: LengthModel) -> None:
-    batcher = make(max_queued_texts=5)  # type: ignore[operator]
+    admission = make(max_queued_texts=5)  # type: ignore[operator]
     model.gate.clear()
-    held = batcher.submit(["a", "b", "c"])
+    held = admission.submit(["a", "b", "c"])
     with pytest.raises(Overloaded) as refused:
-        batcher.submit(["d", "e", "f"])
+        admission.submit(["d", "e", "f"])
     assert refused.value.retry_after_s == 1 and "3 texts" in str(refused.value)
-    also = batcher.submit(["d", "e"])  # exactly at the bound
+    also = admission.submit(["d", "e"])  # exactly at the bound
     model.gate.set()
     assert len(held.result(5).outputs) == 3 and len(also.result(5).outputs) == 2
-    assert batcher.queued_texts == 0
+    assert admission.queued_texts == 0
 
 
 def test_a_failing_text_gets_its_failure_and_the_others_their_labels(make: object) -> None:
-    batcher = make()  # type: ignore[operator]
-    outcome = batcher.submit(["ok", "y" * 99, "fine"]).result(5)
+    admission = make()  # type: ignore[operator]
+    outcome = admission.submit(["ok", "y" * 99, "fine"]).result(5)
     assert isinstance(outcome.outputs[1], InferenceFailure)
     assert outcome.outputs[1].kind.value == "inference_failed"
     assert positive([outcome.outputs[0], outcome.outputs[2]]) == [0.02, 0.04]
 
 
 def test_a_cancelled_request_is_dropped_before_its_batch(make: object, model: LengthModel) -> None:
-    batcher = make()  # type: ignore[operator]
+    admission = make()  # type: ignore[operator]
     model.gate.clear()
-    batcher.submit(["a"])
+    admission.submit(["a"])
     assert model.entered.wait(5)
-    batcher.submit(["e"])  # kept ready behind the running batch: the next ones wait for a free lane
+    admission.submit(["e"])  # kept ready behind the running batch: the next ones wait for a free lane
     wait_until(lambda: len(model.tokenized) == 2, 5, "len(model.tokenized) == 2", interval_s=0.005)
-    dropped = batcher.submit(["bb", "cc"])
-    kept = batcher.submit(["ddd"])
+    dropped = admission.submit(["bb", "cc"])
+    kept = admission.submit(["ddd"])
     assert dropped.cancel()
     model.gate.set()
     assert positive(kept.result(5).outputs) == [0.03]
     with pytest.raises(CancelledError):
         dropped.result(0)
-    assert model.batches == [1, 1, 1] and batcher.queued_texts == 0
+    assert model.batches == [1, 1, 1] and admission.queued_texts == 0
 
 
 def test_close_answers_the_accepted_and_refuses_the_new(make: object, model: LengthModel) -> None:
-    batcher = make()  # type: ignore[operator]
+    admission = make()  # type: ignore[operator]
     model.gate.clear()
-    accepted = [batcher.submit(["t" * (i + 1)]) for i in range(5)]
-    closer = threading.Thread(target=batcher.close, args=(10,))
+    accepted = [admission.submit(["t" * (i + 1)]) for i in range(5)]
+    closer = threading.Thread(target=admission.close, args=(10,))
     closer.start()
     late = []
     deadline = time.monotonic() + 10
     while True:  # accepted until close() begins, refused from then on
         assert time.monotonic() < deadline, "close() never began refusing new texts"
         try:
-            late.append(batcher.submit(["late"]))
+            late.append(admission.submit(["late"]))
         except Overloaded:
             continue
-        except BatcherClosed:
+        except AdmissionClosed:
             break
     model.gate.set()
     closer.join(10)

@@ -35,7 +35,7 @@ class Overloaded(OperationError):
         self.retry_after_s = retry_after_s
 
 
-class BatcherClosed(OperationError):
+class AdmissionClosed(OperationError):
     """The server is stopping (or stopped): it accepts nothing new."""
 
 
@@ -49,7 +49,7 @@ class RequestOutcome:
     batch_texts: int
 
 
-class RequestBatcher:
+class RequestAdmission:
     """Admits requests to the engine while fewer than `max_queued_texts` texts wait for an answer.
 
     `submit` is thread-safe and never blocks; `close` stops accepting and waits until every accepted
@@ -95,14 +95,14 @@ class RequestBatcher:
     def submit(self, texts: Sequence[str]) -> Future[RequestOutcome]:
         """Accepts one request's texts; its future gets one output per text, in order.
 
-        Raises Overloaded when the accepted texts would pass `max_queued_texts`, BatcherClosed when
+        Raises Overloaded when the accepted texts would pass `max_queued_texts`, AdmissionClosed when
         stopping. Cancelling the future before its texts are taken drops the request."""
         if not texts:
             raise ValueError("a request needs at least one text")
         n = len(texts)
         with self._cond:
             if self._closing:
-                raise BatcherClosed("the server is stopping")
+                raise AdmissionClosed("the server is stopping")
             if self._queued_texts + n > self._max_queued_texts:
                 raise Overloaded(self._queued_texts, self._retry_after_s)
             self._queued_texts += n
@@ -111,7 +111,7 @@ class RequestBatcher:
             labelling = self._engine.submit(texts, gather_ms=self._max_wait_ms)
         except EngineClosed as exc:
             self._answered(n)
-            raise BatcherClosed(f"the server is stopping: {exc}") from exc
+            raise AdmissionClosed(f"the server is stopping: {exc}") from exc
         outcome: Future[RequestOutcome] = Future()
         outcome.add_done_callback(lambda done: labelling.cancel() if done.cancelled() else None)
         labelling.add_done_callback(lambda done: self._answer(done, outcome, n))
@@ -137,7 +137,7 @@ class RequestBatcher:
             return  # the client went away
         error = labelling.exception()
         if isinstance(error, EngineClosed):
-            outcome.set_exception(BatcherClosed(f"the server stopped before labelling it: {error}"))
+            outcome.set_exception(AdmissionClosed(f"the server stopped before labelling it: {error}"))
         elif error is not None:
             outcome.set_exception(error)
         else:
