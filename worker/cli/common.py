@@ -61,7 +61,7 @@ SETTING_FLAGS = {
     "http_port": "port of /metrics /healthz /readyz (and the API), 0 = off (SENTIMENT_HTTP_PORT)",
     "http_host": "address the HTTP port binds, 127.0.0.1 by default (SENTIMENT_HTTP_HOST)",
     "input_format": "json | text (SENTIMENT_INPUT_FORMAT)",
-    "backend": "auto | dynamic | static | onnx (SENTIMENT_BACKEND)",
+    "backend": "auto | dynamic | static | onnx | identity (no inference; SENTIMENT_BACKEND)",
     "tokenizer": "auto | fast | slow (SENTIMENT_TOKENIZER)",
     "long_text": "truncate | head_tail | chunk (SENTIMENT_LONG_TEXT)",
 }
@@ -162,7 +162,8 @@ def settings_for_model(model: str, device: str | None, max_seq_len: int | None) 
 
 def load_model(settings: WorkerSettings) -> tuple[Any, Any]:
     """The classifier and its ModelRef, built as the settings say: model, device, max_seq_len, backend
-    (dynamic/static/onnx), tokenizer, long_text, cpu_threads, FP16/TensorRT."""
+    (dynamic/static/onnx, or identity when allow_identity_model), tokenizer, long_text, cpu_threads,
+    FP16/TensorRT."""
     from schemas.sentiment_result import ModelRef
     from worker.model.device import DeviceUnavailableError, activate, choose_device
     from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier
