@@ -1,7 +1,8 @@
 """`sentiment-worker run` as a subprocess: what the bench drives and what the fault tests start, kill and
 restart. stdout and stderr go to files (a full pipe would block the worker). `start_worker` starts one with
 the bench's settings; `served_inference` and `child_env` are what every measured subprocess shares with the
-measuring process; `rss_summary` sums up its memory while it drains."""
+measuring process; `rss_summary` sums up its memory while it drains, `thread_cpu` reads each of its threads'
+CPU time."""
 
 from __future__ import annotations
 
