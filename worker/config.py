@@ -195,13 +195,20 @@ class WorkerSettings(BaseSettings):
     max_seq_len: int | None = Field(None, ge=8, description="Token limit per review; default: the model's.")
 
     # --- inference backend ---
-    backend: Literal["auto", "dynamic", "static", "onnx"] = Field(
+    backend: Literal["auto", "dynamic", "static", "onnx", "identity"] = Field(
         "auto",
         description="static: Paddle Inference predictor on a `sentiment-worker export` directory (oneDNN on "
         "CPU); onnx: ONNX Runtime on an `export --format onnx` or `quantize` (INT8) directory; dynamic: "
         "dygraph on a training directory; auto: the fastest backend `compare-backends --record` measured "
         "in the directory on this CPU without accuracy loss, else static for an exported directory, onnx "
-        "for an ONNX-only one, else dynamic.",
+        "for an ONNX-only one, else dynamic. identity: no model at all, for measuring the host path "
+        "(`bench --host-ceiling`): the directory's real tokenizer, then fixed probabilities that mean "
+        "nothing; never chosen by auto, refused unless allow_identity_model.",
+    )
+    allow_identity_model: bool = Field(
+        False,
+        description="Let backend=identity start: its results name the model `identity` and their labels "
+        "mean nothing (a measuring instrument, never a service).",
     )
     tokenizer: Literal["auto", "fast", "slow"] = Field(
         "auto",

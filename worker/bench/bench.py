@@ -203,8 +203,10 @@ def bench_end_to_end(
     workdir: Path,
     say: Callable[[str], None],
     phase: str = "e2e",
+    on_sample: Callable[[int, dict[str, float]], None] | None = None,
 ) -> Phase:
-    """Produces the backlog, drains it with a worker subprocess, samples its RSS; conservation by id."""
+    """Produces the backlog, drains it with a worker subprocess, samples its RSS every `rss_interval_s`
+    (and calls `on_sample(pid, metrics scrape)` then); conservation by id."""
     common = settings.librdkafka_common()
     names = _phase_topics(common, prefix, phase, options.partitions)
     produce_s = produce_backlog(common, names["reviews"], texts, "m")
@@ -221,6 +223,8 @@ def bench_end_to_end(
         done = metric_sum(scrape, "sentiment_results_published_total") if scrape else None
         if rss is not None:
             samples.append({"t": time.monotonic() - started, "rss_bytes": rss, "done": done or 0.0})
+        if on_sample is not None:
+            on_sample(worker.pid, scrape)
         time.sleep(options.rss_interval_s)
     summary = worker.finish(max(1.0, options.worker_timeout_s - (time.monotonic() - started)))
     results = result_rows(read_topic(common, names["results"], expected=len(texts), timeout_s=120))
@@ -241,6 +245,7 @@ def bench_end_to_end(
         dead_letters=len(dead),
         extra={
             "conservation": check,
+            "models_in_results": sorted({" ".join(r["model"].values()) for r, _ in results}),
             "steady_messages_per_second": steady_rate(append_ms),
             "worker_summary": summary,
             "rss": rss_summary(samples, len(texts)),

@@ -1,4 +1,5 @@
-"""`bench`'s printed table: the report's phases, one row each, then each target with its verdict."""
+"""`bench`'s printed table: the report's phases, one row each, then each target with its verdict; and
+`bench --host-ceiling`'s."""
 
 from __future__ import annotations
 
@@ -113,5 +114,76 @@ def format_table(report: dict[str, Any]) -> str:
         shown = "n/a" if value is None else show(value)
         wanted = f"{'>=' if flag['at_least'] else '<='} {show(flag['target'])}"
         verdict = {True: "met", False: "MISSED", None: "n/a"}[flag["met"]]
+        lines.append(f"{name:<20} {shown:>10} {wanted:>10}  {verdict}")
+    return "\n".join(lines)
+
+
+def format_host_ceiling_table(report: dict[str, Any]) -> str:
+    """`bench --host-ceiling`'s report as a table: the rates, their ratio, CPU µs per review per thread
+    role, the targets (the JSON has every thread and every round)."""
+    host, anchor, model = report["host_ceiling"], report["anchor"], report["model"]
+
+    def fmt(value: Any, spec: str = ",.1f") -> str:
+        return "n/a" if value is None else f"{value:{spec}}"
+
+    def ok(phase: dict[str, Any]) -> str:
+        return "ok" if phase["conservation"]["ok"] else "BROKEN"
+
+    rounds = ", ".join("–" if r is None else f"{r:.1%}" for r in report["host_vs_anchor_by_round"])
+    anchor_cpu = anchor["cpu_us_per_review"]
+    named = "yes" if model["every_result_names_identity"] else "NO"
+    rows = [
+        (
+            "model",
+            f"{' / '.join(model['in_results']) or model['name']} (NO INFERENCE; tokenizer of "
+            f"{model['tokenizer_from']}; every result names it: {named})",
+        ),
+        (
+            "worker shape",
+            f"window {report['max_window_messages']}, wait {report['max_wait_ms']} ms, batch <= "
+            f"{report['max_batch_size']}, {report['max_batch_tokens']} padded tokens",
+        ),
+        ("cpu", report["machine"]["cpu_description"]),
+        (
+            "host ceiling",
+            f"{fmt(host['messages_per_second'])} msg/s ({host['messages']} reviews through the broker, "
+            f"{_drains(host['rates_of_every_drain'], fmt)}"
+            f"{_steady(host.get('steady_messages_per_second'), fmt)}conservation {ok(host)})",
+        ),
+        (
+            "anchor",
+            f"{fmt(anchor['messages_per_second'])} msg/s ({anchor['messages']} reviews: {anchor['loop']}; "
+            f"{_drains(anchor['rates_of_every_drain'], fmt)}conservation {ok(anchor)})",
+        ),
+        ("host / anchor", f"{fmt(report['host_vs_anchor'], '.1%')} (median of rounds: {rounds})"),
+    ]
+    width = max(len(name) for name, _ in rows)
+    lines = [f"{name:<{width}}  {value}" for name, value in rows]
+    lines.append("")
+    threads = host["threads"]
+    if threads is None:
+        lines.append("CPU per review: too few samples while the backlog drained (raise --messages)")
+    else:
+        window = threads["window"]
+        lines.append(
+            f"worker CPU µs per review, steady drain (results {window['from_done']:.0f} to "
+            f"{window['to_done']:.0f}, {window['seconds']:.1f} s):"
+        )
+        lines.append(f"  {'thread role':<16} {'threads':>7} {'µs/review':>10}  names")
+        for role, figures in threads["roles"].items():
+            names = ", ".join(figures["names"])
+            lines.append(f"  {role:<16} {figures['threads']:>7} {figures['us_per_review']:>10.1f}  {names}")
+        lines.append(f"  {'total':<16} {len(threads['threads']):>7} {threads['total_us_per_review']:>10.1f}")
+        lines.append(
+            f"  anchor: loop thread {fmt(anchor_cpu['loop_thread'])} µs/review, whole process "
+            f"{fmt(anchor_cpu['process'])} µs/review"
+        )
+    lines.append("")
+    lines.append(f"{'target':<20} {'measured':>10} {'wanted':>10}  verdict")
+    for name, target in report["targets"].items():
+        show = (lambda v: f"{v:.1%}") if name == "host_vs_anchor" else (lambda v: f"{v:.1f} µs")
+        shown = "n/a" if target["value"] is None else show(target["value"])
+        wanted = f"{'>=' if target['at_least'] else '<='} {show(target['target'])}"
+        verdict = {True: "met", False: "MISSED", None: "n/a"}[target["met"]]
         lines.append(f"{name:<20} {shown:>10} {wanted:>10}  {verdict}")
     return "\n".join(lines)

@@ -1,7 +1,8 @@
 """`sentiment-worker run` as a subprocess: what the bench drives and what the fault tests start, kill and
 restart. stdout and stderr go to files (a full pipe would block the worker). `start_worker` starts one with
 the bench's settings; `served_inference` and `child_env` are what every measured subprocess shares with the
-measuring process; `rss_summary` sums up its memory while it drains."""
+measuring process; `rss_summary` sums up its memory while it drains, `thread_cpu` reads each of its threads'
+CPU time."""
 
 from __future__ import annotations
 
@@ -54,6 +55,30 @@ def cpu_seconds(pid: int) -> float | None:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None
+
+
+def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
+    """{thread id: (kernel name, CPU seconds so far)} of every live thread of `pid` (Linux /proc): the
+    nanoseconds of /proc/<pid>/task/<tid>/schedstat, else user + system ticks of its stat. Empty when `pid`
+    is gone; a thread that ends while being read is left out."""
+    threads: dict[int, tuple[str, float]] = {}
+    try:
+        tids = [int(name) for name in os.listdir(f"/proc/{pid}/task")]
+    except (OSError, ValueError):
+        return threads
+    for tid in tids:
+        task = Path(f"/proc/{pid}/task/{tid}")
+        try:
+            name = (task / "comm").read_text(errors="replace").strip()
+            try:
+                seconds = int((task / "schedstat").read_text().split()[0]) / 1e9
+            except (OSError, ValueError, IndexError):
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            continue
+        threads[tid] = (name, seconds)
+    return threads
 
 
 def scrape_metrics(port: int) -> dict[str, float]:
@@ -218,7 +243,8 @@ def rss_summary(samples: list[dict[str, float]], total: int) -> dict[str, Any]:
 
 def served_inference(settings: WorkerSettings) -> dict[str, Any]:
     """The settings a measured subprocess (worker or server) must share with the model-only phase for the
-    two to measure the same inference: backend, precision, tokenizer, long-text rule, math threads."""
+    two to measure the same inference: backend (and whether the identity one may serve), precision,
+    tokenizer, long-text rule, math threads."""
     return {
         "backend": settings.backend,
         "use_bf16": settings.use_bf16,
@@ -226,6 +252,7 @@ def served_inference(settings: WorkerSettings) -> dict[str, Any]:
         "long_text": settings.long_text,
         "cpu_threads": settings.cpu_threads,
         "cpu_threads_per_call": settings.cpu_threads_per_call,
+        "allow_identity_model": settings.allow_identity_model,
     }
 
 

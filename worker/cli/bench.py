@@ -1,5 +1,6 @@
 """`sentiment-worker bench`: end-to-end vs `predict` vs model-only vs naive throughput, latency at a fixed
-rate, RSS; `bench --http`: `serve` vs the naive handler, which `bench --naive-server` serves."""
+rate, RSS; `bench --http`: `serve` vs the naive handler, which `bench --naive-server` serves;
+`bench --host-ceiling`: the worker on the identity model (no inference) vs a minimal Kafka loop."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from worker.errors import ConfigurationError, OperationError
 
 if TYPE_CHECKING:
     from worker.bench.bench import BenchOptions
+    from worker.bench.host_ceiling import HostCeilingOptions
 
 
 def register(subparsers: Subparsers) -> None:
@@ -72,6 +74,14 @@ def register(subparsers: Subparsers) -> None:
         "--http-max-wait-ms", type=int, default=None, help="--http: the server's http_max_wait_ms (2)"
     )
     bench.add_argument(
+        "--host-ceiling",
+        action="store_true",
+        help="instead: the worker on the identity model (its model directory's tokenizer, no inference) "
+        "draining --messages (40000; --quick 2000) through the broker, beside a minimal consume -> parse -> "
+        "produce -> commit loop on the same reviews; msg/s of both and CPU µs per review of each worker "
+        "thread, --drains rounds (3; --quick 1)",
+    )
+    bench.add_argument(
         "--naive-server",
         type=int,
         default=None,
@@ -89,6 +99,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if args.naive_server is not None:
         return serve_naive(args)
+    if args.host_ceiling:
+        return bench_host_ceiling(args)
     options = bench_options(args)  # before the model loads: a bad flag fails at once
     settings = settings_from_args(args)
     configure_logging("WARNING")
@@ -139,6 +151,47 @@ def bench_options(args: argparse.Namespace) -> BenchOptions:
         "max_batch_size": args.max_batch_size, "partitions": args.partitions, "keep_topics": args.keep_topics,
     }  # fmt: skip
     return make(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def host_ceiling_options(args: argparse.Namespace) -> HostCeilingOptions:
+    """`bench --host-ceiling`'s sizes: `--quick`'s or the full run's, overridden by the flags given."""
+    from worker.bench.host_ceiling import HostCeilingOptions  # noqa: F811 - at run time (lazy CLI)
+
+    for flag, value in (("--messages", args.messages), ("--drains", args.drains)):
+        if value is not None and value < 1:
+            raise ConfigurationError(f"{flag}: 1 or more")
+    make = HostCeilingOptions.quick if args.quick else HostCeilingOptions
+    overrides = {
+        "messages": args.messages,
+        "rounds": args.drains,
+        "partitions": args.partitions,
+        "keep_topics": args.keep_topics,
+    }
+    return make(**{k: v for k, v in overrides.items() if v is not None})
+
+
+def bench_host_ceiling(args: argparse.Namespace) -> int:
+    """`bench --host-ceiling`: no model loads here; the worker subprocess serves the identity backend with
+    `run`'s settings (token budget and batch size as --max-batch-tokens / --max-batch-size say)."""
+    from worker.bench.bench_table import format_host_ceiling_table
+    from worker.bench.host_ceiling import conserved, run_host_ceiling
+
+    options = host_ceiling_options(args)
+    settings = settings_from_args(args)
+    sizes = {"max_batch_tokens": args.max_batch_tokens, "max_batch_size": args.max_batch_size}
+    settings = settings.model_copy(update={k: v for k, v in sizes.items() if v is not None})
+    configure_logging("WARNING")
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    report = run_host_ceiling(settings, options, say=say)
+    print(format_host_ceiling_table(report), flush=True)
+    path = args.json or Path(f"bench-host-ceiling-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
+    print(f"wrote {path}", flush=True)
+    return EXIT_OK if conserved(report) else EXIT_FAILED
 
 
 def bench_http(args: argparse.Namespace, settings: Any, classifier: Any, budget: int, say: Any) -> int:

@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +37,7 @@ __all__ = [
     "evaluate_model",
     "install_stop_handlers",
     "load_model",
+    "name_os_threads",
     "quiet_libraries",
     "rest_idle_threads",
     "use_all_cores",
@@ -62,7 +64,7 @@ SETTING_FLAGS = {
     "http_port": "port of /metrics /healthz /readyz (and the API), 0 = off (SENTIMENT_HTTP_PORT)",
     "http_host": "address the HTTP port binds, 127.0.0.1 by default (SENTIMENT_HTTP_HOST)",
     "input_format": "json | text (SENTIMENT_INPUT_FORMAT)",
-    "backend": "auto | dynamic | static | onnx (SENTIMENT_BACKEND)",
+    "backend": "auto | dynamic | static | onnx | identity (no inference; SENTIMENT_BACKEND)",
     "tokenizer": "auto | fast | slow (SENTIMENT_TOKENIZER)",
     "long_text": "truncate | head_tail | chunk (SENTIMENT_LONG_TEXT)",
 }
@@ -173,7 +175,8 @@ def settings_for_model(model: str, device: str | None, max_seq_len: int | None) 
 
 def load_model(settings: WorkerSettings) -> tuple[Any, Any]:
     """The classifier and its ModelRef, built as the settings say: model, device, max_seq_len, backend
-    (dynamic/static/onnx), tokenizer, long_text, cpu_threads, FP16/TensorRT."""
+    (dynamic/static/onnx, or identity when allow_identity_model), tokenizer, long_text, cpu_threads,
+    FP16/TensorRT."""
     from schemas.sentiment_result import ModelRef
     from worker.model.device import DeviceUnavailableError, activate, choose_device
     from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier
@@ -236,6 +239,34 @@ def install_stop_handlers(request_stop: Callable[[], None]) -> Callable[[], None
 
     install()
     return install
+
+
+def name_os_threads() -> None:
+    """Every Python thread started from now on carries its name in the kernel too (Linux keeps 15 bytes of
+    it), so that `top -H`, `ps -L`, profilers and /proc/<pid>/task/<tid>/comm show engine-queue,
+    engine-lane_0 or health-http instead of the process's name; `bench --host-ceiling` reads each thread's
+    CPU time by it. CPython 3.11 leaves them unnamed. The main thread keeps the process's name (its thread
+    id is the process id). A profile hook installed before (a profiler's) keeps running. A no-op where /proc
+    is not writable."""
+    previous = threading.getprofile()
+
+    def name_then_step_aside(frame: FrameType, event: Any, arg: Any) -> None:
+        # Runs once per thread, at the call of its run(): hands the thread to the hook it replaced.
+        sys.setprofile(previous)
+        _write_kernel_thread_name(threading.current_thread().name)
+        if previous is not None:
+            previous(frame, event, arg)
+
+    threading.setprofile(name_then_step_aside)
+
+
+def _write_kernel_thread_name(name: str) -> None:
+    """The calling thread's kernel name (its first 15 bytes); nothing where /proc is not writable."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm", "wb") as comm:
+            comm.write(name.encode("utf-8", "replace")[:15])
+    except OSError:
+        pass
 
 
 def use_all_cores() -> None:

@@ -14,6 +14,7 @@ from worker.cli.common import (
     configure_logging,
     install_stop_handlers,
     load_model,
+    name_os_threads,
     rest_idle_threads,
     settings_from_args,
 )
@@ -40,6 +41,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     rest_idle_threads()  # before Paddle loads (load_model)
+    name_os_threads()  # before the engine and the HTTP server start their threads
     configure_logging(settings.log_level)
     stop = threading.Event()
     reinstall = install_stop_handlers(stop.set)  # before the model loads: a signal then stops it at once

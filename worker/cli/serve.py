@@ -12,6 +12,7 @@ from worker.cli.common import (
     configure_logging,
     install_stop_handlers,
     load_model,
+    name_os_threads,
     rest_idle_threads,
     settings_from_args,
 )
@@ -37,6 +38,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     rest_idle_threads()  # before Paddle loads (load_model)
+    name_os_threads()  # before the engine and the HTTP server start their threads
     if not settings.http_port:
         raise ConfigurationError("serve needs an HTTP port (SENTIMENT_HTTP_PORT / --http-port, not 0)")
     configure_logging(settings.log_level)

@@ -1,6 +1,6 @@
 """Load a classifier: dygraph from a ``save_pretrained`` directory or a PaddleNLP model name, static from a
-``sentiment-worker export`` directory, onnx from an ONNX export or INT8 quantization; with the chosen
-tokenizer (fast/slow) and long-text layout."""
+``sentiment-worker export`` directory, onnx from an ONNX export or INT8 quantization, identity (no inference,
+only when allowed) from any of them; with the chosen tokenizer (fast/slow) and long-text layout."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from worker.model.fast_tokenizer import (
     choose_tokenizer,
     load_checked_fast_tokenizer,
 )
+from worker.model.identity_backend import IDENTITY_MODEL_NAME, IdentityClassifier
 from worker.model.long_text import LongTextMode, SequenceEncoder
 from worker.model.metadata import (
     CONFIG_FILES,
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Backend = Literal["auto", "dynamic", "static", "onnx"]
+Backend = Literal["auto", "dynamic", "static", "onnx", "identity"]
 ServingBackend = Literal["dynamic", "static", "onnx"]
 
 HUB_DEFAULT_MAX_SEQ_LEN = 128
@@ -85,7 +86,8 @@ class InferenceOptions:
     ``backend=auto``: the fastest safe backend recorded in the directory by ``compare-backends --record``
     (see worker.model.backend_choice); without one, static when the directory is a Paddle export, onnx when
     it holds only an ONNX model, else dynamic. ``cpu_threads`` None: all cores. ``max_batch_size`` bounds
-    TensorRT's dynamic shapes.
+    TensorRT's dynamic shapes. ``backend=identity`` (no inference: see worker.model.identity_backend) is
+    refused unless ``allow_identity``.
     """
 
     backend: Backend = "auto"
@@ -98,6 +100,7 @@ class InferenceOptions:
     use_tensorrt: bool = False
     use_bf16: bool = False
     max_batch_size: int = 32
+    allow_identity: bool = False
 
     @classmethod
     def from_settings(cls, settings: WorkerSettings) -> InferenceOptions:
@@ -113,6 +116,7 @@ class InferenceOptions:
             use_tensorrt=settings.use_tensorrt,
             use_bf16=settings.use_bf16,
             max_batch_size=settings.max_batch_size,
+            allow_identity=settings.allow_identity_model,
         )
 
 
@@ -129,7 +133,10 @@ def available_backends(directory: Path) -> set[str]:
 
 
 def resolve_backend(directory: Path | None, requested: Backend) -> ServingBackend:
-    """The backend for a model directory (None: a hub name); raises ModelLoadError on a mismatch."""
+    """The backend for a model directory (None: a hub name); raises ModelLoadError on a mismatch. Never the
+    identity backend, which serves no model (`load_classifier` loads it when asked for by name)."""
+    if requested == "identity":
+        raise ModelLoadError("backend=identity serves no model: it is loaded only by its name, when allowed")
     available = available_backends(directory) if directory is not None else {"dynamic"}
     if directory is not None and not available:
         _check_exported_files(directory)
@@ -329,6 +336,10 @@ def load_classifier(
     directory = Path(model).expanduser()
     if _looks_like_path(model) and not directory.exists():
         raise ModelLoadError(f"model directory {directory} does not exist: {_missing_hint(directory)}")
+    if options.backend == "identity":
+        identity = _load_identity(model, directory, device, max_seq_len, options)
+        _check_outputs(identity, "the identity model")
+        return identity
     backend = resolve_backend(directory if directory.is_dir() else None, options.backend)
     if backend == "static":
         classifier = _load_static(directory, device, max_seq_len, options)
@@ -487,6 +498,51 @@ def _load_onnx(
         )
     except ValueError as exc:
         raise ModelLoadError(f"{directory}: {exc}; re-run the export") from exc
+
+
+IDENTITY_REFUSAL = (
+    "backend=identity does no inference (fixed probabilities, meaningless labels: an instrument for "
+    "`sentiment-worker bench --host-ceiling`): set SENTIMENT_ALLOW_IDENTITY_MODEL=true to run it on purpose, "
+    "or choose a real backend (SENTIMENT_BACKEND=auto)"
+)
+
+
+def _load_identity(
+    model: str, directory: Path, device: DeviceChoice, max_seq_len: int | None, options: InferenceOptions
+) -> TextClassifierBase:
+    """Any model directory → IdentityClassifier: its tokenizer (the checked fast one an export saved, else
+    PaddleNLP's as `tokenizer` says), max_seq_len and labels, no model. Refused unless `allow_identity`."""
+    if not options.allow_identity:
+        raise ModelLoadError(IDENTITY_REFUSAL)
+    if not directory.is_dir():
+        raise ModelLoadError(
+            f"backend=identity takes its tokenizer from a model directory, and {model} is not one: point "
+            "SENTIMENT_MODEL at a model directory (e.g. models/default-int8)"
+        )
+    meta = _read_meta(directory)
+    chosen = _choose_max_seq_len(max_seq_len, meta, _config_value(directory, "max_position_embeddings"))
+    _, encoder, ids = _exported_tokenizer(directory, chosen, "model", options)
+    if meta is not None and meta.version:
+        version = meta.version
+    else:
+        version = weights_version(directory) if find_weights(directory) is not None else "unversioned"
+    log.warning(
+        "backend=identity: NO INFERENCE; results name the model %r and their labels mean nothing",
+        IDENTITY_MODEL_NAME,
+    )
+    return IdentityClassifier(
+        encoder=encoder,
+        pad_id=ids.pad,
+        source_name=meta.name if meta is not None else directory.resolve().name,
+        source_version=version,
+        labels=meta.labels if meta is not None else list(DEFAULT_LABELS),
+        max_seq_len=chosen,
+        device=device,
+        options=OnnxOptions(
+            cpu_threads=options.cpu_threads or os.cpu_count() or 1,
+            threads_per_call=options.cpu_threads_per_call,
+        ),
+    )
 
 
 class _ExportedParts(NamedTuple):
