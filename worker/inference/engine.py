@@ -273,10 +273,12 @@ class Engine:
     def _is_due(self) -> bool:
         if self._closing or any(s.gather_until is None for s in self._pending):
             return True
-        if self._waiting_batches >= self._lane_count:
-            return False  # the lanes are busy: gather what arrives until one is free
-        if self._groups_in_flight or self._pending_texts >= self._max_batch_size:
-            return True  # the model is busy anyway: no reason to wait longer
+        if self._pending_texts >= self._max_batch_size:
+            return self._waiting_batches < self._lane_count  # a full batch: as soon as a lane can take it
+        if self._groups_in_flight:
+            # The model is busy: gather what arrives until no batch is left waiting for a lane (one is
+            # about to be free), so busy periods make full batches, not many small ones.
+            return self._waiting_batches == 0
         return self._clock() >= min(s.gather_until or 0.0 for s in self._pending)
 
     def _wait_s(self) -> float:
