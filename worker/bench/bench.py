@@ -460,7 +460,7 @@ def run_bench(
         max_batch_tokens=max_batch_tokens,
         queued_windows=settings.max_queued_windows,
     )
-    report["model_only"] = _phase_json(model_only)
+    report["model_only"] = phase_json(model_only)
     with tempfile.TemporaryDirectory(prefix="sentiment-bench-") as tmp:
         workdir = Path(tmp)
         try:
@@ -474,16 +474,16 @@ def run_bench(
                 say,
             )
             e2e = median_drain(drains)
-            report["end_to_end"] = _phase_json(e2e)
+            report["end_to_end"] = phase_json(e2e)
             say(f"naive loop: {options.naive_messages} reviews one at a time")
             naive_count = min(options.naive_messages, options.messages)
             naive = bench_naive(settings, classifier, f"{prefix}-e2e-reviews", naive_count, prefix)
-            report["naive"] = _phase_json(naive)
+            report["naive"] = phase_json(naive)
             rate = options.rate_per_s or max(1.0, round(0.5 * e2e.messages_per_second))
             latency = bench_latency(
                 settings, texts[: options.latency_messages], rate, options, prefix, workdir, say
             )
-            report["latency"] = _phase_json(latency)
+            report["latency"] = phase_json(latency)
         finally:
             if not options.keep_topics:
                 report["deleted_topics"] = delete_run_topics(settings.librdkafka_common(), prefix)
@@ -528,18 +528,18 @@ def ratios_and_targets(
     }
     tokenization = e2e.extra["tokenization_share"]
     targets = {
-        "e2e_vs_model_only": _flag(ratios["e2e_vs_model_only"], TARGETS["e2e_vs_model_only"], True),
-        "e2e_vs_predict": _flag(ratios["e2e_vs_predict"], TARGETS["e2e_vs_predict"], True),
-        "e2e_vs_naive": _flag(ratios["e2e_vs_naive"], TARGETS["e2e_vs_naive"], True),
-        "padding_efficiency": _flag(
-            model_only.extra["padding_efficiency"], TARGETS["padding_efficiency"], True
+        "e2e_vs_model_only": flag(ratios["e2e_vs_model_only"], TARGETS["e2e_vs_model_only"], at_least=True),
+        "e2e_vs_predict": flag(ratios["e2e_vs_predict"], TARGETS["e2e_vs_predict"], at_least=True),
+        "e2e_vs_naive": flag(ratios["e2e_vs_naive"], TARGETS["e2e_vs_naive"], at_least=True),
+        "padding_efficiency": flag(
+            model_only.extra["padding_efficiency"], TARGETS["padding_efficiency"], at_least=True
         ),
-        "tokenization_share": _flag(
+        "tokenization_share": flag(
             tokenization if tokenization is not None else model_only.extra["tokenization_share"],
             TARGETS["tokenization_share_max"],
-            False,
+            at_least=False,
         ),
-        "rss_growth": _flag(e2e.extra["rss"]["growth"], TARGETS["rss_growth_max"], False),
+        "rss_growth": flag(e2e.extra["rss"]["growth"], TARGETS["rss_growth_max"], at_least=False),
     }
     return ratios, targets
 
@@ -557,12 +557,14 @@ def _ratio(a: float, b: float | None) -> float | None:
     return a / b if b is not None and b > 0 else None
 
 
-def _flag(value: float | None, target: float, at_least: bool) -> dict[str, Any]:
+def flag(value: float | None, target: float, *, at_least: bool) -> dict[str, Any]:
+    """A target's verdict: met, missed, or None (unknown); never enforced."""
     met = None if value is None else (value >= target if at_least else value <= target)
     return {"value": value, "target": target, "at_least": at_least, "met": met}
 
 
-def _phase_json(phase: Phase) -> dict[str, Any]:
+def phase_json(phase: Phase) -> dict[str, Any]:
+    """A phase as the report writes it (rates rounded to 0.1 msg/s)."""
     return {
         "messages": phase.messages,
         "seconds": round(phase.seconds, 3),

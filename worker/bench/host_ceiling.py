@@ -40,7 +40,15 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer
 
-from worker.bench.bench import BenchOptions, Phase, bench_end_to_end, median_drain, review_texts
+from worker.bench.bench import (
+    BenchOptions,
+    Phase,
+    bench_end_to_end,
+    flag,
+    median_drain,
+    phase_json,
+    review_texts,
+)
 from worker.bench.topic_io import (
     conservation,
     create_run_topics,
@@ -373,24 +381,6 @@ def run_host_ceiling(
         "poll_us_per_review": flag(poll, TARGETS["poll_us_per_review_max"], at_least=False),
     }
     return report
-
-
-def flag(value: float | None, target: float, *, at_least: bool) -> dict[str, Any]:
-    """A target's verdict: met, missed, or None (unknown); never enforced."""
-    met = None if value is None else (value >= target if at_least else value <= target)
-    return {"value": value, "target": target, "at_least": at_least, "met": met}
-
-
-def phase_json(phase: Phase) -> dict[str, Any]:
-    """A phase as the report writes it (rates rounded to 0.1 msg/s)."""
-    return {
-        "messages": phase.messages,
-        "seconds": round(phase.seconds, 3),
-        "messages_per_second": round(phase.messages_per_second, 1),
-        "results": phase.results,
-        "dead_letters": phase.dead_letters,
-        **phase.extra,
-    }
 
 
 def conserved(report: dict[str, Any]) -> bool:

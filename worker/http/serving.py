@@ -165,13 +165,9 @@ class SentimentApi:
             )
             if self._on_listening is not None:
                 self._on_listening(self.address)
-            engine = Engine(
-                self._classifier,
-                EngineOptions.from_settings(s, self._classifier),
-                on_labelled=self._metrics.observe_window,
-            )
-            stack.callback(engine.close, s.shutdown_timeout_s)
-            engine.start()
+            options = EngineOptions.from_settings(s, self._classifier)
+            engine = Engine(self._classifier, options, on_labelled=self._metrics.observe_window)
+            stack.enter_context(engine)  # started and warm; closed on the way out
             attach_admission(
                 stack,
                 api,

@@ -91,10 +91,11 @@ class _Group:
 @dataclass(frozen=True)
 class EngineOptions:
     """At most `max_batch_size` texts and `max_batch_tokens` padded tokens (batch size x longest sequence)
-    in one model call."""
+    in one model call; `close()` labels what was submitted for at most `shutdown_timeout_s`."""
 
     max_batch_size: int
     max_batch_tokens: int
+    shutdown_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
@@ -104,7 +105,8 @@ class EngineOptions:
     def from_settings(cls, settings: WorkerSettings, classifier: Classifier) -> EngineOptions:
         """The worker's and `serve`'s options: the token budget as the settings choose it (a number, or
         calibrated: `choose_token_budget`)."""
-        return cls(settings.max_batch_size, choose_token_budget(settings, classifier).max_batch_tokens)
+        budget = choose_token_budget(settings, classifier).max_batch_tokens
+        return cls(settings.max_batch_size, budget, settings.shutdown_timeout_s)
 
 
 class Engine:
@@ -125,6 +127,7 @@ class Engine:
     ) -> None:
         self._classifier = classifier
         self._max_batch_size = options.max_batch_size
+        self._shutdown_timeout_s = options.shutdown_timeout_s
         self._budget = TokenBudget(options.max_batch_tokens)
         self._on_labelled = on_labelled
         self._clock = clock
@@ -163,6 +166,9 @@ class Engine:
             on_labelled, self._on_labelled = self._on_labelled, None  # not counted in the metrics
             try:
                 self.submit(_WARM_UP_TEXTS).result()
+            except BaseException:
+                self.close(timeout_s=0.0)  # a model that cannot label leaves no threads behind
+                raise
             finally:
                 self._on_labelled = on_labelled
             log.info("model warmed up in %.2f s", time.monotonic() - started)
@@ -208,9 +214,10 @@ class Engine:
                 return 0.0
             return max(0.0, self._clock() - self._last_progress_at)
 
-    def close(self, timeout_s: float = 30.0) -> None:
-        """Takes nothing new; labels everything submitted (within `timeout_s`), then stops the threads.
-        Submissions still unlabelled then get EngineClosed."""
+    def close(self, timeout_s: float | None = None) -> None:
+        """Takes nothing new; labels everything submitted (within `timeout_s`, by default the options'
+        `shutdown_timeout_s`), then stops the threads. Submissions still unlabelled then get EngineClosed."""
+        timeout_s = self._shutdown_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout_s
         with self._cond:
             self._closing = True
@@ -237,6 +244,7 @@ class Engine:
                 lane.join(max(0.0, deadline - time.monotonic()))
 
     def __enter__(self) -> Engine:
+        """Started (and warmed up) unless it already was; `with` closes it."""
         return self if self._thread is not None else self.start()
 
     def __exit__(

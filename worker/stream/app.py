@@ -165,13 +165,9 @@ class SentimentWorker:
         committer_type = committer_for(s)
         committer_type.prepare(publisher, s)  # exactly_once: registers the transactional id
         self._health.broker_reachable = True
-        engine = Engine(
-            self._classifier,
-            EngineOptions.from_settings(s, self._classifier),
-            on_labelled=self._metrics.observe_window,
-        )
-        stack.callback(engine.close, s.shutdown_timeout_s)
-        engine.start()
+        options = EngineOptions.from_settings(s, self._classifier)
+        engine = Engine(self._classifier, options, on_labelled=self._metrics.observe_window)
+        stack.enter_context(engine)  # started and warm; closed on the way out
         self._health.model_warm = True
         if api is not None:
             labels, model, metrics = self._classifier.labels, self._model, self._metrics
