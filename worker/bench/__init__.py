@@ -2,12 +2,14 @@
 alone and against `predict_rate`, the `predict` command's marginal rate, printed by `bench_table`, with
 `topic_io` and `worker_process`, which the fault tests share), `http_bench` (`bench --http`, its load
 generator `http_load`, against `naive_http`, the documents' baseline handler that `serve --naive` serves),
-`compare_backends`, `model_table`, `int8_ceiling`, and `report` (record and render metrics).
+`compare_backends`, `model_table`, `int8_ceiling`, `batch_invariance` (do labels depend on batch-mates),
+and `report` (record and render metrics).
 
 Each module is imported by its command in `worker.cli` and by tests; nothing in the run path imports them.
 """
 
 __all__ = [
+    "batch_invariance",
     "bench",
     "bench_table",
     "compare_backends",

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from worker.cli import (
     base_model,
+    batch_invariance,
     bench,
     compare_backends,
     doctor,
@@ -44,6 +45,7 @@ COMMAND_MODULES = (
     quantize,
     compare_backends,
     int8_ceiling,
+    batch_invariance,
     model_table,
     topics,
     doctor,
