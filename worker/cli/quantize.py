@@ -33,7 +33,9 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--heldout", type=Path, default=None, help="held-out JSONL (default: the source training directory's)"
     )
-    parser.add_argument("--calibration-texts", type=int, default=300, help="corpus reviews to calibrate on")
+    parser.add_argument(
+        "--calibration-texts", type=int, default=1000, help="corpus reviews to calibrate on (ort-static)"
+    )
     parser.add_argument("--seed", type=int, default=42, help="seed of the calibration sample")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")
     parser.set_defaults(func=cmd_quantize)

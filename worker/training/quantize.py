@@ -2,18 +2,20 @@
 costs measured on the held-out split and written into the output's model card.
 
 Methods (ONNX Runtime's quantization tool, the weight MatMuls int8 per channel):
-- ``ort-static`` (the default, what ``make`` serves): activations uint8 with fixed scales, MinMax ranges
-  calibrated on a few hundred corpus reviews that are not in the held-out split (QDQ format). A review's
-  probabilities do not depend on the reviews batched with it (``sentiment-worker batch-invariance``:
-  0 label changes and no probability moved on 1,736 held-out reviews, alone against mixed batches of 32,
-  both shipped models).
+- ``ort-static`` (the default, what ``make`` serves): activations uint8 with fixed scales (QDQ format),
+  calibrated on 1,000 corpus reviews that are not in the held-out split: each tensor's range is the mean of
+  its per-batch minima and maxima over the calibration batches. A review's probabilities do not depend on
+  the reviews batched with it (``sentiment-worker batch-invariance``).
 - ``ort-dynamic``: activations quantized at run time with the range of each batch: no calibration, but a
   review's label depends on its batch-mates (the default model's form: 14 of 1,736 held-out labels changed
   between alone and mixed batches of 32, probabilities by up to 0.16). Kept for comparison; its model card
-  says so.
+  and record say so.
 
-Only MatMuls with a constant weight are quantized (as dynamic quantization does): the attention products of
-two activations stay float32, which kept the default model's static form within 0.1 points of float32.
+Only MatMuls with a weight are quantized (as ``ort-dynamic`` does): the attention products of two
+activations stay float32. On the default model (4 x 512), 2-core AVX-512 VNNI EPYC: float32 87.79 %
+held-out; ort-static 87.85 %, labels agree with float32 on 99.14 % (calibrated on the extremes of each
+tensor instead of the mean batch range: 87.50 % / 98.21 %; with 300 reviews: 87.85 % / 98.79 %);
+ort-dynamic 87.90 % / 99.19 %.
 
 Weights are stored in 7 bits by default (``--weight-bits 7``, ONNX Runtime's ``reduce_range``): the u8s8
 integer kernels of CPUs without VNNI (AVX2) add pairs of products in 16 bits, which 8-bit weights can
@@ -64,6 +66,8 @@ CALIBRATION_FILE = "calibration.jsonl"
 CARD_FILE = "README.md"
 TOKENIZER_FILES = ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json", FAST_TOKENIZER_FILE)
 EVAL_BATCH_SIZE = 32
+CALIBRATION_TEXTS = 1000
+"""Corpus reviews the activation ranges are calibrated on (ort-static)."""
 
 
 class QuantizeError(RuntimeError):
@@ -214,6 +218,10 @@ def quantize_onnx(
             # Weight MatMuls only: the attention products (two activations) stay float32, as in ort-dynamic
             # (ONNX Runtime's MatMulConstBOnly option is not read by its QDQ quantizer).
             nodes_to_exclude=activation_matmuls(prepared),
+            # A tensor's range: the mean over the calibration batches of each batch's min and max, not the
+            # extremes of all of them (rare outliers would coarsen every step). The default model: 87.85 %
+            # held-out, labels agree with float32 on 99.14 %; with the extremes 87.50 % / 98.21 %.
+            extra_options={"CalibMovingAverage": True},
         )
     prepared.unlink(missing_ok=True)
 
@@ -243,7 +251,7 @@ def quantize_model(
     method: QuantMethod = DEFAULT_METHOD,
     weight_bits: WeightBits = 7,
     heldout: Path | None = None,
-    calibration_size: int = 300,
+    calibration_size: int = CALIBRATION_TEXTS,
     seed: int = 42,
     heldout_limit: int | None = None,
     overwrite: bool = False,

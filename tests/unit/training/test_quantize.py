@@ -19,6 +19,7 @@ from worker.model.onnx_backend import ONNX_FILE, OnnxClassifier
 from worker.training.evaluate import HELDOUT_FILE, predict_probs, read_heldout
 from worker.training.quantize import (
     CALIBRATION_FILE,
+    CALIBRATION_TEXTS,
     CARD_FILE,
     EVAL_BATCH_SIZE,
     QuantizeError,
@@ -70,7 +71,7 @@ def test_calibration_texts_are_recorded_and_not_held_out(tiny_int8_dir: Path, ti
     record = json.loads((tiny_int8_dir / METADATA_FILE).read_text(encoding="utf-8"))["quantization"]
     lines = (tiny_int8_dir / CALIBRATION_FILE).read_text(encoding="utf-8").splitlines()
     texts = [json.loads(line)["text"] for line in lines]
-    assert len(texts) == record["calibration"]["texts"] == 300 and len(set(texts)) == 300
+    assert len(texts) == record["calibration"]["texts"] == CALIBRATION_TEXTS == len(set(texts))
     heldout = {e.text for e in read_heldout(tiny_model_dir / HELDOUT_FILE)[:TINY_HELDOUT_LIMIT]}
     assert not heldout & set(texts)
     assert record["calibration"]["used"] is True  # the activation ranges come from these reviews
