@@ -103,8 +103,11 @@ def model_row(
     meta = json.loads((directory / METADATA_FILE).read_text(encoding="utf-8"))
     onnx_only = is_onnx_dir(directory) and not is_exported_dir(directory)
     precision = str((meta.get("onnx") or {}).get("precision", "float32")) if onnx_only else "float32"
+    method = (meta.get("onnx") or {}).get("quantization_method")
     served_as = (
-        f"ONNX Runtime {'INT8' if precision == 'int8' else 'fp32'}" if onnx_only else "Paddle Inference fp32"
+        f"ONNX Runtime {f'INT8 ({method})' if precision == 'int8' else 'fp32'}"
+        if onnx_only
+        else "Paddle Inference fp32"
     )
     with tempfile.TemporaryDirectory(prefix="model-table-") as tmp:
         served = directory
