@@ -20,8 +20,9 @@ SECURE_ADMIN_ENV := SENTIMENT_BOOTSTRAP_SERVERS=localhost:$(SECURE_SSL_PORT) SEN
 # models/default, the accurate one (bge-small-zh fine-tuned, 4 x 512), and models/fast, its 3 x 128 student.
 MODEL_DIR ?= models/default
 FAST_MODEL_DIR ?= models/fast
-# What the worker serves on CPU, derived here in minutes: both models as ONNX Runtime INT8 (`make model`,
-# `make fast-model-int8`; measured fastest on CPU at no held-out loss: `make model-table`). Paddle Inference
+# What the worker serves on CPU, derived here in minutes: both models as ONNX Runtime INT8 with fixed, calibrated
+# activation scales (`make model`, `make fast-model-int8`; measured fastest on CPU at no held-out loss:
+# `make model-table`; a review's label does not depend on its batch-mates: `make batch-invariance`). Paddle Inference
 # exports (`make model-static`, `make fast-model-static`) serve GPUs (fp16, TensorRT).
 # Each form sits beside its model, named by suffix (the rules below derive it from the name).
 ONNX_MODEL_DIR = $(MODEL_DIR)-onnx

@@ -19,8 +19,8 @@ ranges from the extremes of each tensor over 300 reviews, 87.50 % / 98.21 %.
 
 Weights are stored in 7 bits by default (``--weight-bits 7``, ONNX Runtime's ``reduce_range``): the u8s8
 integer kernels of CPUs without VNNI (AVX2) add pairs of products in 16 bits, which 8-bit weights can
-saturate. On a 2-core AVX2 EPYC the default model's INT8 form scored 87.44 % held-out with 8-bit weights
-(labels agree with float32 on 96.8 %) and 87.85 % with 7-bit ones (float32: 87.79 %).
+saturate. On a 2-core AVX2 EPYC the default model's ort-dynamic form scored 87.44 % held-out with 8-bit
+weights (labels agree with float32 on 96.8 %) and 87.85 % with 7-bit ones (float32: 87.79 %).
 
 Paddle's own INT8 route does not work with paddlepaddle 3.3.1 here (see the README, "Compressed models").
 
