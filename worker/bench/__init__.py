@@ -3,13 +3,14 @@ alone and against `predict_rate`, the `predict` command's marginal rate, printed
 `topic_io` and `worker_process`, which the fault tests share), `host_ceiling` (`bench --host-ceiling`: the
 worker on the identity model beside a minimal Kafka loop, with each thread's CPU per review), `http_bench`
 (`bench --http`, its load generator `http_load`, against `naive_http`, the documents' baseline handler that
-`bench --naive-server` serves), `compare_backends`, `model_table`, `int8_ceiling`, and `report` (record and
-render metrics).
+`bench --naive-server` serves), `compare_backends`, `model_table`, `int8_ceiling`, `batch_invariance` (do
+labels depend on batch-mates), and `report` (record and render metrics).
 
 Each module is imported by its command in `worker.cli` and by tests; nothing in the run path imports them.
 """
 
 __all__ = [
+    "batch_invariance",
     "bench",
     "bench_table",
     "compare_backends",

@@ -8,7 +8,9 @@ the same shuffled corpus reviews (the demo's length mix); the median pass is rep
 count and the size and precision of the weights file come from the directory itself. With a broker
 (``bootstrap_servers``), each served form also drains a backlog of the same reviews through a real
 `sentiment-worker run` subprocess (`bench`'s end-to-end phase: conservation checked by id), which gives the
-end-to-end reviews/s and the worker's peak RSS. Every model is
+end-to-end reviews/s and the worker's peak RSS. Each also labels every held-out review alone and inside mixed
+batches of 32 (`batch-invariance`): a form whose labels depend on their batch-mates says so in the table. An
+INT8 form's label agreement with its float32 source comes from its `quantize` record. Every model is
 measured on the same held-out reviews: by default the first model's ``heldout.jsonl``; a model whose own
 held-out split differs is flagged, since it may have trained on some of those reviews.
 """
@@ -27,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from worker.bench.batch_invariance import BatchInvariance, batch_invariance
 from worker.bench.bench import BenchOptions, bench_end_to_end, bench_model_only, review_texts
 from worker.bench.topic_io import delete_run_topics
 from worker.config import WorkerSettings
@@ -65,6 +68,14 @@ class ModelRow:
     """Backlog drained through the broker by a worker process (None: no broker given)."""
     peak_rss_mb: float | None = None
     """The worker process's peak resident memory while draining (MB; None: no broker given)."""
+    batch_label_changes: int = 0
+    """Held-out labels that differ between each review alone and inside mixed batches of 32."""
+    batch_max_abs_diff: float = 0.0
+    """The largest probability move between alone and batched."""
+    batch_invariant: bool = True
+    """No label changed and no probability moved more than 1e-4 (see worker.bench.batch_invariance)."""
+    agrees_with_fp32: float | None = None
+    """An INT8 form: share of held-out labels equal to its float32 source's (its quantize record)."""
 
 
 @dataclass(frozen=True)
@@ -92,8 +103,11 @@ def model_row(
     meta = json.loads((directory / METADATA_FILE).read_text(encoding="utf-8"))
     onnx_only = is_onnx_dir(directory) and not is_exported_dir(directory)
     precision = str((meta.get("onnx") or {}).get("precision", "float32")) if onnx_only else "float32"
+    method = (meta.get("onnx") or {}).get("quantization_method")
     served_as = (
-        f"ONNX Runtime {'INT8' if precision == 'int8' else 'fp32'}" if onnx_only else "Paddle Inference fp32"
+        f"ONNX Runtime {f'INT8 ({method})' if precision == 'int8' else 'fp32'}"
+        if onnx_only
+        else "Paddle Inference fp32"
     )
     with tempfile.TemporaryDirectory(prefix="model-table-") as tmp:
         served = directory
@@ -106,6 +120,7 @@ def model_row(
             options=InferenceOptions(backend="onnx" if onnx_only else "static", cpu_threads=cpu_threads),
         )
         probs, _ = predict_probs(classifier, [e.text for e in examples], 32)
+        invariance = batch_invariance(classifier, [e.text for e in examples], batch_size=32)
         gold = np.array([e.label_id for e in examples], dtype=np.int64)
         metrics = classification_metrics(gold, probs, classifier.labels)
         passes = [
@@ -148,7 +163,24 @@ def model_row(
         served_as=served_as,
         end_to_end_reviews_per_s=drained[0] if drained else None,
         peak_rss_mb=drained[1] if drained else None,
+        **_invariance_fields(invariance),
+        agrees_with_fp32=_agreement(meta),
     )
+
+
+def _invariance_fields(result: BatchInvariance) -> dict[str, Any]:
+    return {
+        "batch_label_changes": result.label_changes,
+        "batch_max_abs_diff": result.max_abs_diff,
+        "batch_invariant": result.invariant,
+    }
+
+
+def _agreement(meta: dict[str, Any]) -> float | None:
+    """The quantize record's label agreement with the float32 source (None: not an INT8 form)."""
+    accuracy = (meta.get("quantization") or {}).get("accuracy") or {}
+    value = accuracy.get("agreement")
+    return float(value) if value is not None else None
 
 
 def _end_to_end(
@@ -214,21 +246,24 @@ def format_model_table(rows: Sequence[ModelRow]) -> str:
     """The rows as the README's Markdown table."""
     lines = [
         "| model | served as | shape | parameters | held-out accuracy | macro-F1 | ECE "
-        "| reviews/s model-only | reviews/s end to end | peak RSS | weights |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| labels agree with fp32 | alone = in batches | reviews/s model-only | reviews/s end to end "
+        "| peak RSS | weights |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         flag = " (own held-out split differs)" if row.own_heldout_differs else ""
         lines.append(
             f"| {row.name} ({row.version}){flag} | {row.served_as} | {row.shape} | "
             f"{row.parameters / 1e6:.1f}M | "
-            f"{row.accuracy:.2%} | {row.macro_f1:.3f} | {row.ece:.3f} | {row.reviews_per_s:,.0f} | "
+            f"{row.accuracy:.2%} | {row.macro_f1:.3f} | {row.ece:.3f} | "
+            f"{_maybe(row.agrees_with_fp32, '.2%')} | {_invariance_cell(row)} | {row.reviews_per_s:,.0f} | "
             f"{_maybe(row.end_to_end_reviews_per_s, ',.0f')} | {_maybe(row.peak_rss_mb, ',.0f', ' MB')} | "
             f"{row.weights_mb:.1f} MB {row.weights_dtype} |"
         )
     if rows:
         lines.append(
-            f"\n{rows[0].heldout_texts} held-out reviews; reviews/s: median of "
+            f"\n{rows[0].heldout_texts} held-out reviews; alone = in batches: each labelled alone and in "
+            "mixed batches of 32, no label changed and no probability moved over 1e-4; reviews/s: median of "
             f"{len(rows[0].passes_reviews_per_s)} model-only passes at the demo's length mix"
             + (
                 "; end to end: a backlog drained through the broker by a worker process (its peak RSS)."
@@ -237,6 +272,12 @@ def format_model_table(rows: Sequence[ModelRow]) -> str:
             )
         )
     return "\n".join(lines)
+
+
+def _invariance_cell(row: ModelRow) -> str:
+    if row.batch_invariant:
+        return f"yes (max Δp {row.batch_max_abs_diff:.0e})"
+    return f"**no**: {row.batch_label_changes} labels change, Δp up to {row.batch_max_abs_diff:.3f}"
 
 
 def _maybe(value: float | None, spec: str, unit: str = "") -> str:

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from worker.cli import (
     base_model,
+    batch_invariance,
     bench,
     calibrate,
     compare_backends,
@@ -55,6 +56,7 @@ COMMAND_MODULES = (
     quantize,
     compare_backends,
     int8_ceiling,
+    batch_invariance,
     model_table,
     topics,
     doctor,

@@ -18,9 +18,10 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--output-dir", required=True, type=Path, help="where the INT8 model goes")
     parser.add_argument(
         "--method",
-        choices=("ort-dynamic", "ort-static"),
-        default="ort-dynamic",
-        help="ort-dynamic: activations ranged per batch; ort-static: ranges calibrated on corpus reviews",
+        choices=("ort-static", "ort-dynamic"),
+        default="ort-static",
+        help="ort-static (default): fixed activation ranges calibrated on corpus reviews, a review's label "
+        "does not depend on its batch-mates; ort-dynamic: activations ranged per batch (batch-dependent)",
     )
     parser.add_argument(
         "--weight-bits",
@@ -32,7 +33,9 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--heldout", type=Path, default=None, help="held-out JSONL (default: the source training directory's)"
     )
-    parser.add_argument("--calibration-texts", type=int, default=300, help="corpus reviews to calibrate on")
+    parser.add_argument(
+        "--calibration-texts", type=int, default=1000, help="corpus reviews to calibrate on (ort-static)"
+    )
     parser.add_argument("--seed", type=int, default=42, help="seed of the calibration sample")
     parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")
     parser.set_defaults(func=cmd_quantize)
@@ -58,7 +61,10 @@ def cmd_quantize(args: argparse.Namespace) -> int:
         f"{report.calibration_texts} calibration reviews) in {report.seconds:.1f} s; "
         f"model.onnx {report.source_size_bytes / 1e6:.1f} → {report.size_bytes / 1e6:.1f} MB; "
         f"held-out accuracy {acc.float32:.2%} → {acc.int8:.2%} "
-        f"({acc.delta_points:+.2f} points on {acc.texts} reviews, labels agree on {acc.agreement:.2%})",
+        f"({acc.delta_points:+.2f} points on {acc.texts} reviews, labels agree on {acc.agreement:.2%})"
+        + (
+            "; labels depend on batch-mates (activations per batch)" if report.method == "ort-dynamic" else ""
+        ),
         flush=True,
     )
     return EXIT_OK

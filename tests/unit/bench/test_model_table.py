@@ -16,6 +16,7 @@ from worker.model.device import choose_device
 from worker.model.loading import InferenceOptions, load_classifier
 from worker.model.metadata import find_weights
 from worker.training.evaluate import HELDOUT_FILE, classification_metrics, predict_probs, read_heldout
+from worker.training.quantize import quantize_model
 
 
 def test_one_row_per_model_on_the_same_heldout_reviews(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -64,8 +65,24 @@ def test_a_served_int8_form_is_measured_as_it_is_served(tiny_model_dir: Path, ti
     int8 = load_classifier(str(tiny_int8_dir), choose_device("cpu"), options=InferenceOptions(backend="onnx"))
     probs, _ = predict_probs(int8, [e.text for e in examples], 32)
     expected = classification_metrics(np.array([e.label_id for e in examples]), probs, int8.labels)
-    assert (trained.served_as, served.served_as) == ("Paddle Inference fp32", "ONNX Runtime INT8")
+    assert trained.served_as == "Paddle Inference fp32"
+    assert served.served_as == "ONNX Runtime INT8 (ort-static)"
     assert served.accuracy == pytest.approx(expected.accuracy, abs=1.5 / len(examples))
     assert served.weights_dtype == "int8" and served.parameters == trained.parameters
     assert served.weights_mb == pytest.approx((tiny_int8_dir / "model.onnx").stat().st_size / 1e6)
-    assert "| ONNX Runtime INT8 |" in format_model_table([trained, served])
+    assert "| ONNX Runtime INT8 (ort-static) |" in format_model_table([trained, served])
+    record = json.loads((tiny_int8_dir / "sentiment_model.json").read_text(encoding="utf-8"))["quantization"]
+    assert served.agrees_with_fp32 == record["accuracy"]["agreement"] and trained.agrees_with_fp32 is None
+    assert served.batch_invariant and trained.batch_invariant and served.batch_label_changes == 0
+
+
+def test_a_form_whose_labels_depend_on_batch_mates_says_so(
+    tiny_model_dir: Path, tiny_onnx_dir: Path, tmp_path: Path
+) -> None:
+    dynamic = tmp_path / "dynamic"
+    quantize_model(tiny_onnx_dir, dynamic, method="ort-dynamic", heldout_limit=50)
+    (row,) = model_table([dynamic], heldout=tiny_model_dir / HELDOUT_FILE, texts=32, repeats=1)
+    assert not row.batch_invariant and row.batch_max_abs_diff > 1e-4
+    assert row.served_as == "ONNX Runtime INT8 (ort-dynamic)"
+    line = format_model_table([row]).splitlines()[2]
+    assert f"**no**: {row.batch_label_changes} labels change, Δp up to {row.batch_max_abs_diff:.3f}" in line
