@@ -20,6 +20,9 @@ _KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 _REFUSED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED})
 # A record batch of one record: batch header + record framing, generously.
 _RECORD_OVERHEAD_BYTES = 512
+PRODUCER_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+"""The producer's own limit on a record (librdkafka message.max.bytes): a larger one is refused before it
+is sent, whatever the topic accepts."""
 
 
 @dataclass(frozen=True)
@@ -55,8 +58,18 @@ class Delivery:
     error: KafkaError | None
 
 
+@dataclass(frozen=True)
+class AbortedTransaction:
+    """A transaction `publish_transaction` aborted: the abortable error, and the records of it refused as
+    too large (MSG_SIZE_TOO_LARGE), which must not be sent as they are again."""
+
+    error: KafkaError
+    too_large: tuple[OutboundRecord, ...] = ()
+
+
 def record_size(record: OutboundRecord) -> int:
-    """An upper estimate of the bytes `record` takes on the broker (uncompressed, one per batch)."""
+    """An upper estimate of the bytes `record` takes on the broker (uncompressed, one per batch): key,
+    value, header names and values, and framing."""
     headers = sum(len(name) + len(value) for name, value in record.headers or ())
     return len(record.key or b"") + len(record.value or b"") + headers + _RECORD_OVERHEAD_BYTES
 
@@ -82,7 +95,7 @@ class ResultPublisher:
                 "compression.type": "lz4",
                 # Dead letters carry the input's value plus headers: allow more than an input can be.
                 # The topic's max.message.bytes still decides; larger records are replaced (see committers).
-                "message.max.bytes": 4 * 1024 * 1024,
+                "message.max.bytes": PRODUCER_MAX_MESSAGE_BYTES,
             }
         )
         if transactional_id is not None:
@@ -173,27 +186,43 @@ class ResultPublisher:
 
     def publish_transaction(
         self, records: list[OutboundRecord], group_metadata: Any, timeout_s: float
-    ) -> KafkaError | None:
+    ) -> AbortedTransaction | None:
         """Publishes ``records`` and, for each source partition, the offset after its last record, in one
-        transaction. Returns None once committed, or the abortable error after aborting it (the caller
-        reads those partitions again from their committed offsets); any other error is raised."""
+        transaction. Returns None once committed, or what was aborted (the caller reads those partitions
+        again from their committed offsets); any other error is raised. A record refused before it was
+        sent (larger than the producer's limit) aborts the transaction too: committing would commit its
+        input's offset without its output."""
         next_offsets: dict[tuple[str, int], int] = {}
         for record in records:
             key = (record.source.topic, record.source.partition)
             next_offsets[key] = max(next_offsets.get(key, 0), record.source.offset + 1)
+        first = len(self._deliveries)
         try:
             self.begin_transaction()
             for record in records:
                 self.publish(record)
+            refused = [d.error for d in self._deliveries[first:] if d.error is not None]
+            if refused:
+                return self._abort(refused[0], first, timeout_s)
             offsets = [TopicPartition(t, p, o) for (t, p), o in next_offsets.items()]
             self.commit_transaction(offsets, group_metadata, timeout_s)
         except KafkaException as exc:
             error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
             if error is None or not error.txn_requires_abort():
                 raise
-            self.abort_transaction(timeout_s)
-            return error
+            return self._abort(error, first, timeout_s)
         return None
+
+    def _abort(self, error: KafkaError, first: int, timeout_s: float) -> AbortedTransaction:
+        # The delivery reports of the transaction's records were served while it was committed (or at
+        # produce time): those refused as too large are named before the abort forgets them.
+        too_large = tuple(
+            d.record
+            for d in self._deliveries[first:]
+            if d.error is not None and d.error.code() == KafkaError.MSG_SIZE_TOO_LARGE
+        )
+        self.abort_transaction(timeout_s)
+        return AbortedTransaction(error, too_large)
 
     def abort_transaction(self, timeout_s: float) -> None:
         """Aborts the open transaction; its records are never shown to read_committed readers."""
