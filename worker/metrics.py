@@ -50,6 +50,7 @@ class WorkerMetrics:
     padding_efficiency: Gauge
     consumer_lag_messages: Gauge
     consumer_lag_seconds: Gauge
+    partition_stalled_seconds: Gauge
     in_flight_messages: Gauge
     last_poll_timestamp_seconds: Gauge
     ready: Gauge
@@ -218,6 +219,14 @@ def create_metrics(
             "sentiment_consumer_lag_seconds",
             "Age of the oldest message not done: consumed and unacknowledged, or, before the partition was "
             "fetched from, the one at its committed offset (0 when nothing waits).",
+            tp,
+            registry=registry,
+        ),
+        partition_stalled_seconds=Gauge(
+            "sentiment_partition_stalled_seconds",
+            "Seconds an assigned partition's work has not moved while inputs of it wait (its oldest awaited "
+            "offset the same, e.g. a record the broker refuses every time); 0 when it moves or nothing "
+            "waits. Past SENTIMENT_STUCK_PARTITION_S, /readyz fails naming it.",
             tp,
             registry=registry,
         ),

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 from confluent_kafka import KafkaError
 
-from schemas.dead_letter import DeadLetterKind, build_dead_letter_headers
+from schemas.dead_letter import MAX_REASON_CHARS, DeadLetterKind, build_dead_letter_headers
 from schemas.sentiment_result import ModelRef, SentimentResult, SourceRef
 from worker.inference.label_fields import label_fields
 from worker.stream.decode import DecodedReview
@@ -95,6 +95,17 @@ def dead_letter_record(
         source=src,
         kind=DeadLetterKind(kind).value,
     )
+
+
+def dead_letter_overhead_bytes(source_topic: str, worker_id: str) -> int:
+    """The most bytes a dead letter of an input from `source_topic` adds to the input's key and value, as
+    `record_size` counts them: its headers with the longest reason (4-byte characters) and framing."""
+    longest = max(DeadLetterKind, key=lambda kind: len(kind.value))
+    headers = build_dead_letter_headers(
+        longest, "\U0010ffff" * MAX_REASON_CHARS, source_topic, 2**31 - 1, 2**63 - 1, 2**63 - 1, worker_id
+    )
+    source = SourcePosition(source_topic, 0, 0, None)
+    return record_size(OutboundRecord("", None, None, None, headers, source, longest.value))
 
 
 class OutboundRecords:

@@ -6,6 +6,7 @@ the real broker: tests/integration/test_worker_pipeline.py and tests/faults."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -186,3 +187,26 @@ def test_a_missing_output_topic_is_a_startup_error_naming_it() -> None:
     with pytest.raises(StartupError, match="dlq"):
         SentimentWorker(settings(), FakeLengthClassifier(), MODEL, clients=clients).run(max_messages=3)
     assert consumers == [] and publisher.closed  # nothing consumed; the producer closed on the way out
+
+
+def test_a_dead_letter_topic_smaller_than_the_input_topic_is_a_startup_error_naming_both_limits() -> None:
+    limits = {TOPIC: 1_048_588, RESULTS: 1_048_588, DLQ: 1_048_588}  # an admin's topics, broker defaults
+    publisher = FakePublisher(max_message_bytes=limits)
+    clients, consumers = fake_clients(TOPIC, review_log(1, 3), publisher)
+    with pytest.raises(StartupError) as refused:
+        SentimentWorker(settings(), FakeLengthClassifier(), MODEL, clients=clients).run(max_messages=3)
+    said = str(refused.value)
+    assert f"dead-letter topic {DLQ!r} accepts records of up to 1048588 bytes" in said
+    assert f"input topic {TOPIC!r} accepts 1048588" in said
+    needed = re.search(rf"--entity-name {DLQ} --add-config max.message.bytes=(\d+) ", said)
+    assert needed is not None and 1_048_588 + 4096 < int(needed.group(1)) < 1_048_588 + 8192
+    assert "topics create" in said and "SENTIMENT_DLQ_SIZE_CHECK=false" in said
+    assert consumers == [] and publisher.closed  # nothing consumed
+
+
+def test_the_dead_letter_size_check_can_be_turned_off() -> None:
+    limits = {TOPIC: 1_048_588, RESULTS: 1_048_588, DLQ: 1_048_588}
+    clients, _ = fake_clients(TOPIC, review_log(1, 3), FakePublisher(max_message_bytes=limits))
+    worker = SentimentWorker(settings(dlq_size_check=False), FakeLengthClassifier(), MODEL, clients=clients)
+    summary = worker.run(max_messages=3, idle_exit_s=5)
+    assert summary.results + summary.dead_letters == 3
