@@ -8,6 +8,7 @@ committer's to decide (`worker.stream.committers`).
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ log = logging.getLogger(__name__)
 
 _KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 _REFUSED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED})
+_DELIVERY_WAIT_STEP_S = 0.05
 # A record batch of one record: batch header + record framing, generously.
 _RECORD_OVERHEAD_BYTES = 512
 PRODUCER_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -201,9 +203,9 @@ class ResultPublisher:
             self.begin_transaction()
             for record in records:
                 self.publish(record)
-            refused = [d.error for d in self._deliveries[first:] if d.error is not None]
-            if refused:
-                return self._abort(refused[0], first, timeout_s)
+            refused = self._await_deliveries(first, timeout_s)
+            if refused is not None:
+                return self._abort(refused, first, timeout_s)
             offsets = [TopicPartition(t, p, o) for (t, p), o in next_offsets.items()]
             self.commit_transaction(offsets, group_metadata, timeout_s)
         except KafkaException as exc:
@@ -213,9 +215,21 @@ class ResultPublisher:
             return self._abort(error, first, timeout_s)
         return None
 
+    def _await_deliveries(self, first: int, timeout_s: float) -> KafkaError | None:
+        """Serves delivery reports until every record of the open transaction is acknowledged, one is
+        refused (its error is returned), or `timeout_s` passes. Once the broker refused a record (e.g. too
+        large) the rest stay queued until the abort: commit_transaction would wait for them in vain and
+        time out (a non-abortable error), so the refusal is caught here first."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            refused = next((d.error for d in self._deliveries[first:] if d.error is not None), None)
+            if refused is not None or len(self._producer) == 0 or time.monotonic() >= deadline:
+                return refused
+            self._producer.flush(_DELIVERY_WAIT_STEP_S)
+
     def _abort(self, error: KafkaError, first: int, timeout_s: float) -> AbortedTransaction:
-        # The delivery reports of the transaction's records were served while it was committed (or at
-        # produce time): those refused as too large are named before the abort forgets them.
+        # The delivery reports of the transaction's records were served before its commit (or at produce
+        # time): those refused as too large are named before the abort forgets them.
         too_large = tuple(
             d.record
             for d in self._deliveries[first:]
