@@ -25,8 +25,7 @@ def create_run_topics(
     if max_message_bytes is not None:
         config["max.message.bytes"] = str(max_message_bytes)
     topics = [
-        NewTopic(name, num_partitions=partitions, replication_factor=1, config=config)
-        for name in names
+        NewTopic(name, num_partitions=partitions, replication_factor=1, config=config) for name in names
     ]
     for name, future in admin.create_topics(topics, operation_timeout=30).items():
         future.result(timeout=60)
