@@ -241,7 +241,9 @@ def create_metrics(
             registry=registry,
         ),
         ready=Gauge(
-            "sentiment_ready", "1 when the model is warm and partitions are assigned.", registry=registry
+            "sentiment_ready",
+            "1 when /readyz says ready: model warm, partitions assigned, broker reachable, none stuck.",
+            registry=registry,
         ),
         model=Info("sentiment_model", "The loaded model: name, version, device.", registry=registry),
         out_of_memory_events=Counter(
