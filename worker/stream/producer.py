@@ -19,7 +19,7 @@ log = logging.getLogger(__name__)
 
 _KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 _REFUSED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED})
-_DELIVERY_WAIT_STEP_S = 0.05
+_COMMIT_STEP_S = 1.0  # a longer commit is resumed (librdkafka allows it after a timeout)
 # A record batch of one record: batch header + record framing, generously.
 _RECORD_OVERHEAD_BYTES = 512
 PRODUCER_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -67,6 +67,10 @@ class AbortedTransaction:
 
     error: KafkaError
     too_large: tuple[OutboundRecord, ...] = ()
+
+
+def _too_large(delivery: Delivery) -> bool:
+    return delivery.error is not None and delivery.error.code() == KafkaError.MSG_SIZE_TOO_LARGE
 
 
 def record_size(record: OutboundRecord) -> int:
@@ -182,9 +186,26 @@ class ResultPublisher:
         self, offsets: list[TopicPartition], group_metadata: Any, timeout_s: float
     ) -> None:
         """Adds the consumed `offsets` (next offsets to read) to the transaction and commits it: the
-        records and the offsets become visible to read_committed readers together, or not at all."""
+        records and the offsets become visible to read_committed readers together, or not at all.
+
+        Once the broker refused a record as too large, the transaction's other records stay queued until
+        an abort, and a commit would wait for them until `timeout_s` and fail with a non-abortable
+        timeout: the commit is made in steps, and when a step times out after such a refusal, the queued
+        records are purged, so the next step raises the abortable error."""
         self._producer.send_offsets_to_transaction(offsets, group_metadata, timeout_s)
-        self._producer.commit_transaction(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            step_s = max(0.001, min(_COMMIT_STEP_S, deadline - time.monotonic()))
+            try:
+                self._producer.commit_transaction(step_s)
+                return
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                if error is None or not error.retriable() or time.monotonic() >= deadline:
+                    raise
+                self._producer.poll(0)  # serves the delivery reports in
+                if any(_too_large(d) for d in self._deliveries):
+                    self._producer.purge()  # nothing of it may commit now; frees the commit to fail
 
     def publish_transaction(
         self, records: list[OutboundRecord], group_metadata: Any, timeout_s: float
@@ -203,9 +224,9 @@ class ResultPublisher:
             self.begin_transaction()
             for record in records:
                 self.publish(record)
-            refused = self._await_deliveries(first, timeout_s)
-            if refused is not None:
-                return self._abort(refused, first, timeout_s)
+            unsent = next((d.error for d in self._deliveries[first:] if _too_large(d)), None)
+            if unsent is not None:  # refused before it was sent: committing would lose it
+                return self._abort(unsent, first, timeout_s)
             offsets = [TopicPartition(t, p, o) for (t, p), o in next_offsets.items()]
             self.commit_transaction(offsets, group_metadata, timeout_s)
         except KafkaException as exc:
@@ -215,27 +236,12 @@ class ResultPublisher:
             return self._abort(error, first, timeout_s)
         return None
 
-    def _await_deliveries(self, first: int, timeout_s: float) -> KafkaError | None:
-        """Serves delivery reports until every record of the open transaction is acknowledged, one is
-        refused (its error is returned), or `timeout_s` passes. Once the broker refused a record (e.g. too
-        large) the rest stay queued until the abort: commit_transaction would wait for them in vain and
-        time out (a non-abortable error), so the refusal is caught here first."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            refused = next((d.error for d in self._deliveries[first:] if d.error is not None), None)
-            if refused is not None or len(self._producer) == 0 or time.monotonic() >= deadline:
-                return refused
-            self._producer.flush(_DELIVERY_WAIT_STEP_S)
-
     def _abort(self, error: KafkaError, first: int, timeout_s: float) -> AbortedTransaction:
-        # The delivery reports of the transaction's records were served before its commit (or at produce
-        # time): those refused as too large are named before the abort forgets them.
-        too_large = tuple(
-            d.record
-            for d in self._deliveries[first:]
-            if d.error is not None and d.error.code() == KafkaError.MSG_SIZE_TOO_LARGE
-        )
-        self.abort_transaction(timeout_s)
+        # The abort serves the delivery reports still due (refused records, purged ones): those refused as
+        # too large are named before the deliveries of the aborted transaction are forgotten.
+        self._producer.abort_transaction(timeout_s)
+        too_large = tuple(d.record for d in self._deliveries[first:] if _too_large(d))
+        self._deliveries.clear()  # acks (and failures) of aborted records mean nothing
         return AbortedTransaction(error, too_large)
 
     def abort_transaction(self, timeout_s: float) -> None:
