@@ -1,7 +1,8 @@
 """The dead-letter contract: what the worker writes to the DLQ topic and how to read it back.
 
-A dead letter keeps the original record's key and value bytes untouched; everything the worker adds is in
-record headers named `sentiment.*` (UTF-8 values, integers as decimal strings). Other headers on the record
+A dead letter keeps the original record's key and value bytes untouched (except one standing in for a record
+too large for its topic: no key, no value, kind value_too_large); everything the worker adds is in record
+headers named `sentiment.*` (UTF-8 values, integers as decimal strings). Other headers on the record
 (for example headers copied from the original record) are ignored by the parser.
 """
 

@@ -33,6 +33,9 @@ KAFKA_IMAGE = "apache/kafka:4.1.1"
 LAUNCHER_UP_TIMEOUT_S = 600.0
 
 CreateTopics = Callable[..., list[str]]
+DLQ_CONFIG = {"max.message.bytes": str(2 * 1024 * 1024)}
+"""The output and dead-letter topics' config `topics create` sets: a dead letter of the largest input fits,
+so the worker's start-up check passes."""
 
 
 def load_launcher() -> ModuleType:
@@ -178,15 +181,21 @@ def unique_name() -> Callable[[str], str]:
 
 @pytest.fixture
 def create_topics(kafka_bootstrap: str) -> Iterator[CreateTopics]:
-    """``create_topics(names, partitions=1) -> names``: create topics and wait until every partition has a
-    leader (auto-creation is off). The topics are deleted after the test."""
+    """``create_topics(names, partitions=1, config=None) -> names``: create topics (with topic `config`) and
+    wait until every partition has a leader (auto-creation is off). The topics are deleted after the test.
+    `DLQ_CONFIG` makes a dead-letter topic as `topics create` does."""
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     created: list[str] = []
 
-    def create(names: str | Sequence[str], partitions: int = 1) -> list[str]:
+    def create(
+        names: str | Sequence[str], partitions: int = 1, config: dict[str, str] | None = None
+    ) -> list[str]:
         wanted = [names] if isinstance(names, str) else list(names)
         futures = admin.create_topics(
-            [NewTopic(n, num_partitions=partitions, replication_factor=1) for n in wanted]
+            [
+                NewTopic(n, num_partitions=partitions, replication_factor=1, config=config or {})
+                for n in wanted
+            ]
         )
         for future in futures.values():
             future.result(timeout=30)

@@ -60,6 +60,13 @@ class WorkerSettings(BaseSettings):
     input_topic: str = Field("reviews", description="Topic the reviews are read from.")
     output_topic: str = Field("reviews-sentiment", description="Topic the results are published to.")
     dlq_topic: str = Field("reviews-dlq", description="Dead-letter topic for inputs that cannot be labelled.")
+    dlq_size_check: bool = Field(
+        True,
+        description="run: refuse to start (exit 2) when the dead-letter topic's max.message.bytes "
+        "cannot hold the input topic's largest record plus the dead-letter headers (`topics create` makes "
+        "topics that can); false: start anyway, and such a dead letter goes without key and value (its "
+        "source topic, partition and offset in headers).",
+    )
     group_id: str = Field("sentiment-worker", description="Consumer group; replicas share it.")
     worker_id: str = Field(
         default_factory=socket.gethostname, description="Identifies this replica in dead letters and logs."
@@ -336,6 +343,12 @@ class WorkerSettings(BaseSettings):
         description="librdkafka session.timeout.ms: how soon the group reassigns a dead member's partitions.",
     )
     liveness_timeout_s: float = Field(60.0, gt=0, description="/healthz fails when the loop stalls longer.")
+    stuck_partition_s: float = Field(
+        120.0,
+        gt=0,
+        description="/readyz fails when a partition's oldest unacknowledged input has not moved for longer "
+        "while inputs wait (sentiment_partition_stalled_seconds; alert SentimentPartitionStuck).",
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
 
     @field_validator("bootstrap_servers", "input_topic", "output_topic", "dlq_topic", "group_id")

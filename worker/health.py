@@ -39,6 +39,7 @@ class HealthState:
         self.assigned_partitions = 0
         self.broker_reachable = False
         self.stopping = False
+        self.stuck_partitions: dict[str, float] = {}  # "topic[partition]" → seconds without progress
 
     def loop_turned(self) -> None:
         self.last_loop_at = self._clock()
@@ -50,8 +51,9 @@ class HealthState:
         return ok, {"poll_loop_stalled_s": round(stalled_s, 3), "limit_s": self._liveness_timeout_s}
 
     def readiness(self) -> tuple[bool, dict[str, object]]:
-        """Ready: model warm, partitions assigned, broker answering, not stopping (serve: warm and not
-        stopping)."""
+        """Ready: model warm, partitions assigned, broker answering, not stopping, no partition stuck (its
+        work has not moved for longer than `stuck_partition_s` while inputs wait; named with its seconds
+        under "stuck_partitions") (serve: warm and not stopping)."""
         if not self._kafka:
             return self.model_warm and not self.stopping, {
                 "model_warm": self.model_warm,
@@ -63,8 +65,11 @@ class HealthState:
             "broker_reachable": self.broker_reachable,
             "stopping": self.stopping,
         }
+        stuck = self.stuck_partitions
+        if stuck:
+            checks["stuck_partitions"] = {name: round(seconds, 1) for name, seconds in sorted(stuck.items())}
         ok = self.model_warm and self.assigned_partitions > 0 and self.broker_reachable and not self.stopping
-        return ok, checks
+        return ok and not stuck, checks
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ class WorkerMetrics:
     padding_efficiency: Gauge
     consumer_lag_messages: Gauge
     consumer_lag_seconds: Gauge
+    partition_stalled_seconds: Gauge
     in_flight_messages: Gauge
     last_poll_timestamp_seconds: Gauge
     ready: Gauge
@@ -229,6 +230,14 @@ def create_metrics(
             tp,
             registry=registry,
         ),
+        partition_stalled_seconds=Gauge(
+            "sentiment_partition_stalled_seconds",
+            "Seconds an assigned partition's work has not moved while inputs of it wait (its oldest awaited "
+            "offset the same, e.g. a record the broker refuses every time); 0 when it moves or nothing "
+            "waits. Past SENTIMENT_STUCK_PARTITION_S, /readyz fails naming it.",
+            tp,
+            registry=registry,
+        ),
         in_flight_messages=Gauge(
             "sentiment_in_flight_messages",
             "Messages consumed whose output the broker has not acknowledged yet.",
@@ -240,7 +249,9 @@ def create_metrics(
             registry=registry,
         ),
         ready=Gauge(
-            "sentiment_ready", "1 when the model is warm and partitions are assigned.", registry=registry
+            "sentiment_ready",
+            "1 when /readyz says ready: model warm, partitions assigned, broker reachable, none stuck.",
+            registry=registry,
         ),
         model=Info("sentiment_model", "The loaded model: name, version, device.", registry=registry),
         out_of_memory_events=Counter(

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.faults.harness import Figures
+from tests.kafka_fixtures import DLQ_CONFIG
 
 FIGURES_FILE = "fault-figures.json"
 # This session's figures by scenario, kept on the pytest config for the terminal summary.
@@ -24,7 +25,7 @@ def fault_topics(unique_name: Callable[[str], str], create_topics: Any) -> Calla
         names = {k: unique_name(f"fault-{k}") for k in ("reviews", "results", "dlq", "group")}
         create_topics(names["reviews"], partitions=input_partitions)
         create_topics(names["results"], partitions=output_partitions)
-        create_topics(names["dlq"], partitions=1)
+        create_topics(names["dlq"], partitions=1, config=DLQ_CONFIG)
         return names
 
     return make

@@ -15,7 +15,7 @@ from typing import Any
 from confluent_kafka import Consumer, Message, Producer
 
 from tests.integration.helpers import worker_env  # noqa: F401 (part of the harness API)
-from tests.kafka_fixtures import free_port, run_launcher
+from tests.kafka_fixtures import DLQ_CONFIG, free_port, run_launcher
 from worker.bench.worker_process import WorkerProcess  # noqa: F401 (part of the harness API)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -277,13 +277,17 @@ def wait_for_log(worker: WorkerProcess, needle: str, timeout_s: float = 300.0) -
         time.sleep(0.2)
 
 
-def make_topics(bootstrap: str, partitions: dict[str, int]) -> None:
-    """Creates topics (name → partitions) on `bootstrap` and waits until every partition has a leader."""
+def make_topics(bootstrap: str, partitions: dict[str, int], *, dlq: str | None = None) -> None:
+    """Creates topics (name → partitions) on `bootstrap` and waits until every partition has a leader;
+    `dlq` (one of them) gets the dead-letter topic's config `topics create` sets."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     futures = admin.create_topics(
-        [NewTopic(n, num_partitions=p, replication_factor=1) for n, p in partitions.items()]
+        [
+            NewTopic(n, num_partitions=p, replication_factor=1, config=DLQ_CONFIG if n == dlq else {})
+            for n, p in partitions.items()
+        ]
     )
     for future in futures.values():
         future.result(timeout=30)

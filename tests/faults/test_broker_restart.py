@@ -105,7 +105,7 @@ def test_broker_stop_and_restart_mid_stream_loses_nothing(
     bootstrap = private_broker.bootstrap
     suffix = uuid.uuid4().hex[:8]
     names = {k: f"restart-{k}-{suffix}" for k in ("reviews", "results", "dlq", "group")}
-    make_topics(bootstrap, {names["reviews"]: 3, names["results"]: 3, names["dlq"]: 1})
+    make_topics(bootstrap, {names["reviews"]: 3, names["results"]: 3, names["dlq"]: 1}, dlq=names["dlq"])
     records = [review(i, "br") for i in range(FIRST + SECOND)]
     # A coordinator waits for a member it still lists at most the rebalance timeout (max.poll.interval.ms,
     # 300 s by default) before it gives up on it; 60 s here keeps even that path inside the deadline.

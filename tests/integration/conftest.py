@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.kafka_fixtures import DLQ_CONFIG
 from worker.model.device import choose_device
 from worker.model.loading import load_classifier
 
@@ -24,7 +25,7 @@ def topics(unique_name: Callable[[str], str], create_topics: Any) -> Callable[..
         names = {k: unique_name(k) for k in ("reviews", "results", "dlq", "group")}
         create_topics(names["reviews"], partitions=input_partitions)
         create_topics(names["results"], partitions=output_partitions)
-        create_topics(names["dlq"], partitions=1)
+        create_topics(names["dlq"], partitions=1, config=DLQ_CONFIG)
         return names
 
     return make

@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from tests.integration.helpers import SAMPLES
+from tests.kafka_fixtures import DLQ_CONFIG
 from worker.bench.worker_process import free_port
 from worker.tools.predict import predict_lines
 
@@ -299,7 +300,7 @@ def test_topics_list_and_delete_as_kafka_topics_users_expect(
     prefix = unique_name("topics-cli")
     names = {"input": f"{prefix}-in", "output": f"{prefix}-out", "dlq": f"{prefix}-dlq"}
     create_topics(names["input"], partitions=2)
-    create_topics([names["output"], names["dlq"]], partitions=1)
+    create_topics([names["output"], names["dlq"]], partitions=1, config=DLQ_CONFIG)
     group = f"{prefix}-group"
     env = {
         "SENTIMENT_BOOTSTRAP_SERVERS": kafka_bootstrap,

@@ -1,7 +1,8 @@
 """Exactly-once under faults, on the real broker, as the README says: "being fenced (another instance with
 the same transactional id) stops the worker", and the instance that fenced it carries on; "an abortable
 transaction error aborts, rewinds and carries on" (the broker refuses the results: the output topic's
-max.message.bytes lowered under the worker's feet); a read_committed reader sees every input exactly once.
+max.message.bytes lowered under the worker's feet; the refused records go as dead letters without key and
+value when their window comes again); a read_committed reader sees every input exactly once.
 
 (A transaction that outlives transaction.timeout.ms is not an abortable error on this broker: the
 coordinator aborts it and bumps the epoch, and librdkafka reports the producer fenced, a fatal error.)"""
@@ -15,6 +16,7 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
+from schemas.dead_letter import DeadLetterKind, parse_dead_letter_headers
 from schemas.sentiment_result import ModelRef
 from tests.integration.helpers import make_settings, sample_reviews
 from tests.integration.kafka_io import committed_offsets, produce, read_topic, results_of, review_records
@@ -112,20 +114,23 @@ def test_an_abortable_error_aborts_rewinds_and_the_same_worker_carries_on(
         # transaction is an abortable error, and the worker's start-up limit check cannot know of it.
         _set_max_message_bytes(kafka_bootstrap, names["results"], "100")
         produce(kafka_bootstrap, names["reviews"], review_records(reviews[10:]), partition=0)
-        wait_until(lambda: _aborted(running.worker) >= 1, 60, "a transaction to be aborted")
-        assert running.thread.is_alive(), running.outcome
-        _set_max_message_bytes(kafka_bootstrap, names["results"], None)
-        out = read_topic(kafka_bootstrap, names["results"], expected=20)
+        # Aborted once; read again, the refused results go as dead letters without key and value.
+        dlq = read_topic(kafka_bootstrap, names["dlq"], expected=10)
         wait_until(
             lambda: committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 1) == {0: 20},
             60,
             "the rewound window's transaction to commit every offset",
         )
         assert running.thread.is_alive(), running.outcome  # the same worker throughout
+        out = read_topic(kafka_bootstrap, names["results"], expected=10)
     finally:
         _set_max_message_bytes(kafka_bootstrap, names["results"], None)
         running.stop()
     assert running.outcome and not isinstance(running.outcome[0], BaseException), running.outcome
-    ids = [r["id"] for r in results_of(out)]  # read_committed: the aborted transactions show nothing
-    assert sorted(ids) == sorted(r["id"] for r in reviews)  # every id, exactly once
+    # read_committed: the aborted transactions show nothing; every input once, as a result or a dead letter
+    assert sorted(r["id"] for r in results_of(out)) == sorted(r["id"] for r in reviews[:10])
+    stand_ins = [parse_dead_letter_headers(m.headers()) for m in dlq]
+    assert sorted(info.source_offset for info in stand_ins) == list(range(10, 20))
+    assert {(m.key(), m.value()) for m in dlq} == {(None, None)}
+    assert {info.kind for info in stand_ins} == {DeadLetterKind.VALUE_TOO_LARGE}
     assert _aborted(running.worker) >= 1

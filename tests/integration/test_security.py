@@ -53,7 +53,11 @@ def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SaslBroker
 def names(sasl_broker: SaslBroker) -> dict[str, str]:
     suffix = uuid.uuid4().hex[:8]
     topics = {k: f"sec-{k}-{suffix}" for k in ("reviews", "results", "dlq", "group")}
-    make_topics(sasl_broker.plaintext, {topics["reviews"]: 1, topics["results"]: 1, topics["dlq"]: 1})
+    make_topics(
+        sasl_broker.plaintext,
+        {topics["reviews"]: 1, topics["results"]: 1, topics["dlq"]: 1},
+        dlq=topics["dlq"],
+    )
     return topics
 
 

@@ -27,7 +27,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.faults.harness import Collector, WorkerProcess, produce_all, review, tally, worker_env
-from tests.kafka_fixtures import LAUNCHER, free_port, private_broker
+from tests.kafka_fixtures import DLQ_CONFIG, LAUNCHER, free_port, private_broker
 from worker.config import WorkerSettings
 from worker.tools.acls import AclRule, apply_acls, worker_acls
 from worker.tools.doctor import check_broker, check_tls
@@ -75,7 +75,8 @@ def names(secure_broker: SecureBroker) -> dict[str, str]:
     suffix = uuid.uuid4().hex[:8]
     topics = {k: f"tls-{k}-{suffix}" for k in ("reviews", "results", "dlq", "group")}
     conf = secure_broker.admin_conf()
-    create_topics(conf, [topics["reviews"], topics["results"], topics["dlq"]], partitions=2)
+    create_topics(conf, [topics["reviews"]], partitions=2)
+    create_topics(conf, [topics["results"], topics["dlq"]], partitions=2, config=DLQ_CONFIG)
     produce_all(secure_broker.ssl, topics["reviews"], inputs(suffix), **_without_bootstrap(conf))
     return topics
 

@@ -127,3 +127,15 @@ def _closed_without_answer(sock: socket.socket) -> bool:
         return _read_to_end(sock) == b""
     except ConnectionResetError:
         return True
+
+
+def test_a_stuck_partition_fails_readiness_and_is_named() -> None:
+    health = HealthState(liveness_timeout_s=30)
+    health.model_warm, health.broker_reachable, health.assigned_partitions = True, True, 3
+    ready, checks = health.readiness()
+    assert ready and "stuck_partitions" not in checks
+    health.stuck_partitions = {"reviews[2]": 130.04}
+    ready, checks = health.readiness()
+    assert not ready and checks["stuck_partitions"] == {"reviews[2]": 130.0}
+    health.stuck_partitions = {}
+    assert health.readiness()[0]

@@ -15,17 +15,17 @@ from confluent_kafka.admin import AdminClient, NewTopic
 log = logging.getLogger(__name__)
 
 
-def create_run_topics(common: dict[str, Any], names: Sequence[str], partitions: int) -> None:
-    """Creates `names`; their records carry the broker's append time (LogAppendTime) as their timestamp."""
+def create_run_topics(
+    common: dict[str, Any], names: Sequence[str], partitions: int, *, max_message_bytes: int | None = None
+) -> None:
+    """Creates `names`; their records carry the broker's append time (LogAppendTime) as their timestamp;
+    `max_message_bytes`: their max.message.bytes (default: the broker's)."""
     admin = AdminClient(common)
+    config = {"message.timestamp.type": "LogAppendTime"}
+    if max_message_bytes is not None:
+        config["max.message.bytes"] = str(max_message_bytes)
     topics = [
-        NewTopic(
-            name,
-            num_partitions=partitions,
-            replication_factor=1,
-            config={"message.timestamp.type": "LogAppendTime"},
-        )
-        for name in names
+        NewTopic(name, num_partitions=partitions, replication_factor=1, config=config) for name in names
     ]
     for name, future in admin.create_topics(topics, operation_timeout=30).items():
         future.result(timeout=60)

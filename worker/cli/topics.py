@@ -79,7 +79,8 @@ def cmd_topics_create(args: argparse.Namespace) -> int:
     conf = settings.librdkafka_common()
     outcome = create_topics(conf, [settings.input_topic], partitions=args.partitions)
     # A dead letter carries its input's value plus headers, so the output topics accept larger records
-    # than the input topic's default (1 MiB); larger ones still become value-less dead letters.
+    # than the input topic's default (1 MiB), as `run` checks at start-up; larger ones still become dead
+    # letters without key and value.
     outcome |= create_topics(
         conf,
         [settings.output_topic, settings.dlq_topic],

@@ -438,8 +438,9 @@ class SentimentWorker:
 
     def _forget(self, partitions: list[PartitionKey]) -> None:
         self._book.forget(partitions)
+        m = self._metrics
         for key in partitions:
-            for gauge in (self._metrics.consumer_lag_messages, self._metrics.consumer_lag_seconds):
+            for gauge in (m.consumer_lag_messages, m.consumer_lag_seconds, m.partition_stalled_seconds):
                 with suppress(KeyError):
                     gauge.remove(key[0], str(key[1]))
 
@@ -454,10 +455,27 @@ class SentimentWorker:
     def _update_gauges(self) -> None:
         started = time.time()
         self._metrics.in_flight_messages.set(self._book.offsets.outstanding())
+        self._watch_progress()
         self._metrics.ready.set(1 if self._health.readiness()[0] else 0)
         self._lag_gauges.refresh(self._started.consumer)
         # Last: a scrape that sees this turn's time sees lag gauges measured after it.
         self._metrics.last_poll_timestamp_seconds.set(started)
+
+    def _watch_progress(self) -> None:
+        """Partitions whose work has not moved for longer than stuck_partition_s while inputs wait make
+        /readyz fail (each named), and their seconds are exported."""
+        stalled = self._book.stalled(self._clock())
+        for (topic, partition), seconds in stalled.items():
+            self._metrics.partition_stalled_seconds.labels(topic, str(partition)).set(seconds)
+        limit_s = self._settings.stuck_partition_s
+        stuck = {f"{t}[{p}]": s for (t, p), s in stalled.items() if s > limit_s}
+        if stuck.keys() - self._health.stuck_partitions.keys():
+            log.error(
+                "no progress for more than %g s while inputs wait: %s; /readyz fails until they move",
+                limit_s,
+                ", ".join(f"{name} ({seconds:.0f} s)" for name, seconds in sorted(stuck.items())),
+            )
+        self._health.stuck_partitions = stuck
 
     def _check_broker(self) -> None:
         publisher = self._started.publisher

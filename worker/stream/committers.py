@@ -31,7 +31,7 @@ from worker.stream import kafka_clients
 from worker.stream.authorization import is_authorization_error, publish_refusal
 from worker.stream.consumer import ReviewConsumer
 from worker.stream.partitions import PartitionBook, PartitionKey, format_offsets, format_partitions
-from worker.stream.producer import Delivery, OutboundRecord, ResultPublisher
+from worker.stream.producer import Delivery, OutboundRecord, ResultPublisher, record_size
 from worker.stream.records import OutboundRecords
 from worker.stream.run_tracker import RunTracker
 
@@ -53,6 +53,25 @@ class DeliveryFailedError(OperationError):
         super().__init__(message)
         self.topic = topic
         self.error = error
+
+
+def delivery_failure(record: OutboundRecord, error: KafkaError | None) -> DeliveryFailedError:
+    """The error that stops the worker when the broker refused `record` for good, saying what happened."""
+    src = record.source
+    where = f"for topic {record.topic!r} (input {src.topic}/{src.partition}/{src.offset})"
+    if error is not None and error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+        advice = (
+            f"it was refused as too large ({record_size(record)} bytes estimated) even as a dead letter "
+            f"without key and value; raise the topic's max.message.bytes (kafka-configs --alter "
+            f"--entity-type topics --entity-name {record.topic} --add-config max.message.bytes=...)"
+        )
+    else:
+        advice = "check that the topic exists and this worker may write to it"
+    return DeliveryFailedError(
+        f"the broker refused a record {where}: {error}. Its offset was not committed; {advice}.",
+        record.topic,
+        error,
+    )
 
 
 class Committer(ABC):
@@ -108,14 +127,7 @@ class Committer(ABC):
             return
         if failed.error is not None and is_authorization_error(failed.error):
             raise publish_refusal(self._settings, failed.error, [failed.record.topic])
-        src = failed.record.source
-        raise DeliveryFailedError(
-            f"the broker refused a record for topic {failed.record.topic!r} "
-            f"(input {src.topic}/{src.partition}/{src.offset}): {failed.error}. "
-            "Its offset was not committed; check that the topic exists and this worker may write to it.",
-            failed.record.topic,
-            failed.error,
-        )
+        raise delivery_failure(failed.record, failed.error)
 
     @abstractmethod
     def _publish(self, records: list[OutboundRecord]) -> list[PartitionKey]:
@@ -231,11 +243,22 @@ class ExactlyOnceCommitter(Committer):
         group_metadata = self._consumer.group_metadata()
         aborted = self._publisher.publish_transaction(records, group_metadata, timeout_s)
         if aborted is not None:
-            if is_authorization_error(aborted):  # aborted, nothing visible; rewinding would only loop
-                raise publish_refusal(self._settings, aborted, [r.topic for r in records])
+            if is_authorization_error(aborted.error):  # aborted, nothing visible; rewinding would only loop
+                raise publish_refusal(self._settings, aborted.error, [r.topic for r in records])
+            for record in aborted.too_large:
+                if record.key is None and record.value is None:  # a stand-in: nothing left to drop
+                    raise delivery_failure(record, KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+                # Its stand-in goes when the window comes again: one abort, not an endless loop.
+                self._records.refused_in_aborted_transaction(record)
             partitions = sorted({(r.source.topic, r.source.partition) for r in records})
             log.warning(
-                "transaction aborted (%s): rewinding %s", aborted.str(), format_partitions(partitions)
+                "transaction aborted (%s): rewinding %s%s",
+                aborted.error.str(),
+                format_partitions(partitions),
+                f"; {len(aborted.too_large)} records refused as too large go as dead letters without key "
+                "and value next time"
+                if aborted.too_large
+                else "",
             )
             self._metrics.transactions.labels("aborted").inc()
             return partitions

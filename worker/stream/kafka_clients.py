@@ -17,7 +17,8 @@ from worker.inference.token_budget import StartupError
 from worker.stream.authorization import is_authorization_error, refusal
 from worker.stream.consumer import ReviewConsumer
 from worker.stream.partitions import PartitionKey
-from worker.stream.producer import ResultPublisher
+from worker.stream.producer import PRODUCER_MAX_MESSAGE_BYTES, ResultPublisher
+from worker.stream.records import dead_letter_overhead_bytes
 
 RebalanceCallback = Callable[[list[PartitionKey]], None]
 
@@ -79,13 +80,16 @@ def init_transactions(publisher: ResultPublisher, settings: WorkerSettings) -> N
 def output_topic_limits(
     publisher: ResultPublisher, settings: WorkerSettings
 ) -> tuple[dict[str, int], dict[str, int]]:
-    """Partition counts and max.message.bytes of the output and dead-letter topics (which must exist)."""
+    """Partition counts and max.message.bytes of the output and dead-letter topics (which must exist; the
+    limits capped at the producer's own), after checking that the dead-letter topic takes the dead letter of
+    the largest input (`check_dead_letter_room`)."""
     partition_counts: dict[str, int] = {}
     max_message_bytes: dict[str, int] = {}
     for topic in (settings.output_topic, settings.dlq_topic):
         try:
             partition_counts[topic] = publisher.partition_count(topic)
-            max_message_bytes[topic] = publisher.topic_max_message_bytes(topic)
+            limit = publisher.topic_max_message_bytes(topic)
+            max_message_bytes[topic] = min(limit, PRODUCER_MAX_MESSAGE_BYTES)
         except KafkaException as exc:
             error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
             if error is not None and is_authorization_error(error):
@@ -95,7 +99,30 @@ def output_topic_limits(
             raise StartupError(
                 f"{exc.args[0]} (bootstrap servers: {settings.bootstrap_servers}). Nothing was consumed."
             ) from exc
+    if settings.dlq_size_check:
+        input_limit = publisher.topic_max_message_bytes(settings.input_topic)
+        check_dead_letter_room(settings, input_limit, max_message_bytes[settings.dlq_topic])
     return partition_counts, max_message_bytes
+
+
+def check_dead_letter_room(settings: WorkerSettings, input_limit: int, dlq_limit: int) -> None:
+    """Refuses to start (StartupError, exit 2) when the dead-letter topic's max.message.bytes `dlq_limit` is
+    smaller than the input topic's `input_limit` plus what a dead letter adds (its headers): the dead
+    letter of a large input would not fit and would go without its key and value."""
+    needed = input_limit + dead_letter_overhead_bytes(settings.input_topic, settings.worker_id)
+    if dlq_limit >= needed:
+        return
+    dlq = settings.dlq_topic
+    raise StartupError(
+        f"dead-letter topic {dlq!r} accepts records of up to {dlq_limit} bytes (max.message.bytes) but "
+        f"input topic {settings.input_topic!r} accepts {input_limit}: the dead letter of a large input (its "
+        f"key and value plus up to {needed - input_limit} bytes of headers) would not fit. Raise the "
+        f"dead-letter topic's limit to at least {needed}: kafka-configs --bootstrap-server "
+        f"{settings.bootstrap_servers} --alter --entity-type topics --entity-name {dlq} --add-config "
+        f"max.message.bytes={needed} (`sentiment-worker topics create` makes topics that fit), or set "
+        "SENTIMENT_DLQ_SIZE_CHECK=false to start anyway (such dead letters then go without key and value, "
+        "their source topic, partition and offset in headers). Nothing was consumed."
+    )
 
 
 def open_consumer(settings: WorkerSettings, rebalance: Rebalance, *, transactional: bool) -> ReviewConsumer:

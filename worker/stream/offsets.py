@@ -94,6 +94,11 @@ class OffsetTracker:
         state = self._partitions.get((topic, partition))
         return None if state is None else state.position
 
+    def oldest(self, topic: str, partition: int) -> int | None:
+        """The oldest tracked offset of a partition not yet released (its output is awaited), None if none."""
+        state = self._partitions.get((topic, partition))
+        return state.order[0] if state is not None and state.order else None
+
     def outstanding(self, topic: str | None = None, partition: int | None = None) -> int:
         """Tracked offsets not yet released, over all partitions or those matching `topic`/`partition`."""
         if topic is not None and partition is not None:

@@ -8,6 +8,7 @@ Pure bookkeeping (no Kafka calls), owned by the poll thread.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from worker.stream.lag_clock import LagClock
 from worker.stream.offsets import OffsetTracker, PartitionKey
@@ -15,6 +16,16 @@ from worker.stream.offsets import OffsetTracker, PartitionKey
 __all__ = ["NOT_OWNED", "PartitionBook", "PartitionKey", "format_offsets", "format_partitions"]
 
 NOT_OWNED = -1
+
+
+@dataclass(frozen=True)
+class _Progress:
+    """Where a partition's work stood when last seen moving: its frontier (the oldest offset whose output is
+    awaited, else the next offset to consume), since when (the caller's clock), and whether inputs waited."""
+
+    frontier: int
+    since: float
+    waiting: bool
 
 
 class PartitionBook:
@@ -30,6 +41,7 @@ class PartitionBook:
         self._paused: set[PartitionKey] = set()
         self._epochs: dict[PartitionKey, int] = {}
         self._epoch_counter = 0
+        self._progress: dict[PartitionKey, _Progress] = {}
 
     def assigned(self, partitions: Iterable[PartitionKey]) -> None:
         """New ownership: each partition starts a new epoch."""
@@ -95,6 +107,7 @@ class PartitionBook:
         self._paused.difference_update(keys)
         for key in keys:
             self._epochs.pop(key, None)
+            self._progress.pop(key, None)
             self.lag_clock.forget(key)
 
     def lag_seconds(self, key: PartitionKey, lag_messages: int, now_ms: float) -> float | None:
@@ -102,6 +115,27 @@ class PartitionBook:
         return self.lag_clock.lag_seconds(
             key, lag_messages=lag_messages, done_below=self.offsets.position(*key), now_ms=now_ms
         )
+
+    def stalled(self, now: float) -> dict[PartitionKey, float]:
+        """Seconds each owned partition has made no progress while inputs of it wait (consumed, output not
+        acknowledged), 0 when it moves or nothing waits. Progress is its frontier (the oldest awaited offset,
+        else the committable position) moving; a rewind (an aborted transaction reads the same offsets
+        again) is not progress. `now` is the caller's clock; call it regularly (each gauge refresh)."""
+        stalled: dict[PartitionKey, float] = {}
+        for key in self._epochs:
+            oldest = self.offsets.oldest(*key)
+            frontier = oldest if oldest is not None else self.offsets.position(*key)
+            seen = self._progress.get(key)
+            if frontier is None:  # nothing consumed since the assignment or the last rewind: as last seen
+                stalled[key] = now - seen.since if seen is not None and seen.waiting else 0.0
+                continue
+            waiting = oldest is not None
+            if seen is None or seen.frontier != frontier or (waiting and not seen.waiting):
+                seen = self._progress[key] = _Progress(frontier, now, waiting)
+            elif seen.waiting != waiting:
+                seen = self._progress[key] = _Progress(frontier, seen.since, waiting)
+            stalled[key] = now - seen.since if waiting else 0.0
+        return stalled
 
     def _next_epoch(self) -> int:
         self._epoch_counter += 1

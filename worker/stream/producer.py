@@ -8,6 +8,7 @@ committer's to decide (`worker.stream.committers`).
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,8 +19,12 @@ log = logging.getLogger(__name__)
 
 _KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 _REFUSED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED})
+_COMMIT_STEP_S = 1.0  # a longer commit is resumed (librdkafka allows it after a timeout)
 # A record batch of one record: batch header + record framing, generously.
 _RECORD_OVERHEAD_BYTES = 512
+PRODUCER_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+"""The producer's own limit on a record (librdkafka message.max.bytes): a larger one is refused before it
+is sent, whatever the topic accepts."""
 
 
 @dataclass(frozen=True)
@@ -55,8 +60,22 @@ class Delivery:
     error: KafkaError | None
 
 
+@dataclass(frozen=True)
+class AbortedTransaction:
+    """A transaction `publish_transaction` aborted: the abortable error, and the records of it refused as
+    too large (MSG_SIZE_TOO_LARGE), which must not be sent as they are again."""
+
+    error: KafkaError
+    too_large: tuple[OutboundRecord, ...] = ()
+
+
+def _too_large(delivery: Delivery) -> bool:
+    return delivery.error is not None and delivery.error.code() == KafkaError.MSG_SIZE_TOO_LARGE
+
+
 def record_size(record: OutboundRecord) -> int:
-    """An upper estimate of the bytes `record` takes on the broker (uncompressed, one per batch)."""
+    """An upper estimate of the bytes `record` takes on the broker (uncompressed, one per batch): key,
+    value, header names and values, and framing."""
     headers = sum(len(name) + len(value) for name, value in record.headers or ())
     return len(record.key or b"") + len(record.value or b"") + headers + _RECORD_OVERHEAD_BYTES
 
@@ -82,7 +101,7 @@ class ResultPublisher:
                 "compression.type": "lz4",
                 # Dead letters carry the input's value plus headers: allow more than an input can be.
                 # The topic's max.message.bytes still decides; larger records are replaced (see committers).
-                "message.max.bytes": 4 * 1024 * 1024,
+                "message.max.bytes": PRODUCER_MAX_MESSAGE_BYTES,
             }
         )
         if transactional_id is not None:
@@ -167,33 +186,63 @@ class ResultPublisher:
         self, offsets: list[TopicPartition], group_metadata: Any, timeout_s: float
     ) -> None:
         """Adds the consumed `offsets` (next offsets to read) to the transaction and commits it: the
-        records and the offsets become visible to read_committed readers together, or not at all."""
+        records and the offsets become visible to read_committed readers together, or not at all.
+
+        Once the broker refused a record as too large, the transaction's other records stay queued until
+        an abort, and a commit would wait for them until `timeout_s` and fail with a non-abortable
+        timeout: the commit is made in steps, and when a step times out after such a refusal, the queued
+        records are purged, so the next step raises the abortable error."""
         self._producer.send_offsets_to_transaction(offsets, group_metadata, timeout_s)
-        self._producer.commit_transaction(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            step_s = max(0.001, min(_COMMIT_STEP_S, deadline - time.monotonic()))
+            try:
+                self._producer.commit_transaction(step_s)
+                return
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                if error is None or not error.retriable() or time.monotonic() >= deadline:
+                    raise
+                self._producer.poll(0)  # serves the delivery reports in
+                if any(_too_large(d) for d in self._deliveries):
+                    self._producer.purge()  # nothing of it may commit now; frees the commit to fail
 
     def publish_transaction(
         self, records: list[OutboundRecord], group_metadata: Any, timeout_s: float
-    ) -> KafkaError | None:
+    ) -> AbortedTransaction | None:
         """Publishes ``records`` and, for each source partition, the offset after its last record, in one
-        transaction. Returns None once committed, or the abortable error after aborting it (the caller
-        reads those partitions again from their committed offsets); any other error is raised."""
+        transaction. Returns None once committed, or what was aborted (the caller reads those partitions
+        again from their committed offsets); any other error is raised. A record refused before it was
+        sent (larger than the producer's limit) aborts the transaction too: committing would commit its
+        input's offset without its output."""
         next_offsets: dict[tuple[str, int], int] = {}
         for record in records:
             key = (record.source.topic, record.source.partition)
             next_offsets[key] = max(next_offsets.get(key, 0), record.source.offset + 1)
+        first = len(self._deliveries)
         try:
             self.begin_transaction()
             for record in records:
                 self.publish(record)
+            unsent = next((d.error for d in self._deliveries[first:] if _too_large(d)), None)
+            if unsent is not None:  # refused before it was sent: committing would lose it
+                return self._abort(unsent, first, timeout_s)
             offsets = [TopicPartition(t, p, o) for (t, p), o in next_offsets.items()]
             self.commit_transaction(offsets, group_metadata, timeout_s)
         except KafkaException as exc:
             error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
             if error is None or not error.txn_requires_abort():
                 raise
-            self.abort_transaction(timeout_s)
-            return error
+            return self._abort(error, first, timeout_s)
         return None
+
+    def _abort(self, error: KafkaError, first: int, timeout_s: float) -> AbortedTransaction:
+        # The abort serves the delivery reports still due (refused records, purged ones): those refused as
+        # too large are named before the deliveries of the aborted transaction are forgotten.
+        self._producer.abort_transaction(timeout_s)
+        too_large = tuple(d.record for d in self._deliveries[first:] if _too_large(d))
+        self._deliveries.clear()  # acks (and failures) of aborted records mean nothing
+        return AbortedTransaction(error, too_large)
 
     def abort_transaction(self, timeout_s: float) -> None:
         """Aborts the open transaction; its records are never shown to read_committed readers."""

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 from confluent_kafka import KafkaError
 
-from schemas.dead_letter import DeadLetterKind, build_dead_letter_headers
+from schemas.dead_letter import MAX_REASON_CHARS, DeadLetterKind, build_dead_letter_headers
 from schemas.sentiment_result import ModelRef, SentimentResult, SourceRef
 from worker.inference.label_fields import label_fields
 from worker.stream.decode import DecodedReview
@@ -97,9 +97,21 @@ def dead_letter_record(
     )
 
 
+def dead_letter_overhead_bytes(source_topic: str, worker_id: str) -> int:
+    """The most bytes a dead letter of an input from `source_topic` adds to the input's key and value, as
+    `record_size` counts them: its headers with the longest reason (4-byte characters) and framing."""
+    longest = max(DeadLetterKind, key=lambda kind: len(kind.value))
+    headers = build_dead_letter_headers(
+        longest, "\U0010ffff" * MAX_REASON_CHARS, source_topic, 2**31 - 1, 2**63 - 1, 2**63 - 1, worker_id
+    )
+    source = SourcePosition(source_topic, 0, 0, None)
+    return record_size(OutboundRecord("", None, None, None, headers, source, longest.value))
+
+
 class OutboundRecords:
     """The worker's outbound records: a result or dead letter per input, sent to the output partition that
-    keeps input order, and a value-less dead letter standing in for a record too large for its topic.
+    keeps input order, and a dead letter without key and value standing in for a record too large for its
+    topic.
 
     ``partition_counts`` and ``max_message_bytes`` hold the output and dead-letter topics' figures, read
     from the broker at start-up.
@@ -127,6 +139,7 @@ class OutboundRecords:
         self._partition_counts = dict(partition_counts)
         self._max_message_bytes = dict(max_message_bytes)
         self._clock = clock
+        self._refused: set[tuple[str, SourcePosition]] = set()  # see refused_in_aborted_transaction
 
     def result(
         self, item: InputMessage, review: DecodedReview, probs: np.ndarray, now: float
@@ -153,33 +166,49 @@ class OutboundRecords:
         )
 
     def replacement(self, record: OutboundRecord, refusal: KafkaError | None = None) -> OutboundRecord | None:
-        """The one decision on size: the value-less stand-in for `record` when it is larger than its topic
-        accepts (estimated before sending: the broker would refuse it and, in a transaction, abort it on
-        every retry) or when the broker refused it as too large (`refusal`). None when `record` may go as
-        it is, or when it is a stand-in already (nothing left to drop: its failure is a failure)."""
-        if record.value is None:
+        """The one decision on size: the stand-in for `record` when it is larger than its topic accepts
+        (estimated before sending: the broker would refuse it and, in a transaction, abort it on every
+        retry), when the broker refused it as too large (`refusal`), or when a transaction it was in was
+        aborted for that (`refused_in_aborted_transaction`). None when `record` may go as it is, or when it
+        is a stand-in already (no key, no value: nothing left to drop, its failure is a failure)."""
+        if record.value is None and record.key is None:
             return None
         if refusal is not None:
             return self.too_large(record) if refusal.code() == KafkaError.MSG_SIZE_TOO_LARGE else None
+        refused = (record.topic, record.source)
+        if refused in self._refused:
+            self._refused.discard(refused)
+            return self.too_large(record)
         if record_size(record) <= self._max_message_bytes[record.topic]:
             return None
         return self.too_large(record)
 
+    def refused_in_aborted_transaction(self, record: OutboundRecord) -> None:
+        """exactly_once: the broker refused `record` as too large (its size was estimated wrong) and the
+        transaction was aborted; when its window is published again, its stand-in goes instead. So each
+        such record costs one abort, never an endless abort-and-rewind loop."""
+        self._refused.add((record.topic, record.source))
+
     def too_large(self, record: OutboundRecord) -> OutboundRecord:
-        """Stands in for a result or dead letter the topic refused as too large: same key, no value."""
+        """Stands in for a result or dead letter too large for its topic: a dead letter with no key and no
+        value (both may be what is too large), only headers: kind value_too_large, the source topic,
+        partition and offset where the input stays, and a reason giving the sizes. It fits any topic the
+        worker starts with (the dead-letter headers are bounded)."""
         src = record.source
-        size = len(record.value or b"")
+        key_bytes, value_bytes = len(record.key or b""), len(record.value or b"")
+        what = "result" if record.kind == "result" else "dead letter"
         reason = (
-            f"the {'result' if record.kind == 'result' else 'dead letter'} for this input is {size} bytes, "
-            f"more than topic {record.topic!r} accepts (max.message.bytes); the original value stays in "
-            f"{src.topic} partition {src.partition} at offset {src.offset}. Send smaller values or raise the "
+            f"the {what} for this input is {key_bytes + value_bytes} bytes (key {key_bytes} bytes, value "
+            f"{value_bytes} bytes), more than topic {record.topic!r} accepts (max.message.bytes "
+            f"{self._max_message_bytes.get(record.topic, 0)}); the input's key and value stay in {src.topic} "
+            f"partition {src.partition} at offset {src.offset}. Send smaller keys and values or raise the "
             "topic's max.message.bytes."
         )
         if record.kind not in ("result", DeadLetterKind.VALUE_TOO_LARGE.value):
             reason += f" It was dead-lettered as {record.kind}."
-        log.warning("replacing an oversized record by a dead letter without value: %s", reason)
+        log.warning("replacing an oversized record by a dead letter without key and value: %s", reason)
         return self.dead_letter(
-            InputMessage(src, record.key, None, self._clock()), DeadLetterKind.VALUE_TOO_LARGE, reason
+            InputMessage(src, None, None, self._clock()), DeadLetterKind.VALUE_TOO_LARGE, reason
         )
 
     def partition(self, topic: str, source_partition: int) -> int | None:

@@ -92,6 +92,12 @@ def worker_acls(settings: WorkerSettings, delivery: str | None = None) -> list[A
     mode = delivery or settings.delivery
     rules = [
         AclRule("topic", settings.input_topic, "Read", "consume the input topic"),
+        AclRule(
+            "topic",
+            settings.input_topic,
+            "DescribeConfigs",
+            "read max.message.bytes at start-up (the dead-letter topic must hold its largest record)",
+        ),
         AclRule("group", settings.group_id, "Read", "join the consumer group and commit its offsets"),
     ]
     for topic in (settings.output_topic, settings.dlq_topic):

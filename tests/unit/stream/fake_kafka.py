@@ -130,7 +130,8 @@ class FakeConsumer:
 
 class FakePublisher:
     """A producer whose broker acknowledges every record at the next `poll`/`flush`, except those
-    `refuse(record)` answers with an error for; `partitions` per output topic."""
+    `refuse(record)` answers with an error for; `partitions` per output topic; `max_message_bytes` per
+    topic (others: 2 MiB, as `topics create` makes the output and dead-letter topics)."""
 
     def __init__(
         self,
@@ -138,8 +139,10 @@ class FakePublisher:
         partitions: int = 3,
         refuse: Callable[[OutboundRecord], KafkaError | None] = lambda record: None,
         missing_topics: frozenset[str] = frozenset(),
+        max_message_bytes: dict[str, int] | None = None,
     ) -> None:
         self.partitions = partitions
+        self.max_message_bytes = {"reviews": 1_048_588} if max_message_bytes is None else max_message_bytes
         self.refuse = refuse
         self.missing_topics = missing_topics
         self.sent: list[OutboundRecord] = []  # everything produced, in order
@@ -173,7 +176,7 @@ class FakePublisher:
         return self.partitions
 
     def topic_max_message_bytes(self, topic: str, timeout_s: float = 10.0) -> int:
-        return 1_048_588
+        return self.max_message_bytes.get(topic, 2 * 1024 * 1024)
 
     def broker_answers(self, timeout_s: float) -> bool:
         return True

@@ -6,6 +6,7 @@ the real broker: tests/integration/test_worker_pipeline.py and tests/faults."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -186,3 +187,69 @@ def test_a_missing_output_topic_is_a_startup_error_naming_it() -> None:
     with pytest.raises(StartupError, match="dlq"):
         SentimentWorker(settings(), FakeLengthClassifier(), MODEL, clients=clients).run(max_messages=3)
     assert consumers == [] and publisher.closed  # nothing consumed; the producer closed on the way out
+
+
+def test_a_dead_letter_topic_smaller_than_the_input_topic_is_a_startup_error_naming_both_limits() -> None:
+    limits = {TOPIC: 1_048_588, RESULTS: 1_048_588, DLQ: 1_048_588}  # an admin's topics, broker defaults
+    publisher = FakePublisher(max_message_bytes=limits)
+    clients, consumers = fake_clients(TOPIC, review_log(1, 3), publisher)
+    with pytest.raises(StartupError) as refused:
+        SentimentWorker(settings(), FakeLengthClassifier(), MODEL, clients=clients).run(max_messages=3)
+    said = str(refused.value)
+    assert f"dead-letter topic {DLQ!r} accepts records of up to 1048588 bytes" in said
+    assert f"input topic {TOPIC!r} accepts 1048588" in said
+    needed = re.search(rf"--entity-name {DLQ} --add-config max.message.bytes=(\d+) ", said)
+    assert needed is not None and 1_048_588 + 4096 < int(needed.group(1)) < 1_048_588 + 8192
+    assert "topics create" in said and "SENTIMENT_DLQ_SIZE_CHECK=false" in said
+    assert consumers == [] and publisher.closed  # nothing consumed
+
+
+def test_the_dead_letter_size_check_can_be_turned_off() -> None:
+    limits = {TOPIC: 1_048_588, RESULTS: 1_048_588, DLQ: 1_048_588}
+    clients, _ = fake_clients(TOPIC, review_log(1, 3), FakePublisher(max_message_bytes=limits))
+    worker = SentimentWorker(settings(dlq_size_check=False), FakeLengthClassifier(), MODEL, clients=clients)
+    summary = worker.run(max_messages=3, idle_exit_s=5)
+    assert summary.results + summary.dead_letters == 3
+
+
+class WithholdingPublisher(FakePublisher):
+    """A broker that never answers for partition 1's records (they stay in flight); once the worker's
+    readiness names partition 1 stuck and partition 0 is done, it asks the worker to stop."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.worker: SentimentWorker | None = None
+        self.readiness_when_stopped: tuple[bool, dict[str, object]] | None = None
+        self.stalled_when_stopped: dict[str, float | None] = {}
+
+    def poll(self, timeout_s: float = 0.0) -> None:
+        withheld = [r for r in self._in_flight if r.source.partition == 1]
+        self._in_flight = [r for r in self._in_flight if r.source.partition != 1]
+        super().poll(timeout_s)
+        self._in_flight = withheld
+        worker = self.worker
+        if worker is None or self.readiness_when_stopped is not None:
+            return
+        stuck = worker.health.stuck_partitions
+        if f"{TOPIC}[1]" in stuck and f"{TOPIC}[0]" not in stuck:
+            self.readiness_when_stopped = worker.health.readiness()
+            for p in ("0", "1"):
+                labels = {"topic": TOPIC, "partition": p}
+                value = worker.registry.get_sample_value("sentiment_partition_stalled_seconds", labels)
+                self.stalled_when_stopped[p] = value
+            worker.request_stop()
+
+
+def test_a_partition_whose_outputs_are_never_acknowledged_fails_readiness_naming_it() -> None:
+    publisher = WithholdingPublisher()
+    clients, _ = fake_clients(TOPIC, review_log(partitions=2, per_partition=5), publisher)
+    worker = SentimentWorker(settings(stuck_partition_s=0.2), FakeLengthClassifier(), MODEL, clients=clients)
+    publisher.worker = worker
+    summary = worker.run()
+
+    assert summary.stop_reason == "stop requested"
+    assert publisher.readiness_when_stopped is not None
+    ready, checks = publisher.readiness_when_stopped
+    assert not ready and list(checks["stuck_partitions"]) == [f"{TOPIC}[1]"]  # type: ignore[call-overload]
+    stalled = publisher.stalled_when_stopped
+    assert stalled["0"] == 0 and (stalled["1"] or 0) > 0.2

@@ -27,7 +27,13 @@ from worker.stream.committers import (
 )
 from worker.stream.consumer import ReviewConsumer
 from worker.stream.partitions import PartitionBook, PartitionKey
-from worker.stream.producer import Delivery, OutboundRecord, ResultPublisher, SourcePosition
+from worker.stream.producer import (
+    AbortedTransaction,
+    Delivery,
+    OutboundRecord,
+    ResultPublisher,
+    SourcePosition,
+)
 from worker.stream.records import OutboundRecords
 from worker.stream.run_tracker import RunTracker
 
@@ -61,10 +67,10 @@ class FakePublisher:
 
     def publish_transaction(
         self, records: list[OutboundRecord], metadata: Any, _t: float
-    ) -> KafkaError | None:
+    ) -> AbortedTransaction | None:
         assert metadata == "group-metadata"
         if self.abort_with is not None:
-            return self.abort_with
+            return AbortedTransaction(self.abort_with)
         self.transactions.append(list(records))
         return None
 
@@ -220,6 +226,62 @@ def test_any_other_refusal_is_never_acked_and_is_raised_before_the_worker_goes_o
     with pytest.raises(DeliveryFailedError, match=r"input reviews/0/1") as failed:
         committer.raise_for_error()
     assert failed.value.topic == "results"
+    assert "check that the topic exists" in str(failed.value)
+
+
+class FakeSizeRefusingPublisher(FakeDeliveringPublisher):
+    """A transactional FakePublisher whose broker refuses records of more than `limit` bytes of key and value
+    (as if the worker's estimate were wrong): the transaction holding one is aborted, naming it."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+        self.aborts = 0
+
+    def publish_transaction(
+        self, records: list[OutboundRecord], metadata: Any, _t: float
+    ) -> AbortedTransaction | None:
+        too_large = tuple(r for r in records if len(r.key or b"") + len(r.value or b"") > self.limit)
+        if too_large:
+            self.aborts += 1
+            return AbortedTransaction(KafkaError(KafkaError._STATE), too_large)
+        return super().publish_transaction(records, metadata, _t)
+
+
+def test_exactly_once_a_window_aborted_for_a_too_large_record_sends_its_stand_in_next_time() -> None:
+    publisher = FakeSizeRefusingPublisher(limit=1000)
+    committer, _, _, book, run = make("exactly_once", publisher)
+    source = SourcePosition(T, 0, 1, None)
+    huge_key = OutboundRecord("results", b"{}", b"k" * 5000, None, None, source, "result")
+    window = [record(0, 0), huge_key, record(0, 2)]
+    for offset in range(3):
+        book.consumed((T, 0), offset, None)
+    assert committer.publish(window) == [(T, 0)]  # aborted: read again
+    book.rewind([(T, 0)])
+    for offset in range(3):
+        book.consumed((T, 0), offset, None)
+    assert committer.publish(window) == []  # the same window again: its stand-in goes instead
+    committed = publisher.transactions[0]
+    assert [(r.source.offset, r.kind, r.key, r.value) for r in committed] == [
+        (0, "result", None, b"{}"),
+        (1, "value_too_large", None, None),
+        (2, "result", None, b"{}"),
+    ]
+    assert publisher.aborts == 1 and book.positions([(T, 0)]) == {(T, 0): 3}
+    assert (run.summary.results, run.summary.dead_letters_by_kind) == (2, {"value_too_large": 1})
+
+
+def test_exactly_once_a_stand_in_refused_as_too_large_stops_the_worker_saying_what_to_raise() -> None:
+    publisher = FakeSizeRefusingPublisher(limit=-1)  # refuses everything, even a record of headers only
+    committer, *_ = make("exactly_once", publisher)
+    source = SourcePosition(T, 0, 1, None)
+    committer.publish([OutboundRecord("results", b"{}", b"k", None, None, source, "result")])
+    with pytest.raises(
+        DeliveryFailedError, match=r"too large .* even as a dead letter without key"
+    ) as failed:
+        committer.publish([OutboundRecord("results", b"{}", b"k", None, None, source, "result")])
+    assert "max.message.bytes" in str(failed.value) and "topic exists" not in str(failed.value)
+    assert publisher.aborts == 2
 
 
 def test_a_record_larger_than_its_topic_is_replaced_before_it_is_sent() -> None:

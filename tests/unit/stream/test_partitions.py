@@ -101,3 +101,50 @@ def test_log_texts_list_partitions_and_offsets_in_order_or_say_nothing() -> None
     assert format_partitions([]) == "nothing"
     assert format_offsets({B: 15, A: 8}) == "reviews[0]=8, reviews[1]=15"
     assert format_offsets({}) == "nothing"
+
+
+def test_a_partition_that_moves_is_never_stalled_and_one_that_waits_counts_up() -> None:
+    book = PartitionBook()
+    book.assigned([A, B])
+    assert book.stalled(0.0) == {A: 0.0, B: 0.0}  # nothing consumed
+    book.consumed(A, 0, None)
+    book.consumed(B, 0, None)
+    assert book.stalled(10.0) == {A: 0.0, B: 0.0}  # both start waiting now
+    book.acknowledged(A, 0, None)
+    book.consumed(A, 1, None)  # A moves on: its oldest awaited offset is 1
+    assert book.stalled(200.0) == {A: 0.0, B: 190.0}
+    book.acknowledged(B, 0, None)
+    assert book.stalled(201.0)[B] == 0.0  # done: nothing waits
+
+
+def test_an_idle_partition_starts_counting_only_when_an_input_arrives() -> None:
+    book = PartitionBook()
+    book.assigned([A])
+    book.consumed(A, 0, None)
+    book.acknowledged(A, 0, None)
+    assert book.stalled(0.0) == {A: 0.0}  # caught up at position 1
+    book.consumed(A, 1, None)  # an hour later offset 1 arrives: its frontier is still 1
+    assert book.stalled(3600.0) == {A: 0.0}
+    assert book.stalled(3630.0) == {A: 30.0}
+
+
+def test_a_window_aborted_and_read_again_from_the_same_offset_is_no_progress() -> None:
+    book = PartitionBook()
+    book.assigned([A])
+    for now in (0.0, 30.0, 60.0, 90.0, 120.0, 150.0):  # the abort-and-rewind loop, seen at any point of it
+        book.consumed(A, 4, None)
+        book.consumed(A, 5, None)
+        assert book.stalled(now) == {A: now}
+        book.rewind([A])  # aborted: offsets 4 and 5 are read again
+        assert book.stalled(now + 1.0) == {A: now + 1.0}  # between the rewind and the next consume
+
+
+def test_a_revoked_partition_is_no_longer_watched() -> None:
+    book = PartitionBook()
+    book.assigned([A])
+    book.consumed(A, 0, None)
+    book.stalled(0.0)
+    book.forget([A])
+    book.assigned([A])
+    book.consumed(A, 0, None)
+    assert book.stalled(500.0) == {A: 0.0}  # a new owner's clock

@@ -96,19 +96,72 @@ def test_a_record_the_broker_refused_as_too_large_is_replaced_other_refusals_are
     assert outbound.replacement(record, KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)) is None
 
 
-def test_the_stand_in_for_a_too_large_result_keeps_the_key_and_names_size_topic_and_source() -> None:
+def test_the_stand_in_for_a_too_large_result_drops_key_and_value_and_names_sizes_topic_and_source() -> None:
     outbound = records(out_max_bytes=600)
     result = result_of(outbound, message(1, offset=7))
     stand_in = outbound.replacement(result)
     assert stand_in is not None
-    assert (stand_in.key, stand_in.value, stand_in.source) == (b"k", None, result.source)
+    assert (stand_in.key, stand_in.value, stand_in.source) == (None, None, result.source)
     info = parse_dead_letter_headers(stand_in.headers)
     assert info.kind is DeadLetterKind.VALUE_TOO_LARGE
     assert (info.source_topic, info.source_partition, info.source_offset) == ("reviews", 1, 7)
-    assert info.reason.startswith(f"the result for this input is {len(result.value or b'')} bytes, ")
-    assert f"more than topic {OUT!r} accepts" in info.reason
+    value_bytes = len(result.value or b"")
+    assert info.reason.startswith(
+        f"the result for this input is {value_bytes + 1} bytes (key 1 bytes, value {value_bytes} bytes), "
+    )
+    assert f"more than topic {OUT!r} accepts (max.message.bytes 600)" in info.reason
     assert "reviews partition 1 at offset 7" in info.reason
     assert "dead-lettered as" not in info.reason
+
+
+HUGE_KEY_BYTES = 1_048_350  # the largest key the broker's default max.message.bytes takes with a small value
+
+
+def test_a_result_with_a_key_near_one_megabyte_is_replaced_before_sending_by_a_stand_in_that_fits() -> None:
+    outbound = records(out_max_bytes=1_048_588)
+    item = InputMessage(
+        SourcePosition("reviews", 2, 11, 1_700_000_000_000), b"k" * HUGE_KEY_BYTES, b"{}", consumed_at=0.0
+    )
+    result = result_of(outbound, item)
+    assert len(result.value or b"") < 1000 and record_size(result) > 1_048_588  # the key counts
+    stand_in = outbound.replacement(result)
+    assert stand_in is not None and (stand_in.topic, stand_in.key, stand_in.value) == (DLQ, None, None)
+    assert record_size(stand_in) < 4096  # fits any topic the worker starts with
+    assert outbound.replacement(stand_in) is None  # nothing left to drop
+    info = parse_dead_letter_headers(stand_in.headers)
+    assert (info.source_topic, info.source_partition, info.source_offset) == ("reviews", 2, 11)
+    assert info.source_timestamp_ms == 1_700_000_000_000
+    assert f"(key {HUGE_KEY_BYTES} bytes, value {len(result.value or b'')} bytes)" in info.reason
+    assert "max.message.bytes 1048588" in info.reason
+
+
+def test_a_dead_letter_of_a_tombstone_with_a_huge_key_is_replaced_too() -> None:
+    outbound = records()
+    item = InputMessage(SourcePosition("reviews", 0, 4, None), b"k" * HUGE_KEY_BYTES, None, consumed_at=0.0)
+    dead = outbound.dead_letter(item, DeadLetterKind.EMPTY_VALUE, "null value")
+    stand_in = outbound.replacement(dead)
+    assert stand_in is not None and (stand_in.key, stand_in.value) == (None, None)
+    assert parse_dead_letter_headers(stand_in.headers).reason.endswith("dead-lettered as empty_value.")
+
+
+def test_a_stand_in_the_broker_refuses_is_not_replaced_again() -> None:
+    outbound = records()
+    stand_in = outbound.too_large(result_of(outbound, message(1)))
+    assert outbound.replacement(stand_in, KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)) is None
+
+
+def test_a_record_refused_in_an_aborted_transaction_goes_as_its_stand_in_once() -> None:
+    outbound = records()
+    record = result_of(outbound, message(1, offset=3))
+    assert outbound.replacement(record) is None  # the estimate says it fits
+    outbound.refused_in_aborted_transaction(record)
+    stand_in = outbound.replacement(record)
+    assert stand_in is not None and (stand_in.kind, stand_in.key, stand_in.value) == (
+        "value_too_large",
+        None,
+        None,
+    )
+    assert outbound.replacement(record) is None  # remembered once, not forever
 
 
 @pytest.mark.parametrize(
@@ -125,8 +178,10 @@ def test_the_stand_in_for_a_too_large_dead_letter_says_why_it_was_dead_lettered(
     item = InputMessage(SourcePosition("reviews", 0, 3, None), b"k", b"x" * 2000, consumed_at=0.0)
     stand_in = outbound.too_large(outbound.dead_letter(item, kind, "why"))
     info = parse_dead_letter_headers(stand_in.headers)
-    assert (stand_in.key, stand_in.value, info.kind) == (b"k", None, DeadLetterKind.VALUE_TOO_LARGE)
-    assert info.reason.startswith("the dead letter for this input is 2000 bytes, ")
+    assert (stand_in.key, stand_in.value, info.kind) == (None, None, DeadLetterKind.VALUE_TOO_LARGE)
+    assert info.reason.startswith(
+        "the dead letter for this input is 2001 bytes (key 1 bytes, value 2000 bytes)"
+    )
     assert f"more than topic {DLQ!r} accepts" in info.reason
     assert info.reason.endswith(suffix)
 

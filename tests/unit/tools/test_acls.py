@@ -23,9 +23,10 @@ def rules_as_tuples(delivery: str) -> set[tuple[str, str, str, bool]]:
     }
 
 
-def test_at_least_once_needs_read_on_input_and_group_write_and_describe_configs_on_outputs_only() -> None:
+def test_at_least_once_needs_read_on_input_and_group_write_on_outputs_and_describe_configs() -> None:
     assert rules_as_tuples("at_least_once") == {
         ("topic", "in", "Read", False),
+        ("topic", "in", "DescribeConfigs", False),
         ("group", "g", "Read", False),
         ("topic", "out", "Write", False),
         ("topic", "out", "DescribeConfigs", False),
