@@ -8,7 +8,8 @@ import json
 import sys
 from pathlib import Path
 
-from worker.cli.common import EXIT_FAILED, EXIT_OK, CommandError, Subparsers, configure_logging
+from worker.cli.common import EXIT_FAILED, EXIT_OK, Subparsers, configure_logging
+from worker.errors import ConfigurationError
 
 
 def register(subparsers: Subparsers) -> None:
@@ -39,12 +40,14 @@ def register(subparsers: Subparsers) -> None:
 def cmd_batch_invariance(args: argparse.Namespace) -> int:
     from worker.bench.batch_invariance import batch_invariance, format_batch_invariance
     from worker.model.device import choose_device
-    from worker.model.loading import ModelLoadError, load_classifier
+    from worker.model.loading import load_classifier
     from worker.training.evaluate import read_heldout
 
     configure_logging("WARNING")
     if not args.heldout.is_file():
-        raise CommandError(f"held-out file {args.heldout} does not exist: pass a heldout.jsonl from `train`")
+        raise ConfigurationError(
+            f"held-out file {args.heldout} does not exist: pass a heldout.jsonl from `train`"
+        )
     texts = [example.text for example in read_heldout(args.heldout)][: args.limit]
     results = {}
     for directory in args.model:
@@ -54,8 +57,8 @@ def cmd_batch_invariance(args: argparse.Namespace) -> int:
             result = batch_invariance(
                 classifier, texts, batch_size=args.batch_size, seed=args.seed, tolerance=args.tolerance
             )
-        except (ModelLoadError, ValueError) as exc:
-            raise CommandError(f"{directory}: {exc}") from None
+        except ValueError as exc:  # a ModelLoadError maps to its exit code in main
+            raise ConfigurationError(f"{directory}: {exc}") from None
         results[str(directory)] = result
         print(format_batch_invariance(str(directory), result), flush=True)
     if args.json is not None:
