@@ -30,7 +30,7 @@ from worker.metrics import WorkerMetrics, create_metrics
 from worker.stream import kafka_clients
 from worker.stream.authorization import consume_refusal, is_authorization_error
 from worker.stream.backpressure import Backpressure
-from worker.stream.committers import Committer, committer_for
+from worker.stream.committers import CommitOptions, Committer, committer_for
 from worker.stream.consumer import ReviewConsumer, handle_consume_error
 from worker.stream.kafka_clients import KafkaClients, Rebalance
 from worker.stream.lag_gauges import LagGauges
@@ -162,7 +162,7 @@ class SentimentWorker:
         # Closed last, on every exit path (a StartupError too): hands librdkafka's queued log lines over.
         stack.callback(publisher.close)
         records = self._outbound_records(publisher)
-        committer_type = committer_for(s)
+        committer_type = committer_for(s.delivery)
         committer_type.prepare(publisher, s)  # exactly_once: registers the transactional id
         self._health.broker_reachable = True
         options = EngineOptions.from_settings(s, self._classifier)
@@ -177,7 +177,14 @@ class SentimentWorker:
         # Closing leaves the group; its revoke callback flushes and commits what is acknowledged.
         stack.callback(consumer.close)
         committer = committer_type(
-            s, consumer, publisher, self._book, records, self._run, self._metrics, self._model.version
+            CommitOptions.from_settings(s),
+            consumer,
+            publisher,
+            self._book,
+            records,
+            self._run,
+            self._metrics,
+            self._model.version,
         )
         windows: InOrder[PreparedWindow] = InOrder(engine, capacity=s.max_queued_windows)
         self._parts = _StartedParts(consumer, publisher, records, engine, windows, committer)

@@ -20,6 +20,8 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from typing import ClassVar
 
 from confluent_kafka import KafkaError, KafkaException
@@ -37,6 +39,7 @@ from worker.stream.run_tracker import RunTracker
 
 __all__ = [
     "AtLeastOnceCommitter",
+    "CommitOptions",
     "Committer",
     "DeliveryFailedError",
     "ExactlyOnceCommitter",
@@ -74,6 +77,26 @@ def delivery_failure(record: OutboundRecord, error: KafkaError | None) -> Delive
     )
 
 
+@dataclass(frozen=True)
+class CommitOptions:
+    """What a committer needs of the settings: its timeouts (seconds), and how a refusal by the broker's
+    authorizer becomes the error that names the missing ACL."""
+
+    shutdown_timeout_s: float
+    session_timeout_s: float
+    transaction_timeout_s: float
+    refusal: Callable[[KafkaError, list[str]], Exception]
+
+    @classmethod
+    def from_settings(cls, settings: WorkerSettings) -> CommitOptions:
+        return cls(
+            shutdown_timeout_s=settings.shutdown_timeout_s,
+            session_timeout_s=settings.session_timeout_ms / 1000.0,
+            transaction_timeout_s=settings.transaction_timeout_ms / 1000.0,
+            refusal=partial(publish_refusal, settings),
+        )
+
+
 class Committer(ABC):
     """Publishes windows, accounts for their deliveries and commits what they consumed, the way one
     delivery mode does (see the module docstring)."""
@@ -83,7 +106,7 @@ class Committer(ABC):
 
     def __init__(
         self,
-        settings: WorkerSettings,
+        options: CommitOptions,
         consumer: ReviewConsumer,
         publisher: ResultPublisher,
         book: PartitionBook,
@@ -92,7 +115,7 @@ class Committer(ABC):
         metrics: WorkerMetrics,
         model_version: str,
     ) -> None:
-        self._settings = settings
+        self._options = options
         self._consumer = consumer
         self._publisher = publisher
         self._book = book
@@ -126,7 +149,7 @@ class Committer(ABC):
         if failed is None:
             return
         if failed.error is not None and is_authorization_error(failed.error):
-            raise publish_refusal(self._settings, failed.error, [failed.record.topic])
+            raise self._options.refusal(failed.error, [failed.record.topic])
         raise delivery_failure(failed.record, failed.error)
 
     @abstractmethod
@@ -198,7 +221,7 @@ class AtLeastOnceCommitter(Committer):
     def revoked(self, partitions: list[PartitionKey]) -> str:
         # Everything published for them is flushed and acknowledged first, so the next owner does not
         # redo it; what is still unacknowledged after the shutdown time stays uncommitted (redone, no loss).
-        remaining = self._publisher.flush(self._settings.shutdown_timeout_s)
+        remaining = self._publisher.flush(self._options.shutdown_timeout_s)
         self.settle()
         final = self._book.positions(partitions)
         try:
@@ -212,7 +235,7 @@ class AtLeastOnceCommitter(Committer):
         # A member stopping during a rebalance is refused (ILLEGAL_GENERATION / REBALANCE_IN_PROGRESS)
         # until it has joined the new generation: it waits for that, up to a session timeout or what
         # is left of the shutdown time, so the next owner does not redo published work.
-        wait_s = max(deadline - clock(), self._settings.session_timeout_ms / 1000)
+        wait_s = max(deadline - clock(), self._options.session_timeout_s)
         try:
             retries = self._consumer.commit_through_rebalance(self._book.positions, wait_s)
             self._metrics.offsets_committed.inc()
@@ -239,12 +262,12 @@ class ExactlyOnceCommitter(Committer):
         newer instance) is raised and stops the worker."""
         if not records:
             return []
-        timeout_s = self._settings.transaction_timeout_ms / 1000.0
+        timeout_s = self._options.transaction_timeout_s
         group_metadata = self._consumer.group_metadata()
         aborted = self._publisher.publish_transaction(records, group_metadata, timeout_s)
         if aborted is not None:
             if is_authorization_error(aborted.error):  # aborted, nothing visible; rewinding would only loop
-                raise publish_refusal(self._settings, aborted.error, [r.topic for r in records])
+                raise self._options.refusal(aborted.error, [r.topic for r in records])
             for record in aborted.too_large:
                 if record.key is None and record.value is None:  # a stand-in: nothing left to drop
                     raise delivery_failure(record, KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
@@ -278,6 +301,6 @@ class ExactlyOnceCommitter(Committer):
         """Nothing left: every transaction committed its offsets."""
 
 
-def committer_for(settings: WorkerSettings) -> type[Committer]:
-    """The committer of `settings.delivery`."""
-    return ExactlyOnceCommitter if settings.delivery == "exactly_once" else AtLeastOnceCommitter
+def committer_for(delivery: str) -> type[Committer]:
+    """The committer of the `delivery` setting (at_least_once | exactly_once)."""
+    return ExactlyOnceCommitter if delivery == "exactly_once" else AtLeastOnceCommitter

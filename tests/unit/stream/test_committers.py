@@ -20,6 +20,7 @@ from worker.metrics import create_metrics
 from worker.stream.authorization import AuthorizationError
 from worker.stream.committers import (
     AtLeastOnceCommitter,
+    CommitOptions,
     Committer,
     DeliveryFailedError,
     ExactlyOnceCommitter,
@@ -115,8 +116,8 @@ def make(
         partition_counts={"results": 2, "dlq": 2},
         max_message_bytes={"results": 1_000_000, "dlq": 1_000_000},
     )
-    committer = committer_for(settings)(
-        settings,
+    committer = committer_for(settings.delivery)(
+        CommitOptions.from_settings(settings),
         cast(ReviewConsumer, consumer),
         cast(ResultPublisher, publisher),
         book,
@@ -129,8 +130,8 @@ def make(
 
 
 def test_the_delivery_mode_picks_the_committer() -> None:
-    assert committer_for(WorkerSettings(delivery="at_least_once")) is AtLeastOnceCommitter
-    assert committer_for(WorkerSettings(delivery="exactly_once")) is ExactlyOnceCommitter
+    assert committer_for("at_least_once") is AtLeastOnceCommitter
+    assert committer_for("exactly_once") is ExactlyOnceCommitter
     assert ExactlyOnceCommitter.transactional and not AtLeastOnceCommitter.transactional
 
 
