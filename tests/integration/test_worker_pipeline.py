@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from confluent_kafka import Producer
 
 from schemas.dead_letter import DeadLetterKind, parse_dead_letter_headers
 from schemas.sentiment_result import SentimentResult
@@ -332,3 +333,28 @@ def test_outputs_too_large_for_their_topic_become_dead_letters_without_value(
         assert committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 1) == {0: 4}
     finally:
         admin.delete_topics(list(names.values())[:3])
+
+
+def test_a_dead_letter_carries_the_input_s_own_headers(
+    kafka_bootstrap: str, topics: Any, tiny_classifier: Any
+) -> None:
+    names = topics(input_partitions=1, output_partitions=1)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    headers = [
+        ("trace-id", b"abc-123"),
+        ("tenant", b"shop-7"),
+        ("empty", None),
+        ("sentiment.error.kind", b"forged"),
+    ]
+    producer.produce(names["reviews"], key=b"k1", value=b"not json", headers=headers, partition=0)
+    producer.produce(names["reviews"], key=b"k2", value=review_records(sample_reviews(1))[0][1], partition=0)
+    assert producer.flush(30) == 0
+
+    summary = run_worker(make_settings(kafka_bootstrap, names), tiny_classifier, max_messages=2)
+
+    assert (summary.results, summary.dead_letters) == (1, 1)
+    (dead,) = read_topic(kafka_bootstrap, names["dlq"], expected=1)
+    got = dead.headers() or []
+    assert got[:3] == [("trace-id", b"abc-123"), ("tenant", b"shop-7"), ("empty", None)]  # kept, in order
+    assert [value for name, value in got if name == "sentiment.error.kind"] == [b"invalid_json"]  # not forged
+    assert parse_dead_letter_headers(got).kind == DeadLetterKind.INVALID_JSON

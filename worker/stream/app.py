@@ -368,7 +368,8 @@ class SentimentWorker:
         value = message.value()
         epoch = self._book.consumed((topic, partition), offset, position.timestamp_ms)
         self._window.add(
-            InputMessage(position, message.key(), value, self._clock(), epoch), len(value or b"")
+            InputMessage(position, message.key(), value, self._clock(), epoch, _headers_of(message)),
+            len(value or b""),
         )
         self._run.consumed()
         self._metrics.messages_consumed.labels(topic).inc()
@@ -509,3 +510,12 @@ class SentimentWorker:
 def _device_of(classifier: Classifier) -> str:
     device = getattr(classifier, "device", None)
     return str(getattr(device, "paddle_device", device) or "unknown")
+
+
+def _headers_of(message: Message) -> list[tuple[str, bytes | None]] | None:
+    """A consumed message's headers as the worker keeps them (confluent-kafka gives a list of pairs)."""
+    headers = message.headers()
+    if not headers:
+        return None
+    pairs = headers.items() if isinstance(headers, dict) else headers
+    return [(name, value.encode() if isinstance(value, str) else value) for name, value in pairs]

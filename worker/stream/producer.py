@@ -45,7 +45,7 @@ class OutboundRecord:
     value: bytes | None
     key: bytes | None
     partition: int | None
-    headers: list[tuple[str, bytes]] | None
+    headers: list[tuple[str, bytes | None]] | None  # None: a header without a value (Kafka allows it)
     source: SourcePosition
     kind: str  # "result" or a dead-letter kind
     label: str | None = None  # a result's label and confidence (counted when acknowledged)
@@ -76,7 +76,7 @@ def _too_large(delivery: Delivery) -> bool:
 def record_size(record: OutboundRecord) -> int:
     """An upper estimate of the bytes `record` takes on the broker (uncompressed, one per batch): key,
     value, header names and values, and framing."""
-    headers = sum(len(name) + len(value) for name, value in record.headers or ())
+    headers = sum(len(name) + len(value or b"") for name, value in record.headers or ())
     return len(record.key or b"") + len(record.value or b"") + headers + _RECORD_OVERHEAD_BYTES
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 from confluent_kafka import KafkaError
 
-from schemas.dead_letter import MAX_REASON_CHARS, DeadLetterKind, build_dead_letter_headers
+from schemas.dead_letter import HEADER_PREFIX, MAX_REASON_CHARS, DeadLetterKind, build_dead_letter_headers
 from schemas.sentiment_result import ModelRef, SentimentResult, SourceRef
 from worker.inference.label_fields import label_fields
 from worker.stream.decode import DecodedReview
@@ -28,6 +28,7 @@ class InputMessage:
     value: bytes | None
     consumed_at: float  # time.monotonic() when it was consumed
     epoch: int = 0  # the partition's assignment epoch when consumed; stale epochs are never published
+    headers: list[tuple[str, bytes | None]] | None = None  # the input's own, carried into its dead letter
 
     @property
     def default_id(self) -> str:
@@ -81,9 +82,12 @@ def dead_letter_record(
     partition: int | None,
     worker_id: str,
 ) -> OutboundRecord:
-    """The dead letter of one input: original key and value bytes untouched, the why in headers."""
+    """The dead letter of one input: original key, value and headers untouched, the why in headers of its
+    own (`sentiment.*`; an input header of that prefix is replaced by the worker's, never duplicated)."""
     src = message.position
-    headers = build_dead_letter_headers(
+    kept = [(name, value) for name, value in message.headers or () if not name.startswith(HEADER_PREFIX)]
+    headers: list[tuple[str, bytes | None]] = kept
+    headers += build_dead_letter_headers(
         kind, reason, src.topic, src.partition, src.offset, src.timestamp_ms, worker_id
     )
     return OutboundRecord(
@@ -105,7 +109,7 @@ def dead_letter_overhead_bytes(source_topic: str, worker_id: str) -> int:
         longest, "\U0010ffff" * MAX_REASON_CHARS, source_topic, 2**31 - 1, 2**63 - 1, 2**63 - 1, worker_id
     )
     source = SourcePosition(source_topic, 0, 0, None)
-    return record_size(OutboundRecord("", None, None, None, headers, source, longest.value))
+    return record_size(OutboundRecord("", None, None, None, list(headers), source, longest.value))
 
 
 class OutboundRecords:

@@ -206,3 +206,18 @@ def test_processed_at_is_the_wall_clock_in_epoch_milliseconds() -> None:
 
 def test_a_review_without_id_is_named_by_its_input_position() -> None:
     assert message(2, offset=9).default_id == "reviews/2/9"
+
+
+def test_a_dead_letter_keeps_the_input_s_headers_and_replaces_forged_worker_headers() -> None:
+    item = InputMessage(
+        SourcePosition("reviews", 0, 9, None),
+        b"k",
+        b"x",
+        consumed_at=0.0,
+        headers=[("trace-id", b"t1"), ("sentiment.error.kind", b"forged"), ("empty", None)],
+    )
+    dead = records().dead_letter(item, DeadLetterKind.INVALID_JSON, "not JSON")
+    assert dead.headers is not None
+    assert dead.headers[:2] == [("trace-id", b"t1"), ("empty", None)]
+    assert [value for name, value in dead.headers if name == "sentiment.error.kind"] == [b"invalid_json"]
+    assert parse_dead_letter_headers(dead.headers).kind is DeadLetterKind.INVALID_JSON
