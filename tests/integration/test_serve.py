@@ -379,3 +379,30 @@ def test_stopping_answers_every_accepted_request(tiny_classifier: Any) -> None:
     assert [r.json()["results"][0]["label"] for r in responses] == [
         row["label"] for row in predict_lines(tiny_classifier, TEXTS[:6])
     ]
+
+
+def test_a_poison_request_among_good_ones_on_a_busy_model_fails_alone(tiny_classifier: Any) -> None:
+    """Issue 41's mixed load: while the model is busy, five good requests and one carrying a lone surrogate
+    (which the tokenizer cannot take) arrive together, three times over: every good one gets 200 with its
+    labels, the poison one alone gets 422 with a reason."""
+    expected = {row["text"]: row["label"] for row in predict_lines(tiny_classifier, TEXTS)}
+    slow = SlowClassifier(tiny_classifier, delay_s=0.2)
+    poison = '{"texts": ["\\ud800"]}'
+    with serving(slow, http_max_wait_ms=50) as served:
+
+        async def round_(k: int) -> list[httpx.Response]:
+            good = [{"texts": [TEXTS[(k * 5 + i) % len(TEXTS)]]} for i in range(5)]
+            async with httpx.AsyncClient(base_url=served.url, timeout=60) as client:
+                busy = client.post(API, json={"texts": TEXTS[:8]})  # keeps the model busy meanwhile
+                calls = [client.post(API, json=body) for body in good]
+                bad = client.post(API, content=poison, headers={"Content-Type": "application/json"})
+                answers = await asyncio.gather(busy, *calls, bad)
+            for body, answer in zip(good, answers[1:6], strict=True):
+                assert answer.status_code == 200, answer.text
+                assert answer.json()["results"][0]["label"] == expected[body["texts"][0]]
+            return list(answers)
+
+        for k in range(3):
+            answers = asyncio.run(round_(k))
+            assert answers[0].status_code == 200
+            assert answers[-1].status_code == 422 and "surrogate" in answers[-1].json()["reason"]
