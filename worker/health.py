@@ -16,6 +16,7 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from worker.config import WorkerSettings
+from worker.errors import ConfigurationError
 
 _LINGER_S = 1.0
 """After a refusal, how long what the client still sends is read and dropped before the close (closing on
@@ -174,6 +175,27 @@ def _make_handler(
 _DEFAULTS = WorkerSettings.model_fields
 
 
+class PortInUseError(ConfigurationError):
+    """The HTTP port cannot be had (another replica or program holds it): a setting to change."""
+
+
+def check_port(host: str, port: int) -> None:
+    """Raises PortInUseError, in one line naming the setting, when `host:port` cannot be listened on (as
+    a server binds it: SO_REUSEADDR on); port 0 (any free port) always can."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise PortInUseError(
+                f"cannot listen on {host}:{port}: {exc.strerror or exc}; another replica or program holds "
+                "it: give each replica on this host its own SENTIMENT_HTTP_PORT (0: no HTTP port)"
+            ) from None
+
+
 class HealthServer:
     """Serves the endpoints from a daemon thread (one more per connection); `close()` stops it. A
     connection's request head must be at most `max_header_bytes` (else 431) and complete within
@@ -190,6 +212,7 @@ class HealthServer:
         header_timeout_s: float = _DEFAULTS["http_header_timeout_s"].default,
     ) -> None:
         handler = _make_handler(registry, health, max_header_bytes, header_timeout_s)
+        check_port(host, port)
         self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="health-http", daemon=True)

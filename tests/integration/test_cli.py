@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -354,3 +355,29 @@ def test_topics_list_and_delete_as_kafka_topics_users_expect(
         if left.stdout.strip() == "":
             break
         assert time.monotonic() < deadline, left.stdout
+
+
+@pytest.mark.parametrize("command", ["serve", "run"])
+def test_a_taken_http_port_is_one_line_naming_the_setting_and_exit_2(
+    command: str, tiny_model_dir: Path
+) -> None:
+    """Issue 40: replicas on one host with the default port died with a 26-line traceback and exit 1."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        taken = cli(
+            command,
+            "--model",
+            str(tiny_model_dir),
+            "--device",
+            "cpu",
+            "--http-port",
+            str(port),
+            env={"SENTIMENT_BOOTSTRAP_SERVERS": "127.0.0.1:1"},  # never reached: the port is checked first
+            timeout=120,
+        )
+    assert taken.returncode == 2, taken.stderr[-2000:]
+    assert "Traceback" not in taken.stderr
+    errors = [line for line in taken.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and f"127.0.0.1:{port}" in errors[0] and "SENTIMENT_HTTP_PORT" in errors[0]

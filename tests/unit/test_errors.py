@@ -39,6 +39,7 @@ EXIT_CODES = {
     "ModelLoadError": 2,
     "OutputWidthError": 1,
     "Overloaded": 1,
+    "PortInUseError": 2,
     "PredictRunError": 1,
     "PromotionError": 1,
     "QuantizeError": 2,

@@ -13,6 +13,7 @@ from typing import Any
 import uvicorn
 
 from worker.errors import ConfigurationError
+from worker.health import check_port
 from worker.http.connections import BoundedProtocol, ConnectionLimits
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ class HttpServer:
             access_log=False,
             timeout_graceful_shutdown=max(1, round(graceful_timeout_s)),
         )
+        check_port(host, port)  # one clear line, before uvicorn would log its own traceback
         self._server = uvicorn.Server(config)
         self._closed = False
         self._thread = threading.Thread(target=self._serve, name="http", daemon=True)
