@@ -150,6 +150,17 @@ def test_missing_output_topic_refuses_to_start_and_commits_nothing(
     )
 
 
+def test_a_missing_input_topic_refuses_to_start_naming_the_setting(
+    kafka_bootstrap: str, topics: Any, tiny_classifier: Any
+) -> None:
+    """Issue 40: `run --input-topic no-such-topic` logged one ERROR and idled (the README says exit 2)."""
+    names = topics()
+    settings = make_settings(kafka_bootstrap, {**names, "reviews": names["reviews"] + "-missing"})
+    with pytest.raises(StartupError, match="SENTIMENT_INPUT_TOPIC") as refused:
+        run_worker(settings, tiny_classifier, idle_exit_s=30)
+    assert names["reviews"] + "-missing" in str(refused.value) and "topics create" in str(refused.value)
+
+
 class SlowedClassifier:
     """The real tiny model, slowed down to a large model's pace (a fixed delay per batch)."""
 

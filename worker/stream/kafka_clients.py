@@ -83,6 +83,7 @@ def output_topic_limits(
     """Partition counts and max.message.bytes of the output and dead-letter topics (which must exist; the
     limits capped at the producer's own), after checking that the dead-letter topic takes the dead letter of
     the largest input (`check_dead_letter_room`)."""
+    check_input_topic(publisher, settings)
     partition_counts: dict[str, int] = {}
     max_message_bytes: dict[str, int] = {}
     for topic in (settings.output_topic, settings.dlq_topic):
@@ -103,6 +104,22 @@ def output_topic_limits(
         input_limit = publisher.topic_max_message_bytes(settings.input_topic)
         check_dead_letter_room(settings, input_limit, max_message_bytes[settings.dlq_topic])
     return partition_counts, max_message_bytes
+
+
+def check_input_topic(publisher: ResultPublisher, settings: WorkerSettings) -> None:
+    """Refuses to start (StartupError, exit 2) when the input topic does not exist: a consumer would
+    subscribe to nothing and idle, saying so once."""
+    try:
+        publisher.partition_count(settings.input_topic)
+    except KafkaException as exc:
+        error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+        if error is not None and is_authorization_error(error):
+            raise refusal(settings, "READ", f"topic {settings.input_topic!r}", error) from exc
+        raise StartupError(
+            f"input topic {settings.input_topic!r} cannot be read: {exc.args[0]} (bootstrap servers: "
+            f"{settings.bootstrap_servers}); check SENTIMENT_INPUT_TOPIC, or create the topic "
+            "(`sentiment-worker topics create`). Nothing was consumed."
+        ) from exc
 
 
 def check_dead_letter_room(settings: WorkerSettings, input_limit: int, dlq_limit: int) -> None:
