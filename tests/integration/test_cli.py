@@ -381,3 +381,25 @@ def test_a_taken_http_port_is_one_line_naming_the_setting_and_exit_2(
     assert "Traceback" not in taken.stderr
     errors = [line for line in taken.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and f"127.0.0.1:{port}" in errors[0] and "SENTIMENT_HTTP_PORT" in errors[0]
+
+
+def test_a_broker_that_never_answers_at_start_up_is_exit_2_in_words(tiny_model_dir: Path) -> None:
+    """Issue 40: a wrong broker address ended on a raw KafkaError{code=_TRANSPORT,...}."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # nothing listens there once the socket is closed
+    wrong = cli(
+        "run",
+        "--model",
+        str(tiny_model_dir),
+        "--device",
+        "cpu",
+        "--http-port",
+        "0",
+        env={"SENTIMENT_BOOTSTRAP_SERVERS": f"127.0.0.1:{port}"},
+        timeout=120,
+    )
+    assert wrong.returncode == 2, wrong.stderr[-2000:]
+    (error,) = [line for line in wrong.stderr.splitlines() if "error:" in line]
+    assert f"no Kafka broker answered at 127.0.0.1:{port}" in error and "SENTIMENT_BOOTSTRAP_SERVERS" in error
+    assert "KafkaError{" not in error and "Traceback" not in wrong.stderr

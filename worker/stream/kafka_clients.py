@@ -106,16 +106,33 @@ def output_topic_limits(
     return partition_counts, max_message_bytes
 
 
+_UNREACHABLE = frozenset(
+    {KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN, KafkaError._RESOLVE}
+)
+
+
+def unreachable(settings: WorkerSettings, exc: KafkaException) -> StartupError | None:
+    """The error to stop with when `exc` says no broker answered at start-up (None for anything else)."""
+    error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    if error is None or error.code() not in _UNREACHABLE:
+        return None
+    return StartupError(
+        f"no Kafka broker answered at {settings.bootstrap_servers} ({error.str()}): check "
+        "SENTIMENT_BOOTSTRAP_SERVERS and that a broker runs there (`make kafka-up` starts the local one). "
+        "Nothing was consumed."
+    )
+
+
 def check_input_topic(publisher: ResultPublisher, settings: WorkerSettings) -> None:
-    """Refuses to start (StartupError, exit 2) when the input topic does not exist: a consumer would
-    subscribe to nothing and idle, saying so once."""
+    """Refuses to start (StartupError, exit 2) when no broker answers or the input topic does not exist: a
+    consumer would subscribe to nothing and idle, saying so once."""
     try:
         publisher.partition_count(settings.input_topic)
     except KafkaException as exc:
         error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
         if error is not None and is_authorization_error(error):
             raise refusal(settings, "READ", f"topic {settings.input_topic!r}", error) from exc
-        raise StartupError(
+        raise unreachable(settings, exc) or StartupError(
             f"input topic {settings.input_topic!r} cannot be read: {exc.args[0]} (bootstrap servers: "
             f"{settings.bootstrap_servers}); check SENTIMENT_INPUT_TOPIC, or create the topic "
             "(`sentiment-worker topics create`). Nothing was consumed."
