@@ -403,3 +403,5 @@ def test_a_broker_that_never_answers_at_start_up_is_exit_2_in_words(tiny_model_d
     (error,) = [line for line in wrong.stderr.splitlines() if "error:" in line]
     assert f"no Kafka broker answered at 127.0.0.1:{port}" in error and "SENTIMENT_BOOTSTRAP_SERVERS" in error
     assert "KafkaError{" not in error and "Traceback" not in wrong.stderr
+    connect_lines = [line for line in wrong.stderr.splitlines() if "Connect to" in line]
+    assert len(connect_lines) <= 4, connect_lines  # once per interval, not many times a second

@@ -9,9 +9,11 @@ import argparse
 import faulthandler
 import logging
 import os
+import re
 import signal
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -20,10 +22,11 @@ from typing import Any, TypeAlias
 
 from pydantic import ValidationError
 
-from worker.config import WorkerSettings, environment_warnings, load_settings
+from worker.config import LIBRDKAFKA_LOGGER, WorkerSettings, environment_warnings, load_settings
 from worker.errors import ConfigurationError
 
 __all__ = [
+    "RepeatedLines",
     "EXIT_CONFIG",
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
@@ -122,6 +125,36 @@ def configure_logging(level: str) -> None:
     )
     quiet_libraries()
     _paddlenlp_floor().level = logging.DEBUG if level == "DEBUG" else logging.WARNING
+    librdkafka = logging.getLogger(LIBRDKAFKA_LOGGER)
+    if not any(isinstance(f, RepeatedLines) for f in librdkafka.filters):
+        librdkafka.addFilter(RepeatedLines())
+
+
+class RepeatedLines(logging.Filter):
+    """Lets a line through once per `interval_s` (lines alike but for their numbers count as one): a broker
+    that cannot be reached makes librdkafka say the same thing many times a second. The next line let
+    through says how many were held back."""
+
+    def __init__(self, interval_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self._interval_s = interval_s
+        self._clock = clock
+        self._seen: dict[tuple[int, str], tuple[float, int]] = {}  # key -> (last let through, held back)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.levelno, re.sub(r"\d+", "#", record.getMessage()))
+        now = self._clock()
+        last, held = self._seen.get(key, (float("-inf"), 0))
+        if now - last < self._interval_s:
+            self._seen[key] = (last, held + 1)
+            return False
+        if held:
+            record.msg = f"{record.getMessage()} (and {held} alike in the last {self._interval_s:g} s)"
+            record.args = None
+        if len(self._seen) > 1000:  # bounded: forget the oldest
+            self._seen.pop(next(iter(self._seen)))
+        self._seen[key] = (now, 0)
+        return True
 
 
 def quiet_libraries() -> None:
