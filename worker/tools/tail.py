@@ -181,23 +181,24 @@ def _str_or_none(value: Any) -> str | None:
 
 
 def result_row(rec: TailedRecord) -> dict[str, Any]:
-    """A flat dict for display: kind, id, label, confidence, partition, offset, text, reason, key, source,
-    metadata (missing fields are None).
+    """A flat dict for display: kind, id, label, confidence, error, partition, offset, text, reason, key,
+    source, metadata (missing fields are None).
 
     `id` is always the id the worker gives the review, as its result carries it: the input's `id` (a string,
     or an integer as its decimal string), else the input's `topic/partition/offset`; never the message key
     (that is `key`, decoded leniently). `source` is the input's `topic/partition/offset` when the record
     names it (results, dead letters). kind is "result" (a SentimentResult: its `metadata`; a result carries
     no review text, `text` is set only if its metadata holds one), "dead_letter" (has the worker's DLQ
-    headers; `label` is the error kind, `reason` its reason, id/text read from the original value when it
-    is JSON), "review" (a JSON object that is not a result, e.g. the input topic) or "raw" (anything else;
-    text = the value decoded leniently).
+    headers; `error` is the error kind, `reason` its reason, no `label`; id/text read from the original
+    value when it is JSON), "review" (a JSON object that is not a result, e.g. the input topic) or "raw"
+    (anything else; text = the value decoded leniently).
     """
     row: dict[str, Any] = {
         "kind": "raw",
         "id": None,
         "label": None,
         "confidence": None,
+        "error": None,
         "partition": rec.partition,
         "offset": rec.offset,
         "text": None,
@@ -210,11 +211,11 @@ def result_row(rec: TailedRecord) -> dict[str, Any]:
         row["kind"] = "dead_letter"
         try:
             info = parse_dead_letter_headers(rec.headers)
-            row["label"], row["reason"] = info.kind.value, info.reason
+            row["error"], row["reason"] = info.kind.value, info.reason
             row["source"] = f"{info.source_topic}/{info.source_partition}/{info.source_offset}"
         except ValidationError:
             kind = dict(rec.headers).get(HEADER_ERROR_KIND, b"")
-            row["label"], row["reason"] = kind.decode("utf-8", "replace"), "(malformed dead-letter headers)"
+            row["error"], row["reason"] = kind.decode("utf-8", "replace"), "(malformed dead-letter headers)"
         _fill_from_original(row, rec, default_id=row["source"])
         return row
     if rec.value:
@@ -319,7 +320,7 @@ def _cells(row: dict[str, Any]) -> list[str]:
     kind = row.get("kind")
     label = row.get("label") or ""
     if kind == "dead_letter":
-        label = f"DLQ {label}".strip()
+        label = f"DLQ {row.get('error') or ''}".strip()
         detail = str(row.get("reason") or "")
         if row.get("text"):
             detail = f"{detail} | {row['text']}"

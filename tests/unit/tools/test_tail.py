@@ -41,6 +41,7 @@ def test_result_row_reads_a_sentiment_result() -> None:
         "id": "r-1",
         "label": "positive",
         "confidence": 0.9731,
+        "error": None,
         "partition": 2,
         "offset": 17,
         "text": None,  # a result carries no text
@@ -99,7 +100,7 @@ def test_result_row_reads_dead_letter_headers_and_original_value() -> None:
     row = result_row(dead_letter(original, DeadLetterKind.EMPTY_TEXT, "text is blank; send some words"))
 
     assert row["kind"] == "dead_letter"
-    assert row["label"] == "empty_text"
+    assert (row["error"], row["label"]) == ("empty_text", None)  # the kind is an error, not a label
     assert row["reason"] == "text is blank; send some words"
     assert row["id"] == "77"
     assert (row["partition"], row["offset"]) == (0, 9)
@@ -108,7 +109,7 @@ def test_result_row_reads_dead_letter_headers_and_original_value() -> None:
 def test_result_row_dead_letter_with_non_json_value_has_its_input_position_as_id_and_raw_text() -> None:
     row = result_row(dead_letter(b"\xffnot json", DeadLetterKind.INVALID_UTF8, "not UTF-8"))
 
-    assert (row["kind"], row["label"], row["id"]) == ("dead_letter", "invalid_utf8", "reviews/1/9")
+    assert (row["kind"], row["error"], row["id"]) == ("dead_letter", "invalid_utf8", "reviews/1/9")
     assert row["text"] == "\ufffdnot json"
 
 
@@ -117,7 +118,7 @@ def test_result_row_dead_letter_with_malformed_headers_still_shows_the_kind() ->
 
     row = result_row(rec)
 
-    assert (row["kind"], row["label"], row["reason"]) == (
+    assert (row["kind"], row["error"], row["reason"]) == (
         "dead_letter",
         "empty_value",
         "(malformed dead-letter headers)",
