@@ -166,6 +166,27 @@ def _make_handler(
             self.end_headers()
             self.wfile.write(answer.body)
 
+        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            """No API on this port: say which setting puts it here, as the API's refusals say things."""
+            if self.path.split("?", 1)[0].startswith("/v1/"):
+                status, error = 404, "no_api"
+                reason = (
+                    "this worker serves only /metrics, /healthz and /readyz on this port: set "
+                    "SENTIMENT_HTTP_API=true to answer the API here, or run `sentiment-worker serve`"
+                )
+            else:
+                status, error, reason = 405, "method_not_allowed", "this port answers GET only"
+            body = json.dumps({"error": error, "reason": reason}).encode()
+            self.close_connection = True  # the request body is not read
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_PUT = do_DELETE = do_PATCH = do_POST  # noqa: N815 (http.server's names)
+
         def log_message(self, format: str, *args: object) -> None:  # noqa: A002
             pass  # scrapes every few seconds would flood the log
 

@@ -8,6 +8,7 @@ import time
 import urllib.error
 import urllib.request
 
+import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from worker.health import HealthServer, HealthState
@@ -139,3 +140,21 @@ def test_a_stuck_partition_fails_readiness_and_is_named() -> None:
     assert not ready and checks["stuck_partitions"] == {"reviews[2]": 130.0}
     health.stuck_partitions = {}
     assert health.readiness()[0]
+
+
+def test_a_post_to_the_api_path_of_a_plain_worker_names_the_setting_in_json() -> None:
+    """Issue 40: POST /v1/sentiment to `run` without the API answered an HTML 501."""
+    server = HealthServer("127.0.0.1", 0, CollectorRegistry(), HealthState(liveness_timeout_s=30))
+    try:
+        host, port = server.address
+        request = urllib.request.Request(
+            f"http://{host}:{port}/v1/sentiment", data=b'{"text": "ok"}', method="POST"
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=5)
+        assert refused.value.code == 404
+        body = json.loads(refused.value.read())
+        assert body["error"] == "no_api" and "SENTIMENT_HTTP_API=true" in body["reason"]
+        assert _get(f"http://{host}:{port}/healthz")[0] == 200  # still serving
+    finally:
+        server.close()
