@@ -237,9 +237,15 @@ class ResultPublisher:
         return None
 
     def _abort(self, error: KafkaError, first: int, timeout_s: float) -> AbortedTransaction:
-        # The abort serves the delivery reports still due (refused records, purged ones): those refused as
-        # too large are named before the deliveries of the aborted transaction are forgotten.
-        self._producer.abort_transaction(timeout_s)
+        # librdkafka's abort waits for the delivery reports of the transaction's records to be served, and
+        # confluent-kafka does not serve them meanwhile: purge what is left and serve them first (else the
+        # abort times out, a non-abortable error). Those refused as too large are named before the
+        # deliveries of the aborted transaction are forgotten.
+        deadline = time.monotonic() + timeout_s
+        self._producer.purge()
+        while len(self._producer) and time.monotonic() < deadline:
+            self._producer.poll(0.05)
+        self._producer.abort_transaction(max(1.0, deadline - time.monotonic()))
         too_large = tuple(d.record for d in self._deliveries[first:] if _too_large(d))
         self._deliveries.clear()  # acks (and failures) of aborted records mean nothing
         return AbortedTransaction(error, too_large)
