@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import builtins
 import importlib
+import logging
 from pathlib import Path
 
 import pytest
@@ -130,5 +131,8 @@ def test_main_prints_one_line_and_exits_with_the_code(
         raise raised
 
     monkeypatch.setattr(lag_command, "measure_lag", measure_lag)
+    # The log (and its traceback) is not stderr's line: a handler an earlier test left on a closed capture
+    # stream would print "--- Logging error ---" here.
+    monkeypatch.setattr(logging.root, "handlers", [logging.NullHandler()])
     assert main(["lag", "--bootstrap-servers", "127.0.0.1:1"]) == code
     assert capsys.readouterr().err.strip() == line

@@ -5,9 +5,11 @@ for a file."""
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 from pathlib import Path
+from typing import BinaryIO
 
 from worker.cli.common import (
     EXIT_OK,
@@ -58,7 +60,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     source = ReviewFile(
         args.input,
         args.format,
-        stream=sys.stdin.buffer if args.input is None else None,
+        stream=_stdin_bytes() if args.input is None else None,
         text_field=args.text_field,
         id_field=args.id_field,
         max_text_chars=settings.max_text_chars,
@@ -90,3 +92,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if bar is not None:
         bar.finish(source.bytes_read)
     return EXIT_OK
+
+
+def _stdin_bytes() -> BinaryIO:
+    """Standard input as bytes (undecodable bytes are the reader's to report): its binary buffer, or, for a
+    text stream without one (an embedding program's StringIO), its text encoded as UTF-8."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is not None:
+        return buffer  # type: ignore[no-any-return]
+    return io.BytesIO(sys.stdin.read().encode("utf-8", "surrogateescape"))
