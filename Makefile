@@ -112,7 +112,7 @@ kafka-down:
 	@test -x $(PY) && $(LAUNCHER) down --port $(KAFKA_PORT) || true
 
 kafka-status: install
-	$(LAUNCHER) status --port $(KAFKA_PORT)
+	@$(LAUNCHER) status --port $(KAFKA_PORT) || { rc=$$?; [ $$rc -eq 3 ] || exit $$rc; echo "start it with: make kafka-up"; }
 
 # The same broker with TLS and ACLs (not beside `kafka-up`: same ports). The worker's SASL password is made
 # once into $(SECURE_KAFKA_DIR)/worker.password (mode 0600); the topics and the worker's ACLs (exactly_once,

@@ -98,6 +98,11 @@ def test_one_text_and_the_openapi_document(tiny_classifier: Any) -> None:
     assert docs.status_code == 200 and "swagger" in docs.text.lower()
     assert health.status_code == 200 and health.json()["status"] == "ok"
     assert get.status_code == 405  # the route is POST only
+    assert get.json() == {
+        "error": "method_not_allowed",
+        "reason": "Method Not Allowed",
+    }  # not {"detail": ...}
+    assert get.headers["allow"] == "POST"
 
 
 ORIGIN = "https://reviews.example"

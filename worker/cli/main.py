@@ -4,6 +4,7 @@ place where a failure becomes an exit code."""
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import logging
 import sys
 from collections.abc import Sequence
@@ -68,11 +69,20 @@ COMMAND_MODULES = (
 )
 
 
+def _version() -> str:
+    """The installed package's version (pyproject.toml), or "unknown" when it is run from a bare checkout."""
+    try:
+        return importlib.metadata.version("sentiment-worker")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line: each module in COMMAND_MODULES adds its sub-commands."""
     parser = argparse.ArgumentParser(
         prog="sentiment-worker", description="Label a Kafka stream of Chinese reviews with an ERNIE model."
     )
+    parser.add_argument("--version", action="version", version=f"sentiment-worker {_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module in COMMAND_MODULES:
         module.register(subparsers)

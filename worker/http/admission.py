@@ -147,7 +147,7 @@ class RequestAdmission:
                 RequestOutcome(
                     outputs=labelled.outputs,
                     queue_seconds=labelled.queued_seconds,
-                    inference_seconds=sum(batch.seconds for batch in batches),
+                    inference_seconds=labelled.labelling_seconds,
                     batch_texts=sum(batch.size for batch in batches),
                 )
             )

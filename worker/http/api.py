@@ -22,12 +22,13 @@ import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from fastapi import Depends, FastAPI
+from fastapi import Depends, FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPBearer
 from prometheus_client import CollectorRegistry
 from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from schemas.http_api import (
     ErrorResponse,
@@ -181,6 +182,9 @@ def error_response(status: int, error: str, reason: str, *, retry_after_s: int |
     return JSONResponse(ErrorResponse(error=error, reason=reason).model_dump(), status, headers=headers)
 
 
+_HTTP_ERRORS = {404: "not_found", 405: "method_not_allowed"}
+
+
 def build_app(api: ApiState) -> FastAPI:
     """The FastAPI app: the API, the page, metrics and probes; guarded as the settings say."""
     s = api.settings
@@ -191,6 +195,15 @@ def build_app(api: ApiState) -> FastAPI:
     )
     # Documents the bearer scheme in OpenAPI; ApiGuard enforces it before the body is read.
     security = [Depends(HTTPBearer(auto_error=False))] if s.api_token is not None else []
+
+    @app.exception_handler(StarletteHTTPException)
+    async def as_error_response(_request: Request, exc: StarletteHTTPException) -> Response:
+        """FastAPI's own refusals (404, 405) in the API's `{error, reason}` shape, not `{"detail": ...}`."""
+        error = _HTTP_ERRORS.get(exc.status_code, "http_error")
+        answer = error_response(exc.status_code, error, str(exc.detail))
+        for name, value in (exc.headers or {}).items():
+            answer.headers[name] = value  # e.g. 405's Allow
+        return answer
 
     @app.post(
         API_PATH,

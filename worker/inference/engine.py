@@ -65,6 +65,9 @@ class Labelled:
     """Measurements of the work these texts were labelled in (shared with the submissions taken with them)."""
     queued_seconds: float
     """From `submit` to the queue thread taking it."""
+    labelling_seconds: float = 0.0
+    """From the queue thread taking it to its labels (tokenizing and the model, wall time): at most the
+    time since `submit` less `queued_seconds`, however many lanes ran its batches side by side."""
 
 
 @dataclass
@@ -368,12 +371,12 @@ class Engine:
             except Exception:  # noqa: BLE001 - metrics must not lose labels
                 log.warning("recording a labelled group failed", exc_info=True)
         merged = _merge(group.per_text, group.outputs)
+        labelling_seconds = self._clock() - group.taken_at
         position = 0
         for submission in group.submissions:
             n = len(submission.texts)
-            labelled = Labelled(
-                merged[position : position + n], group.stats, group.taken_at - submission.accepted_at
-            )
+            queued = group.taken_at - submission.accepted_at
+            labelled = Labelled(merged[position : position + n], group.stats, queued, labelling_seconds)
             submission.future.set_result(labelled)
             position += n
         with self._cond:

@@ -63,14 +63,21 @@ HUB_DEFAULT_MAX_SEQ_LEN = 128
 TRAIN_HINT = "pass a local model directory, e.g. one made by `sentiment-worker train`"
 
 
-DERIVED_SUFFIXES = {"-int8": "make model", "-onnx": "make model", "-static": "make model-static"}
-"""Served forms `make` derives next to a shipped model directory (models/default-int8 from models/default)."""
+DERIVED_SUFFIXES = {
+    "-int8": {"default": "make model", "fast": "make fast-model-int8"},
+    "-onnx": {"default": "make model", "fast": "make fast-model-int8"},
+    "-static": {"default": "make model-static", "fast": "make fast-model-static"},
+}
+"""Served forms `make` derives next to a model directory (models/default-int8 from models/default), and the
+named targets of the shipped ones; any other directory D has the pattern rule `make D-int8/model.onnx`."""
 
 
 def _missing_hint(directory: Path) -> str:
-    for suffix, target in DERIVED_SUFFIXES.items():
+    for suffix, targets in DERIVED_SUFFIXES.items():
         source = directory.with_name(directory.name.removesuffix(suffix))
         if directory.name.endswith(suffix) and source.is_dir():
+            rule = "sentiment_model.json" if suffix == "-static" else "model.onnx"
+            target = targets.get(source.name, f"make {directory}/{rule}")
             return f"it is derived from {source}: run `{target}` (or `sentiment-worker export` / `quantize`)"
     return TRAIN_HINT
 

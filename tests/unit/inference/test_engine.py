@@ -416,3 +416,15 @@ def test_a_model_call_stuck_past_close_does_not_hold_the_process() -> None:
     assert lanes and all(t.daemon for t in lanes)  # the interpreter does not wait for them at exit
     assert not stuck.done()
     fake.gate.set()
+
+
+def test_labelling_seconds_is_wall_time_not_the_sum_of_batches_run_side_by_side() -> None:
+    """Issue 40: `timing.inference_ms` (then the batches' summed seconds) could exceed `total_ms`."""
+    fake = FakeSideBySideClassifier(2, delay_s=0.02)
+    with Engine(fake, EngineOptions(4, 4096)).start(warm_up=False) as engine:
+        started = time.perf_counter()
+        labelled = engine.submit(["字" * (1 + i % 30) for i in range(32)]).result(10)
+        elapsed = time.perf_counter() - started
+    summed = sum(batch.seconds for batch in labelled.stats.batches)
+    assert fake.most_at_once == 2 and summed > labelled.labelling_seconds  # side by side: the sum overstates
+    assert 0 < labelled.queued_seconds + labelled.labelling_seconds <= elapsed

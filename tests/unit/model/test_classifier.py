@@ -105,6 +105,24 @@ def test_missing_served_form_names_the_make_target_that_derives_it(tmp_path: Pat
     assert f"derived from {tmp_path / 'default'}: run `make model`" in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("source", "form", "target"),
+    [
+        ("fast", "fast-int8", "make fast-model-int8"),  # issue 40: it suggested `make model`
+        ("fast", "fast-static", "make fast-model-static"),
+        ("default", "default-static", "make model-static"),
+        ("mine", "mine-int8", "make {tmp}/mine-int8/model.onnx"),
+    ],
+)
+def test_each_missing_served_form_names_its_own_make_target(
+    tmp_path: Path, source: str, form: str, target: str
+) -> None:
+    (tmp_path / source).mkdir()
+    with pytest.raises(ModelLoadError) as info:
+        load_classifier(str(tmp_path / form), choose_device("cpu"))
+    assert f"run `{target.format(tmp=tmp_path)}`" in str(info.value)
+
+
 def test_incomplete_directory_names_missing_files(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text("{}", encoding="utf-8")
     with pytest.raises(ModelLoadError) as info:
