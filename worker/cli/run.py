@@ -58,6 +58,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                 "results": summary.results,
                 "dead_letters": summary.dead_letters,
                 "dead_letters_by_kind": summary.dead_letters_by_kind,
+                # consumed = results + dead letters + handed back (to the group, uncommitted) + unacknowledged
+                "handed_back": summary.handed_back,
+                "unacknowledged_at_stop": summary.unacknowledged_at_stop,
                 "seconds": round(summary.seconds, 2),
                 "labelling_seconds": round(summary.labelling_seconds, 2),
                 "messages_per_second": round(summary.messages_per_second, 1),

@@ -35,6 +35,13 @@ class RunSummary:
         return self.results + self.dead_letters
 
     @property
+    def handed_back(self) -> int:
+        """Inputs consumed here but finished elsewhere: their partition went to another member mid-run
+        (revoked or lost) or was read again after an aborted transaction. Not lost: uncommitted, so their
+        partition's next reader labels them."""
+        return max(0, self.consumed - self.done - self.unacknowledged_at_stop)
+
+    @property
     def labelling_seconds(self) -> float:
         """From the first message consumed to the last output acknowledged: the labelling time, without
         start-up (model load, warm-up, joining the group) or the idle wait before a stop."""

@@ -83,3 +83,10 @@ def test_stop_request_is_an_event() -> None:
     run = RunTracker(FakeClock())
     run.request_stop()
     assert run.stop_requested
+
+
+def test_the_summary_says_what_went_back_to_the_group_so_it_does_not_read_like_loss() -> None:
+    """Issue 40: after a rebalance `consumed 1280, results 1025` said nothing of the 255 others."""
+    summary = RunSummary(consumed=1280, results=1020, dead_letters=5, unacknowledged_at_stop=3)
+    assert summary.handed_back == 252  # consumed = done + handed back + unacknowledged at stop
+    assert RunSummary(consumed=10, results=10).handed_back == 0
