@@ -124,6 +124,7 @@ class SentimentWorker:
         self._gauges_due = False  # refresh the gauges on the next loop turn (a new assignment)
         self._next_metrics_at = 0.0  # when the loop refreshes the gauges and checks the broker next
         self._next_broker_check_at = 0.0
+        self._progress_mark = (0, clock())  # inputs done and when, at the last progress line
 
     # ----- public -----
     @property
@@ -321,6 +322,22 @@ class SentimentWorker:
         if now >= self._next_broker_check_at:
             self._check_broker()
             self._next_broker_check_at = now + _BROKER_CHECK_EVERY_S
+            self._say_progress(now)
+
+    def _say_progress(self, now: float) -> None:
+        """Every `_BROKER_CHECK_EVERY_S` while inputs get done: how many, and the rate since the last line."""
+        summary, (done_before, at_before) = self._run.summary, self._progress_mark
+        if summary.done > done_before:
+            rate = (summary.done - done_before) / max(1e-9, now - at_before)
+            log.info(
+                "labelled %d (%d results, %d dead letters): %.0f msg/s over the last %.0f s",
+                summary.done,
+                summary.results,
+                summary.dead_letters,
+                rate,
+                now - at_before,
+            )
+        self._progress_mark = (summary.done, now)
 
     def _idle(self, *, consumed: int) -> bool:
         """Nothing consumed this turn and nothing in the window, the engine or the producer."""

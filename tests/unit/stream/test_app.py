@@ -253,3 +253,20 @@ def test_a_partition_whose_outputs_are_never_acknowledged_fails_readiness_naming
     assert not ready and list(checks["stuck_partitions"]) == [f"{TOPIC}[1]"]  # type: ignore[call-overload]
     stalled = publisher.stalled_when_stopped
     assert stalled["0"] == 0 and (stalled["1"] or 0) > 0.2
+
+
+def test_a_draining_worker_says_its_progress(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 40: nothing showed progress while a backlog drained."""
+    monkeypatch.setattr("worker.stream.app._BROKER_CHECK_EVERY_S", 0.0)  # a line every turn with news
+    log = review_log(partitions=1, per_partition=40)
+    clients, _ = fake_clients(TOPIC, log, FakePublisher())
+    with caplog.at_level("INFO", logger="worker.stream.app"):
+        SentimentWorker(settings(), FakeLengthClassifier(), MODEL, clients=clients).run(
+            max_messages=40, idle_exit_s=5
+        )
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("labelled ")]
+    assert lines and "msg/s over the last" in lines[-1]
+    counts = [int(line.split()[1]) for line in lines]
+    assert counts == sorted(counts) and counts[-1] <= 40  # growing, never past what was done
