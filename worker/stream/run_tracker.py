@@ -49,10 +49,20 @@ class RunSummary:
             return 0.0
         return max(0.0, self.last_acknowledged_at - self.first_consumed_at)
 
+    busy_seconds: float = 0.0
+    """Loop turns that had work (something consumed, or in the window, the engine or the producer), summed:
+    the labelling time without the idle spells of a trickle."""
+
     @property
     def messages_per_second(self) -> float:
-        """Outputs (results + dead letters) per second of labelling time."""
-        return self.done / self.labelling_seconds if self.labelling_seconds > 0 else 0.0
+        """Outputs (results + dead letters) per busy second (the labelling time when nothing was measured
+        busy): a topic that trickles is not made to look slow by its quiet spells."""
+        seconds = (
+            min(self.busy_seconds, self.labelling_seconds)
+            if self.busy_seconds > 0
+            else self.labelling_seconds
+        )
+        return self.done / seconds if seconds > 0 else 0.0
 
 
 class RunTracker:
@@ -71,12 +81,13 @@ class RunTracker:
         self._max_messages: int | None = None
         self._idle_exit_s: float | None = None
         self._last_activity_at = clock()
+        self._last_turn_at = clock()
 
     def start(self, *, max_messages: int | None = None, idle_exit_s: float | None = None) -> None:
         """Sets the run's bounds (None: no bound) and starts its idle timer."""
         self._max_messages = max_messages
         self._idle_exit_s = idle_exit_s
-        self._last_activity_at = self._clock()
+        self._last_activity_at = self._last_turn_at = self._clock()
 
     def request_stop(self) -> None:
         """Asks the loop to stop; safe from a signal handler (it only sets an event)."""
@@ -122,6 +133,10 @@ class RunTracker:
     def stop_reason(self, *, idle: bool) -> str | None:
         """Why the run stops after this loop turn, or None. `idle`: nothing consumed this turn and nothing
         in the pipeline (window, inference, unacknowledged outputs)."""
+        now = self._clock()
+        if not idle:
+            self.summary.busy_seconds += now - self._last_turn_at
+        self._last_turn_at = now
         done = self.summary.done
         if self._max_messages is not None and done >= self._max_messages:
             return f"processed {done} messages (--max-messages)"

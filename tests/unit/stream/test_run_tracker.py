@@ -90,3 +90,21 @@ def test_the_summary_says_what_went_back_to_the_group_so_it_does_not_read_like_l
     summary = RunSummary(consumed=1280, results=1020, dead_letters=5, unacknowledged_at_stop=3)
     assert summary.handed_back == 252  # consumed = done + handed back + unacknowledged at stop
     assert RunSummary(consumed=10, results=10).handed_back == 0
+
+
+def test_the_rate_leaves_out_the_quiet_spells_of_a_trickle() -> None:
+    """Issue 40: `messages_per_second` counted idle time."""
+    clock = FakeClock()
+    run = RunTracker(clock)
+    run.start()
+    run.summary.first_consumed_at = clock.now
+    for idle, seconds in [(False, 1.0)] * 5 + [(True, 1.0)] * 100 + [(False, 1.0)] * 5:
+        clock.now += seconds
+        if not idle:
+            for _ in range(10):
+                run.finished("result")
+            run.summary.last_acknowledged_at = clock.now
+        run.stop_reason(idle=idle)
+    summary = run.summary
+    assert summary.labelling_seconds == 110.0 and summary.busy_seconds == 10.0
+    assert summary.messages_per_second == 10.0  # 100 done in 10 busy seconds, not 100 / 110
