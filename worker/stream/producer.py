@@ -19,6 +19,7 @@ log = logging.getLogger(__name__)
 
 _KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 _REFUSED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED})
+_ABORT_SERVE_S = 5.0  # longest an abort waits for the transaction's delivery reports to be served
 _COMMIT_STEP_S = 1.0  # a longer commit is resumed (librdkafka allows it after a timeout)
 # A record batch of one record: batch header + record framing, generously.
 _RECORD_OVERHEAD_BYTES = 512
@@ -238,12 +239,13 @@ class ResultPublisher:
 
     def _abort(self, error: KafkaError, first: int, timeout_s: float) -> AbortedTransaction:
         # librdkafka's abort waits for the delivery reports of the transaction's records to be served, and
-        # confluent-kafka does not serve them meanwhile: purge what is left and serve them first (else the
-        # abort times out, a non-abortable error). Those refused as too large are named before the
-        # deliveries of the aborted transaction are forgotten.
+        # confluent-kafka does not serve them meanwhile: serve them first (else the abort times out, a
+        # non-abortable error). Not purged: dropping records in flight leaves a gap in the idempotent
+        # producer's sequence numbers, which aborts the next transaction too. Those refused as too large are
+        # named before the deliveries of the aborted transaction are forgotten.
         deadline = time.monotonic() + timeout_s
-        self._producer.purge()
-        while len(self._producer) and time.monotonic() < deadline:
+        serve_until = min(deadline, time.monotonic() + _ABORT_SERVE_S)
+        while len(self._producer) and time.monotonic() < serve_until:
             self._producer.poll(0.05)
         self._producer.abort_transaction(max(1.0, deadline - time.monotonic()))
         too_large = tuple(d.record for d in self._deliveries[first:] if _too_large(d))
