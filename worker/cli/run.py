@@ -63,6 +63,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 "unacknowledged_at_stop": summary.unacknowledged_at_stop,
                 "seconds": round(summary.seconds, 2),
                 "labelling_seconds": round(summary.labelling_seconds, 2),
+                "busy_seconds": round(summary.busy_seconds, 4),
                 "messages_per_second": round(summary.messages_per_second, 1),
             },
             ensure_ascii=False,
