@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from worker.model.char_table import CharTable
+
 log = logging.getLogger(__name__)
 
 TokenizerKind = Literal["fast", "slow", "auto"]
@@ -128,6 +130,7 @@ class FastErnieTokenizer:
         # Special tokens written in the text stay whole and un-normalized, as ErnieTokenizer's trie split.
         tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special_tokens])
         self._tokenizer = tokenizer
+        self._table = self._build_table()
 
     @classmethod
     def from_file(cls, path: Path) -> FastErnieTokenizer:
@@ -141,7 +144,21 @@ class FastErnieTokenizer:
             raise ValueError(f"{path} is not a tokenizer file: {exc}") from exc
         fast = cls.__new__(cls)
         fast._tokenizer = tokenizer
+        fast._table = fast._build_table()
         return fast
+
+    def _build_table(self) -> CharTable | None:
+        """The character table standing in for the pipeline on most texts (see worker.model.char_table)."""
+        tokenizer = self._tokenizer
+        special = [t.content for t in tokenizer.get_added_tokens_decoder().values() if t.special]
+        return CharTable.build(
+            self._encode_pipeline,
+            tokenizer.get_vocab(),
+            unk_token=tokenizer.model.unk_token,
+            special_tokens=special,
+            cjk_ranges=_CJK_RANGES,
+            is_isolated=_is_isolated,
+        )
 
     def save(self, path: Path) -> None:
         """Writes this tokenizer's whole pipeline (vocabulary, normalizer, splits, special tokens) as JSON."""
@@ -159,6 +176,12 @@ class FastErnieTokenizer:
         )
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        if self._table is None:
+            return self._encode_pipeline(texts)
+        return self._table.encode_batch(texts)
+
+    def _encode_pipeline(self, texts: Sequence[str]) -> list[list[int]]:
+        """The tokenizer's whole pipeline (the general path)."""
         # encode_batch_fast (tokenizers ≥ 0.20) skips the character offsets, which only ids don't need.
         encode = getattr(self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch)
         return [list(e.ids) for e in encode(list(texts), add_special_tokens=False)]
@@ -177,6 +200,16 @@ class _CharClasses:
 def _is_punctuation(cp: int, category: str) -> bool:
     ascii_punct = 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126
     return ascii_punct or category.startswith("P")
+
+
+def _is_isolated(cp: int, category: str) -> bool:
+    """A character the basic tokenizer makes a word of its own: punctuation, symbol or CJK ideograph."""
+    return (
+        _is_punctuation(cp, category)
+        or category.startswith("S")
+        or cp in _EXTRA_SYMBOLS
+        or any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
+    )
 
 
 @functools.lru_cache(maxsize=1)
@@ -199,12 +232,7 @@ def _char_classes() -> _CharClasses:
             continue
         if cat == "Mn":
             marks.append(cp)
-        if (
-            _is_punctuation(cp, cat)
-            or cat.startswith("S")
-            or cp in _EXTRA_SYMBOLS
-            or any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
-        ):
+        if _is_isolated(cp, cat):
             isolated.append(cp)
     return _CharClasses(
         _regex_class(removed), _regex_class(whitespace), _regex_class(marks), _regex_class(isolated)
