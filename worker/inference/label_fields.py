@@ -34,12 +34,11 @@ def label_fields(probabilities: np.ndarray | Sequence[float], labels: Sequence[s
     )
     if len(values) != len(labels):
         raise ValueError(f"{len(values)} probabilities for {len(labels)} labels")
-    label_id = max(range(len(values)), key=values.__getitem__)  # the first of tied maxima, as np.argmax
+    label_id = values.index(max(values))  # the first of tied maxima, as np.argmax
+    rounded = [round(p, PROBABILITY_DIGITS) for p in values]
     return {
         "label": labels[label_id],
         "label_id": label_id,
-        "confidence": round(values[label_id], PROBABILITY_DIGITS),
-        "probabilities": {
-            label: round(p, PROBABILITY_DIGITS) for label, p in zip(labels, values, strict=True)
-        },
+        "confidence": rounded[label_id],
+        "probabilities": dict(zip(labels, rounded, strict=True)),
     }

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from json.encoder import encode_basestring  # type: ignore[attr-defined]
+from typing import Any
 
 import numpy as np
 from confluent_kafka import KafkaError
 
 from schemas.dead_letter import HEADER_PREFIX, MAX_REASON_CHARS, DeadLetterKind, build_dead_letter_headers
-from schemas.sentiment_result import ModelRef, SentimentResult, SourceRef
-from worker.inference.label_fields import label_fields
+from schemas.sentiment_result import ModelRef
+from worker.inference.label_fields import LabelFields, label_fields
 from worker.stream.decode import DecodedReview
 from worker.stream.producer import OutboundRecord, SourcePosition, record_size
 
@@ -36,41 +39,79 @@ class InputMessage:
         return f"{p.topic}/{p.partition}/{p.offset}"
 
 
-def result_record(
-    message: InputMessage,
-    review: DecodedReview,
-    probabilities: np.ndarray,
-    *,
-    labels: list[str],
-    model: ModelRef,
-    topic: str,
-    partition: int | None,
-    now: float,
-) -> OutboundRecord:
-    """The result record of one review; its key is the input key. `now` is time.monotonic()."""
-    src = message.position
-    result = SentimentResult(
-        id=review.id,
-        **label_fields(probabilities, labels),
-        model=model,
-        source=SourceRef(
-            topic=src.topic, partition=src.partition, offset=src.offset, timestamp_ms=src.timestamp_ms
-        ),
-        processing_time_ms=round(max(0.0, now - message.consumed_at) * 1000.0, 3),
-        processed_at_ms=int(time.time() * 1000),
-        metadata=review.metadata,
-    )
-    return OutboundRecord(
-        topic=topic,
-        value=result.model_dump_json().encode("utf-8"),
-        key=message.key,
-        partition=partition,
-        headers=None,
-        source=src,
-        kind="result",
-        label=result.label,
-        confidence=result.confidence,
-    )
+_to_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
+class ResultWriter:
+    """Writes `SentimentResult` JSON values directly (their fields in the schema's order): the fields are
+    correct by construction, so no record is validated again on the poll thread; the tests check what this
+    writes against the schema's model. What every result of a worker shares is encoded once."""
+
+    def __init__(self, labels: list[str], model: ModelRef) -> None:
+        self._labels = labels
+        self._label_keys = [encode_basestring(label) + ":" for label in labels]
+        self._model_json = model.model_dump_json()
+        self._topics: dict[str, str] = {}
+
+    def value(
+        self,
+        review_id: str,
+        probabilities: np.ndarray,
+        source: SourcePosition,
+        processing_time_ms: float,
+        processed_at_ms: int,
+        metadata: dict[str, Any],
+    ) -> tuple[bytes, LabelFields]:
+        """One result's JSON value, and its label fields."""
+        fields = label_fields(probabilities, self._labels)
+        topic = self._topics.get(source.topic)
+        if topic is None:
+            topic = self._topics[source.topic] = encode_basestring(source.topic)
+        probabilities_json = ",".join(
+            [key + repr(p) for key, p in zip(self._label_keys, fields["probabilities"].values(), strict=True)]
+        )
+        timestamp_ms = "null" if source.timestamp_ms is None else source.timestamp_ms
+        value = (
+            f'{{"schema_name":"sentiment-result","schema_version":1,"id":{encode_basestring(review_id)},'
+            f'"label":{encode_basestring(fields["label"])},"label_id":{fields["label_id"]},'
+            f'"confidence":{fields["confidence"]!r},"probabilities":{{{probabilities_json}}},'
+            f'"model":{self._model_json},"source":{{"topic":{topic},"partition":{source.partition},'
+            f'"offset":{source.offset},"timestamp_ms":{timestamp_ms}}},'
+            f'"processing_time_ms":{processing_time_ms!r},"processed_at_ms":{processed_at_ms},'
+            f'"metadata":{_to_json(metadata) if metadata else "{}"}}}'
+        )
+        return value.encode("utf-8"), fields
+
+    def record(
+        self,
+        message: InputMessage,
+        review: DecodedReview,
+        probabilities: np.ndarray,
+        *,
+        topic: str,
+        partition: int | None,
+        now: float,
+    ) -> OutboundRecord:
+        """The result record of one review; its key is the input key. `now` is time.monotonic()."""
+        value, fields = self.value(
+            review.id,
+            probabilities,
+            message.position,
+            round(max(0.0, now - message.consumed_at) * 1000.0, 3),
+            int(time.time() * 1000),
+            review.metadata,
+        )
+        return OutboundRecord(
+            topic=topic,
+            value=value,
+            key=message.key,
+            partition=partition,
+            headers=None,
+            source=message.position,
+            kind="result",
+            label=fields["label"],
+            confidence=fields["confidence"],
+        )
 
 
 def dead_letter_record(
@@ -134,8 +175,7 @@ class OutboundRecords:
         max_message_bytes: dict[str, int],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._labels = labels
-        self._model = model
+        self._results = ResultWriter(labels, model)
         self._output_topic = output_topic
         self._dlq_topic = dlq_topic
         self._worker_id = worker_id
@@ -148,12 +188,10 @@ class OutboundRecords:
     def result(
         self, item: InputMessage, review: DecodedReview, probs: np.ndarray, now: float
     ) -> OutboundRecord:
-        return result_record(
+        return self._results.record(
             item,
             review,
             probs,
-            labels=self._labels,
-            model=self._model,
             topic=self._output_topic,
             partition=self.partition(self._output_topic, item.position.partition),
             now=now,

@@ -221,3 +221,38 @@ def test_a_dead_letter_keeps_the_input_s_headers_and_replaces_forged_worker_head
     assert dead.headers[:2] == [("trace-id", b"t1"), ("empty", None)]
     assert [value for name, value in dead.headers if name == "sentiment.error.kind"] == [b"invalid_json"]
     assert parse_dead_letter_headers(dead.headers).kind is DeadLetterKind.INVALID_JSON
+
+
+@pytest.mark.parametrize(
+    ("review_id", "probabilities", "timestamp_ms", "metadata"),
+    [
+        ("r-1", [0.25, 0.75], 1_700_000_000_000, {}),
+        ('带"引号"\\和\n换行的 id 👍', [1.0, 0.0], None, {"shop": "川味小馆", "stars": 5, "price": 12.5}),
+        ("tiny", [0.9999996, 3.6e-7], 0, {"nested": {"a": [1, 2.0, None, True, "\u2028"]}, "big": 2**70}),
+        ("tie", [0.5, 0.5], 42, {"e": 1e-7, "u": "\x00\x1f"}),
+    ],
+)
+def test_a_result_value_is_exactly_what_the_result_schema_model_writes(
+    review_id: str, probabilities: list[float], timestamp_ms: int | None, metadata: dict[str, object]
+) -> None:
+    from schemas.sentiment_result import SentimentResult, SourceRef
+    from worker.stream.records import ResultWriter
+
+    model = ModelRef(name="ernie-3.0-mini-zh-sentiment", version="abc@1")
+    source = SourcePosition("reviews", 3, 1234, timestamp_ms)
+    writer = ResultWriter(["negative", "positive"], model)
+    value, fields = writer.value(
+        review_id, np.array(probabilities), source, 12.345, 1_700_000_000_100, metadata
+    )
+    expected = SentimentResult(
+        id=review_id,
+        **fields,
+        model=model,
+        source=SourceRef(topic="reviews", partition=3, offset=1234, timestamp_ms=timestamp_ms),
+        processing_time_ms=12.345,
+        processed_at_ms=1_700_000_000_100,
+        metadata=metadata,
+    )
+    assert json.loads(value) == json.loads(expected.model_dump_json())
+    assert list(json.loads(value)) == list(json.loads(expected.model_dump_json()))  # the schema's field order
+    assert SentimentResult.model_validate_json(value) == expected
