@@ -6,6 +6,7 @@ cardinality (topic, partition, kind, label, model version). Tests build their ow
 
 from __future__ import annotations
 
+import bisect
 import math
 import sys
 import threading
@@ -79,6 +80,17 @@ class WorkerMetrics:
         self.prediction_confidence.observe(confidence)
         if confidence < self.low_confidence:
             self.low_confidence_predictions.labels(model_version).inc()
+
+    def observe_predictions(
+        self, counts: dict[str, int], confidences: list[float], model_version: str
+    ) -> None:
+        """Many results at once (the deliveries of one turn): per label how many, and their confidences."""
+        for label, count in counts.items():
+            self.predictions.labels(label, model_version).inc(count)
+        observe_all(self.prediction_confidence, confidences)
+        low = sum(1 for confidence in confidences if confidence < self.low_confidence)
+        if low:
+            self.low_confidence_predictions.labels(model_version).inc(low)
 
     def observe_window(self, stats: WindowStats, token_budget: int) -> None:
         """Records one labelled window: its batches, tokenization time, padding and OOM splits."""
@@ -308,6 +320,22 @@ def create_metrics(
         DrainTimeCollector(metrics.consumer_lag_messages, [metrics.results_published, metrics.dead_letters])
     )
     return metrics
+
+
+def observe_all(histogram: Histogram, values: list[float]) -> None:
+    """`histogram.observe(v)` for every value, in one update per bucket: the same series, counts and sum,
+    without a lock taken and the buckets walked per value (two per result on the poll thread)."""
+    if not values:
+        return
+    histogram._raise_if_not_observable()
+    bounds = histogram._upper_bounds
+    per_bucket = [0] * len(bounds)
+    for value in values:
+        per_bucket[bisect.bisect_left(bounds, value)] += 1  # the first bound >= value, as observe picks
+    histogram._sum.inc(math.fsum(values))
+    for bucket, count in zip(histogram._buckets, per_bucket, strict=True):
+        if count:
+            bucket.inc(count)
 
 
 def _total(metric: Counter | Gauge) -> float:

@@ -267,8 +267,7 @@ class SentimentWorker:
             self._submit_due_window()
             # Step 4. Consume as much as there is room for, or wait for the engine (backpressure).
             messages = self._consume_or_wait()
-            for message in messages:
-                self._accept(message)
+            self._accept_all(messages)
             # Step 5. Delivery reports in; what they made committable stored (or committed).
             self._settle()
             # Step 6. Lag gauges and the broker check, when due.
@@ -370,27 +369,33 @@ class SentimentWorker:
         committer.raise_for_error()
 
     # ----- per message and per window -----
-    def _accept(self, message: Message) -> None:
-        err = message.error()
-        if err is not None:
-            if is_authorization_error(err):  # a missing ACL: retrying would only log it forever
-                raise consume_refusal(self._settings, err)
-            if handle_consume_error(err, self._settings.input_topic):  # True: brokers unreachable
-                self._health.broker_reachable = False
-            return
-        topic, partition, offset = message.topic(), message.partition(), message.offset()
-        assert topic is not None and partition is not None and offset is not None  # data messages have them
-        ts_type, ts = message.timestamp()
-        position = SourcePosition(topic, partition, offset, ts if ts_type and ts >= 0 else None)
-        value = message.value()
-        epoch = self._book.consumed((topic, partition), offset, position.timestamp_ms)
-        self._window.add(
-            InputMessage(position, message.key(), value, self._clock(), epoch, _headers_of(message)),
-            len(value or b""),
-        )
-        self._run.consumed()
-        self._metrics.messages_consumed.labels(topic).inc()
-        self._health.broker_reachable = True
+    def _accept_all(self, messages: list[Message]) -> None:
+        """Takes one consume call's messages into the window (data), or handles them (errors); the counts
+        and metrics once for all of them."""
+        now = self._clock()
+        book, window = self._book, self._window
+        consumed: dict[str, int] = {}
+        for message in messages:
+            err = message.error()
+            if err is not None:
+                if is_authorization_error(err):  # a missing ACL: retrying would only log it forever
+                    raise consume_refusal(self._settings, err)
+                if handle_consume_error(err, self._settings.input_topic):  # True: brokers unreachable
+                    self._health.broker_reachable = False
+                continue
+            topic, partition, offset = message.topic(), message.partition(), message.offset()
+            assert topic is not None and partition is not None and offset is not None  # data messages do
+            ts_type, ts = message.timestamp()
+            position = SourcePosition(topic, partition, offset, ts if ts_type and ts >= 0 else None)
+            value = message.value()
+            epoch = book.consumed((topic, partition), offset, position.timestamp_ms)
+            item = InputMessage(position, message.key(), value, now, epoch, _headers_of(message))
+            window.add(item, len(value or b""))
+            consumed[topic] = consumed.get(topic, 0) + 1
+            self._health.broker_reachable = True
+        for topic, count in consumed.items():
+            self._run.consumed(count)
+            self._metrics.messages_consumed.labels(topic).inc(count)
 
     def _submit_window(self) -> None:
         """The window's messages decoded here, their valid reviews submitted to the engine."""

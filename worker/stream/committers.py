@@ -28,7 +28,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from worker.config import WorkerSettings
 from worker.errors import OperationError
-from worker.metrics import WorkerMetrics
+from worker.metrics import WorkerMetrics, observe_all
 from worker.stream import kafka_clients
 from worker.stream.authorization import is_authorization_error, publish_refusal
 from worker.stream.consumer import ReviewConsumer
@@ -165,8 +165,16 @@ class Committer(ABC):
         are counted; a record refused as too large is replaced by its stand-in (acked when delivered); any
         other failure is kept for `raise_for_error` (never acked: its offset and everything after it in the
         partition stay uncommitted)."""
+        deliveries = self._publisher.take_deliveries()
+        if not deliveries:
+            return
         now_ms = time.time() * 1000.0
-        for delivery in self._publisher.take_deliveries():
+        done: dict[str, int] = {}  # per kind ("result" or a dead-letter kind)
+        results: dict[str, int] = {}  # per topic
+        labels: dict[str, int] = {}
+        confidences: list[float] = []
+        latencies: list[float] = []
+        for delivery in deliveries:
             record, src = delivery.record, delivery.record.source
             if delivery.error is not None:
                 stand_in = self._records.replacement(record, delivery.error)
@@ -178,17 +186,23 @@ class Committer(ABC):
                     self._first_failure = delivery
                 continue
             self._book.acknowledged((src.topic, src.partition), src.offset, src.timestamp_ms)
-            self._run.finished(record.kind)
+            done[record.kind] = done.get(record.kind, 0) + 1
             if record.kind == "result":
-                self._metrics.results_published.labels(record.topic).inc()
+                results[record.topic] = results.get(record.topic, 0) + 1
                 if record.label is not None and record.confidence is not None:
-                    self._metrics.observe_prediction(record.label, record.confidence, self._model_version)
-            else:
-                self._metrics.dead_letters.labels(record.kind).inc()
+                    labels[record.label] = labels.get(record.label, 0) + 1
+                    confidences.append(record.confidence)
             if src.timestamp_ms is not None:
-                self._metrics.end_to_end_latency_seconds.observe(
-                    max(0.0, (now_ms - src.timestamp_ms) / 1000.0)
-                )
+                latencies.append(max(0.0, (now_ms - src.timestamp_ms) / 1000.0))
+        # The metrics and the run's counts once per turn, not once per record.
+        for kind, count in done.items():
+            self._run.finished(kind, count)
+            if kind != "result":
+                self._metrics.dead_letters.labels(kind).inc(count)
+        for topic, count in results.items():
+            self._metrics.results_published.labels(topic).inc(count)
+        self._metrics.observe_predictions(labels, confidences, self._model_version)
+        observe_all(self._metrics.end_to_end_latency_seconds, latencies)
 
     @abstractmethod
     def revoked(self, partitions: list[PartitionKey]) -> str:

@@ -101,21 +101,21 @@ class RunTracker:
         """Input arrived or partitions were assigned: the idle timer (`idle_exit_s`) starts again."""
         self._last_activity_at = self._clock()
 
-    def consumed(self) -> None:
-        """One input consumed."""
-        self.summary.consumed += 1
+    def consumed(self, count: int = 1) -> None:
+        """`count` inputs consumed."""
+        self.summary.consumed += count
         if self.summary.first_consumed_at is None:
             self.summary.first_consumed_at = self._clock()
 
-    def finished(self, kind: str) -> None:
-        """One input done: its output of `kind` ("result" or a dead-letter kind) was acknowledged."""
+    def finished(self, kind: str, count: int = 1) -> None:
+        """`count` inputs done: their outputs of `kind` ("result" or a dead-letter kind) were acknowledged."""
         summary = self.summary
         summary.last_acknowledged_at = self._clock()
         if kind == "result":
-            summary.results += 1
+            summary.results += count
         else:
-            summary.dead_letters += 1
-            summary.dead_letters_by_kind[kind] = summary.dead_letters_by_kind.get(kind, 0) + 1
+            summary.dead_letters += count
+            summary.dead_letters_by_kind[kind] = summary.dead_letters_by_kind.get(kind, 0) + count
 
     def room(self, in_progress: int) -> int | None:
         """How many more inputs the run may take (None: unbounded), with `in_progress` inputs consumed,
