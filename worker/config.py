@@ -135,7 +135,8 @@ class WorkerSettings(BaseSettings):
         4096,
         ge=16,
         description="Most padded tokens (batch size x longest sequence) in one inference batch. On a GPU, "
-        "unless set, calibrated to the device memory budget at start-up (as auto).",
+        "unless set, calibrated to the device memory budget at start-up (as auto), or 65536 for a "
+        "backend whose device memory is not measured (onnx).",
     )
     max_window_messages: int = Field(
         256,

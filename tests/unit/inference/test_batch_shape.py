@@ -19,7 +19,7 @@ from worker.inference.batch_plan import plan_batches
 from worker.inference.batch_shape import TextLengths, WindowShape, batch_size_cap
 from worker.inference.consume_window import ConsumeWindow
 from worker.inference.engine import Engine, EngineOptions
-from worker.inference.token_budget import choose_token_budget
+from worker.inference.token_budget import BudgetChoice, choose_token_budget
 from worker.inference.tuning import MIB
 from worker.model.device import DeviceChoice
 
@@ -37,6 +37,7 @@ class FakeDeviceClassifier:
     parallel_calls = 1
     name = "fake-model"
     version = "v1"
+    backend = "dynamic"  # a Paddle backend: the real GPU memory probe would see its memory
     max_seq_len = 128
 
     def __init__(self, device: DeviceChoice, *, oom_over_tokens: int | None = None) -> None:
@@ -129,6 +130,14 @@ def test_on_a_gpu_a_token_budget_that_is_set_is_used_as_it_is(tmp_path: Path) ->
     turned_off = gpu_settings(tmp_path, max_batch_tokens_auto=False)
     assert choose_token_budget(turned_off, fake, memory_probe=probe).max_batch_tokens == 4096
     assert probe.calls == 0
+
+
+def test_on_a_gpu_an_onnx_model_whose_memory_is_not_measured_gets_a_gpu_sized_default(tmp_path: Path) -> None:
+    onnx = FakeDeviceClassifier(GPU)
+    onnx.backend = "onnx"  # ONNX Runtime allocates device memory Paddle's probe does not see
+    choice = choose_token_budget(gpu_settings(tmp_path), onnx)
+    assert choice == BudgetChoice(65_536, "GPU default (onnx backend)")
+    assert not list(tmp_path.iterdir())  # nothing calibrated
 
 
 def test_on_cpu_the_measured_plan_is_unchanged(tmp_path: Path) -> None:
