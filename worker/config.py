@@ -125,12 +125,25 @@ class WorkerSettings(BaseSettings):
     )
 
     # --- batching ---
-    max_batch_size: int = Field(32, ge=1, description="Most reviews in one inference batch.")
+    max_batch_size: int = Field(
+        32,
+        ge=1,
+        description="Most reviews in one inference batch. On a GPU only when set (or with use_tensorrt, "
+        "whose engine takes batches up to it): there max_batch_tokens alone bounds a batch.",
+    )
     max_batch_tokens: int = Field(
-        4096, ge=16, description="Most padded tokens (batch size x longest sequence) in one inference batch."
+        4096,
+        ge=16,
+        description="Most padded tokens (batch size x longest sequence) in one inference batch. On a GPU, "
+        "unless set, calibrated to the device memory budget at start-up (as auto), or 65536 for a "
+        "backend whose device memory is not measured (onnx).",
     )
     max_window_messages: int = Field(
-        256, ge=1, description="Most messages gathered before a window is labelled and published."
+        256,
+        ge=1,
+        description="Most messages gathered before a window is labelled and published. On a GPU, unless "
+        "set, a window grows to fill one batch of max_batch_tokens at the mean review length (at least "
+        "this many).",
     )
     max_wait_ms: int = Field(
         50, ge=0, description="Longest a window waits for more messages, timed from its first message."

@@ -4,7 +4,8 @@
 Modules: `engine` (one queue, token-budget batches on the model lanes, per-item failures), `in_order` (items
 submitted and collected in submission order, bounded), `labelling` (what the engine labels with: the
 classifier, one batch split on failure, the measurements), `batch_plan` (token-budget, length-grouped
-batches), `consume_window` (when a window of items is due), `label_fields` (a text's label, confidence and
+batches), `batch_shape` (how batches and windows are bounded on the device: by tokens on a GPU),
+`consume_window` (when a window of items is due), `label_fields` (a text's label, confidence and
 probabilities, as every result carries them), `token_budget` (the one choice of the budget) and `tuning/`
 (its calibration).
 """

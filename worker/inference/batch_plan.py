@@ -14,15 +14,16 @@ from collections.abc import Sequence
 def plan_batches(
     token_counts: Sequence[int],
     *,
-    max_batch_size: int,
+    max_batch_size: int | None,
     max_batch_tokens: int,
     call_overhead_tokens: int | None = None,
 ) -> list[list[int]]:
     """Group item indices into inference batches.
 
     Items are sorted by token count (stable, so equal lengths keep input order) and cut into consecutive
-    batches of at most `max_batch_size` items and at most `max_batch_tokens` padded tokens
-    (`len(batch) * max(token_count in batch)`, what the model actually computes on). An item that alone
+    batches of at most `max_batch_size` items (None: no count cap, as on a GPU) and at most
+    `max_batch_tokens` padded tokens (`len(batch) * max(token_count in batch)`, what the model actually
+    computes on). An item that alone
     exceeds `max_batch_tokens` gets a batch of its own; the caller decides what to do with it (truncate,
     chunk, or dead-letter). Every index appears exactly once. Batches come out shortest first; the caller
     restores window input order when it publishes results.
@@ -34,7 +35,7 @@ def plan_batches(
     calls are cheap gets more, tighter batches from a small window instead of a few padded to their
     longest review.
     """
-    if max_batch_size < 1:
+    if max_batch_size is not None and max_batch_size < 1:
         raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
     if max_batch_tokens < 1:
         raise ValueError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
@@ -44,9 +45,10 @@ def plan_batches(
         if n_tokens < 0:
             raise ValueError(f"token count must be >= 0, got {n_tokens} at index {index}")
     order = sorted(range(len(token_counts)), key=token_counts.__getitem__)
+    most = len(order) if max_batch_size is None else max_batch_size  # the token bound alone: no count cap
     if call_overhead_tokens is None:
-        return _pack_greedily(order, token_counts, max_batch_size, max_batch_tokens)
-    return _cut_cheapest(order, token_counts, max_batch_size, max_batch_tokens, call_overhead_tokens)
+        return _pack_greedily(order, token_counts, most, max_batch_tokens)
+    return _cut_cheapest(order, token_counts, most, max_batch_tokens, call_overhead_tokens)
 
 
 def _pack_greedily(

@@ -46,6 +46,18 @@ class ConsumeWindow(Generic[T]):
         return len(self._items)
 
     @property
+    def max_messages(self) -> int:
+        """The window's item cap; settable (a GPU window grows with the batch it should fill). Lowering it
+        below the items held makes the window full."""
+        return self._max_messages
+
+    @max_messages.setter
+    def max_messages(self, value: int) -> None:
+        if value < 1:
+            raise ValueError(f"max_messages must be >= 1, got {value}")
+        self._max_messages = value
+
+    @property
     def tokens(self) -> int:
         """Sum of the token counts of the items in the window."""
         return self._tokens

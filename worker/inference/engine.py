@@ -9,8 +9,9 @@ What is due: a submission made with `gather_ms=None` (a Kafka window, a `predict
 by its caller) is taken at once, as a group of its own, and its batches queue behind the lanes' work, so the
 lanes go from one window to the next without idling. A submission with a `gather_ms` (an HTTP request)
 waits for a lane to be free — gathering the requests that arrive meanwhile into the same batches, as
-continuous batching does — and, while the model is idle, at most `gather_ms` for company (or until
-`max_batch_size` texts wait); the requests waiting together are tokenized and planned as one group, so
+continuous batching does — and, while the model is idle, at most `gather_ms` for company (or until a full
+batch waits: `max_batch_size` texts, or without a count cap texts enough to fill the token budget at the
+mean length labelled so far); the requests waiting together are tokenized and planned as one group, so
 batches are cut across them.
 
 The per-item failure rule: a text the tokenizer cannot take, or that the model still fails on alone (after a
@@ -33,6 +34,7 @@ from schemas.dead_letter import DeadLetterKind
 from worker.config import WorkerSettings
 from worker.errors import OperationError
 from worker.inference.batch_plan import plan_batches
+from worker.inference.batch_shape import TextLengths, batch_size_cap
 from worker.inference.labelling import (
     Classifier,
     InferenceFailure,
@@ -43,6 +45,7 @@ from worker.inference.labelling import (
     sequences_for,
 )
 from worker.inference.token_budget import choose_token_budget
+from worker.inference.tuning.probes import MemoryProbe
 from worker.model.long_text import merge_chunk_outputs
 
 log = logging.getLogger(__name__)
@@ -93,23 +96,28 @@ class _Group:
 
 @dataclass(frozen=True)
 class EngineOptions:
-    """At most `max_batch_size` texts and `max_batch_tokens` padded tokens (batch size x longest sequence)
-    in one model call; `close()` labels what was submitted for at most `shutdown_timeout_s`."""
+    """At most `max_batch_size` texts (None: no count cap) and `max_batch_tokens` padded tokens (batch size
+    x longest sequence) in one model call; `close()` labels what was submitted for at most
+    `shutdown_timeout_s`."""
 
-    max_batch_size: int
+    max_batch_size: int | None
     max_batch_tokens: int
     shutdown_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
-        if self.max_batch_size < 1:
+        if self.max_batch_size is not None and self.max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
 
     @classmethod
-    def from_settings(cls, settings: WorkerSettings, classifier: Classifier) -> EngineOptions:
-        """The worker's and `serve`'s options: the token budget as the settings choose it (a number, or
-        calibrated: `choose_token_budget`)."""
-        budget = choose_token_budget(settings, classifier).max_batch_tokens
-        return cls(settings.max_batch_size, budget, settings.shutdown_timeout_s)
+    def from_settings(
+        cls, settings: WorkerSettings, classifier: Classifier, *, memory_probe: MemoryProbe | None = None
+    ) -> EngineOptions:
+        """The worker's and `serve`'s options for the classifier's device: the token budget as the settings
+        choose it (a number, or calibrated: `choose_token_budget`, on a GPU by default; `memory_probe`
+        replaces the real device-memory probe) and the count cap (`batch_size_cap`: none on a GPU unless
+        max_batch_size is set)."""
+        budget = choose_token_budget(settings, classifier, memory_probe=memory_probe).max_batch_tokens
+        return cls(batch_size_cap(settings, classifier), budget, settings.shutdown_timeout_s)
 
 
 class Engine:
@@ -149,6 +157,7 @@ class Engine:
         self._groups_in_flight = 0
         self._last_progress_at = clock()
         self._closing = False
+        self._lengths = TextLengths()  # of the texts labelled (under _cond)
 
     # ----- public -----
     def start(self, *, warm_up: bool = True) -> Engine:
@@ -174,6 +183,8 @@ class Engine:
                 raise
             finally:
                 self._on_labelled = on_labelled
+            with self._cond:
+                self._lengths = TextLengths()  # two short texts: not what the traffic looks like
             log.info("model warmed up in %.2f s", time.monotonic() - started)
         return self
 
@@ -203,6 +214,12 @@ class Engine:
     def token_budget(self) -> int:
         """The padded-token budget of the next batches (lowered by out-of-memory events)."""
         return self._budget.current
+
+    @property
+    def tokens_per_text(self) -> float | None:
+        """The mean tokens per text labelled lately (None before the first): how many texts fill a batch."""
+        with self._cond:
+            return self._lengths.mean
 
     @property
     def out_of_memory_lowerings(self) -> int:
@@ -284,13 +301,21 @@ class Engine:
     def _is_due(self) -> bool:
         if self._closing or any(s.gather_until is None for s in self._pending):
             return True
-        if self._pending_texts >= self._max_batch_size:
+        if self._full_batch_waits():
             return self._waiting_batches < self._lane_count  # a full batch: as soon as a lane can take it
         if self._groups_in_flight:
             # The model is busy: gather what arrives until no batch is left waiting for a lane (one is
             # about to be free), so busy periods make full batches, not many small ones.
             return self._waiting_batches == 0
         return self._clock() >= min(s.gather_until or 0.0 for s in self._pending)
+
+    def _full_batch_waits(self) -> bool:
+        """Enough texts wait for one batch (called with the lock held): `max_batch_size` of them, or without
+        a count cap enough to fill the token budget at the mean length labelled so far."""
+        if self._max_batch_size is not None:
+            return self._pending_texts >= self._max_batch_size
+        mean = self._lengths.mean
+        return mean is not None and self._pending_texts * mean >= self._budget.current
 
     def _wait_s(self) -> float:
         if self._pending and not self._waiting_batches >= self._lane_count and not self._groups_in_flight:
@@ -372,6 +397,8 @@ class Engine:
                 log.warning("recording a labelled group failed", exc_info=True)
         merged = _merge(group.per_text, group.outputs)
         labelling_seconds = self._clock() - group.taken_at
+        with self._cond:
+            self._lengths.observe(len(group.per_text), group.stats.real_tokens)
         position = 0
         for submission in group.submissions:
             n = len(submission.texts)

@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
 from worker.health import HealthServer, HealthState
+from worker.inference.batch_shape import WindowShape
 from worker.inference.consume_window import ConsumeWindow
 from worker.inference.engine import Engine, EngineOptions, Labelled
 from worker.inference.in_order import InOrder
@@ -116,6 +117,7 @@ class SentimentWorker:
         self._lag_gauges = LagGauges(
             self._metrics, self._book, settings.librdkafka_common(), settings.input_topic
         )
+        self._window_shape = WindowShape.for_device(settings, classifier)
         self._window: ConsumeWindow[InputMessage] = self._new_window()
         self._decode_options = DecodeOptions.from_settings(settings)
         self._parts: _StartedParts | None = None  # built once by _start()
@@ -281,6 +283,9 @@ class SentimentWorker:
             self._publish_window(prepared, labelled)
 
     def _submit_due_window(self) -> None:
+        if self._window_shape.fills_token_budget:  # a GPU window: about one batch at the mean length so far
+            engine = self._started.engine
+            self._window.max_messages = self._window_shape.cap(engine.token_budget, engine.tokens_per_text)
         in_progress = self._book.offsets.unacknowledged()
         due = self._window.is_due() or self._run.limit_reached(in_progress)
         if len(self._window) and due and self._started.windows.has_room():
@@ -290,7 +295,7 @@ class SentimentWorker:
         """Messages consumed this turn: up to the window's room (and the run's), unless the engine is busy
         enough that backpressure says wait for it (see worker/stream/backpressure.py)."""
         windows = self._started.windows
-        room = self._settings.max_window_messages - len(self._window)
+        room = self._window.max_messages - len(self._window)
         run_room = self._run.room(self._book.offsets.unacknowledged())
         if run_room is not None:
             room = min(room, run_room)
@@ -516,7 +521,7 @@ class SentimentWorker:
         s = self._settings
         # The window's "tokens" are value bytes here: a bound on the memory a window holds.
         return ConsumeWindow(
-            max_messages=s.max_window_messages,
+            max_messages=self._window_shape.max_messages,
             max_wait_ms=s.max_wait_ms,
             max_tokens=_MAX_WINDOW_BYTES,
             clock=self._clock,

@@ -231,8 +231,14 @@ def tune(
 
 
 def resolve_token_budget(
-    settings: WorkerSettings, classifier: Classifier, *, progress: Callable[[str], None] | None = None
+    settings: WorkerSettings,
+    classifier: Classifier,
+    *,
+    progress: Callable[[str], None] | None = None,
+    memory_probe: MemoryProbe | None = None,
 ) -> TuningResult:
-    """For start-up with `max_batch_tokens_auto`: the calibrated (usually cached) budget for `classifier`."""
+    """For start-up with `max_batch_tokens_auto` (or a GPU's default): the calibrated (usually cached)
+    budget for `classifier`; `memory_probe` replaces the real device-memory probe."""
     max_seq_len = int(getattr(classifier, "max_seq_len", settings.max_seq_len or 128))
-    return tune(classifier, TuneOptions.from_settings(settings, max_seq_len), progress=progress)
+    options = TuneOptions.from_settings(settings, max_seq_len)
+    return tune(classifier, options, progress=progress, memory_probe=memory_probe)

@@ -51,6 +51,15 @@ def synthetic_batch(classifier: Classifier, batch_size: int, seq_len: int) -> li
     return [row] * batch_size
 
 
+PADDLE_BACKENDS = frozenset({"dynamic", "static"})
+"""The backends whose device memory `PaddleCudaMemoryProbe` sees (ONNX Runtime allocates its own)."""
+
+
+def memory_is_measured(classifier: Classifier | object) -> bool:
+    """True when the real GPU probe sees the classifier's device memory: a Paddle backend."""
+    return getattr(classifier, "backend", "dynamic") in PADDLE_BACKENDS
+
+
 class PaddleCudaMemoryProbe:
     """The real GPU probe: Paddle's CUDA allocator statistics around one `predict_ids` call."""
 

@@ -1,0 +1,95 @@
+"""The shape of inference batches and Kafka windows for the device the model runs on (pure logic).
+
+On CPU the measured defaults hold: a batch has at most `max_batch_size` texts within the token budget, a
+window at most `max_window_messages` messages. On a GPU a count is the wrong bound (measured with this
+model on an H200: batches capped at 32 texts and 4,096 tokens label ~5,900 reviews/s, batches bounded only
+by a budget of 65,536 tokens ~42,000/s), so there, unless the user sets them:
+- a batch is bounded by the token budget alone (`batch_size_cap` is None; with TensorRT it stays
+  `max_batch_size`, the largest batch its engine is built for);
+- a window grows to about one batch's worth of texts (`WindowShape.cap`): the token budget over the mean
+  tokens per text labelled so far, at least `max_window_messages`; `max_wait_ms` still bounds how long its
+  first message waits, so a trickle leaves as before and a backlog fills GPU-sized batches.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from worker.config import WorkerSettings
+from worker.inference.labelling import Classifier
+
+LENGTH_MEMORY_TEXTS = 20_000
+"""`TextLengths` weighs about the last this many texts (older ones fade by halves)."""
+
+
+def on_gpu(classifier: Classifier | object) -> bool:
+    """True when the classifier's device (`classifier.device.kind`) is a GPU; anything else is CPU."""
+    return getattr(getattr(classifier, "device", None), "kind", "cpu") == "gpu"
+
+
+def is_set(settings: WorkerSettings, name: str) -> bool:
+    """True when the user gave setting `name` (environment, config file or flag), not its default."""
+    return name in settings.model_fields_set
+
+
+def batch_size_cap(settings: WorkerSettings, classifier: Classifier | object) -> int | None:
+    """Most texts in one inference batch: `max_batch_size` on CPU; on a GPU None (the token budget alone
+    bounds a batch) unless `max_batch_size` is set or TensorRT is on (its engine takes batches up to
+    `max_batch_size`)."""
+    if not on_gpu(classifier) or is_set(settings, "max_batch_size") or settings.use_tensorrt:
+        return settings.max_batch_size
+    return None
+
+
+@dataclass(frozen=True)
+class WindowShape:
+    """How many messages a Kafka window gathers at most (besides `max_wait_ms` and its bytes bound)."""
+
+    max_messages: int
+    """`max_window_messages`: the cap, or with `fills_token_budget` the least cap."""
+    fills_token_budget: bool = False
+    """GPU default: the cap grows to about one batch of the token budget."""
+
+    def __post_init__(self) -> None:
+        if self.max_messages < 1:
+            raise ValueError(f"max_messages must be >= 1, got {self.max_messages}")
+
+    @classmethod
+    def for_device(cls, settings: WorkerSettings, classifier: Classifier | object) -> WindowShape:
+        """`max_window_messages` as it is on CPU or when set; on a GPU otherwise filling the token budget."""
+        fills = on_gpu(classifier) and not is_set(settings, "max_window_messages")
+        return cls(settings.max_window_messages, fills)
+
+    def cap(self, token_budget: int, tokens_per_text: float | None) -> int:
+        """The window's message cap now: `max_messages`, or (filling the token budget) enough texts of
+        `tokens_per_text` tokens (the mean labelled so far; None before the first) to fill `token_budget`
+        padded tokens, if that is more."""
+        if not self.fills_token_budget or not tokens_per_text or tokens_per_text <= 0:
+            return self.max_messages
+        return max(self.max_messages, math.ceil(token_budget / tokens_per_text))
+
+
+class TextLengths:
+    """The mean tokens per text of what was labelled, weighing about the last `memory_texts` texts (a
+    text's tokens: all its sequences', [CLS] and [SEP] included). Not thread-safe: the caller locks."""
+
+    def __init__(self, memory_texts: int = LENGTH_MEMORY_TEXTS) -> None:
+        if memory_texts < 1:
+            raise ValueError(f"memory_texts must be >= 1, got {memory_texts}")
+        self._memory_texts = memory_texts
+        self._texts = 0.0
+        self._tokens = 0.0
+
+    def observe(self, texts: int, tokens: int) -> None:
+        """`texts` more texts, `tokens` tokens in all."""
+        self._texts += texts
+        self._tokens += tokens
+        while self._texts > self._memory_texts:
+            self._texts /= 2
+            self._tokens /= 2
+
+    @property
+    def mean(self) -> float | None:
+        """Tokens per text; None before anything was observed."""
+        return self._tokens / self._texts if self._texts else None
