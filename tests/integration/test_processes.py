@@ -5,6 +5,8 @@ results stay in input order, and SIGTERM to the parent stops both cleanly (exit 
 from __future__ import annotations
 
 import json
+import os
+import re
 import signal
 import subprocess
 import sys
@@ -122,3 +124,25 @@ def test_two_processes_share_the_partitions_lose_nothing_and_stop_on_sigterm(
     assert committed_offsets(kafka_bootstrap, names["group"], names["reviews"], PARTITIONS) == end_offsets(
         kafka_bootstrap, names["reviews"], PARTITIONS
     )
+
+
+def test_a_process_that_cannot_start_is_named_and_the_parent_exits_with_its_code(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SENTIMENT_")}
+    env.update({"SENTIMENT_MODEL": str(tmp_path / "no-such-model"), "SENTIMENT_DEVICE": "cpu"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "worker", "run", "--processes", "2", "--http-port", "0"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]  # the process's own category: its settings
+    last = proc.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(
+        r"sentiment-worker run: error: process [01] \(pid \d+\) failed, exit code 2: "
+        r"model: .*no-such-model.*; the other processes were stopped",
+        last,
+    ), last
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert sorted(s["exit_code"] for s in summary["processes"]) in ([2, 2], [-signal.SIGTERM, 2], [0, 2])

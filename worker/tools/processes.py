@@ -46,6 +46,7 @@ __all__ = [
 _POLL_S = 0.1
 _KILL_MARGIN_S = 60.0  # past shutdown_timeout_s: a child still loading its model may take this long to stop
 _TAIL_LINES = 20
+_ERROR_PREFIX = "sentiment-worker run: error: "  # how `run` says why it failed (worker.cli.main)
 
 
 def process_settings(settings: WorkerSettings, index: int, count: int, cpu_count: int) -> WorkerSettings:
@@ -114,7 +115,8 @@ class ProcessFailure:
             if self.returncode < 0
             else f"exit code {self.returncode}"
         )
-        said = f": {self.last_line}" if self.last_line else ""
+        line = self.last_line.removeprefix(_ERROR_PREFIX)  # said once, by the parent
+        said = f": {line}" if line else ""
         return f"process {self.index} (pid {self.pid}) failed, {how}{said}"
 
 
@@ -148,6 +150,7 @@ class Supervisor:
         self._write_lock = threading.Lock()
         self._signals: deque[int] = deque()  # appended by the signal handler, forwarded by the loop
         self._children: list[_Child] = []
+        self._sent: set[int] = set()  # the signals sent to the children
         self.failure: ProcessFailure | None = None
 
     def forward(self, signum: int) -> None:
@@ -231,6 +234,7 @@ class Supervisor:
                 child.proc.kill()
 
     def _signal_all(self, signum: int) -> None:
+        self._sent.add(signum)
         for child in self._children:
             if child.proc.poll() is None:
                 child.proc.send_signal(signum)
@@ -238,7 +242,9 @@ class Supervisor:
     def _first_failure(self) -> ProcessFailure | None:
         for child in self._children:
             code = child.proc.poll()
-            if code is not None and code != 0:
+            # Ended by a signal it was sent before it could catch it (still starting): nothing to finish.
+            stopped = code is not None and code < 0 and -code in self._sent
+            if code is not None and code != 0 and not stopped:
                 return ProcessFailure(child.index, child.proc.pid, code, child.tail[-1] if child.tail else "")
         return None
 
@@ -268,7 +274,7 @@ def combine_summaries(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The parent's summary: the children's counts and rates added up, the longest run, and each child's own
     line under "processes" (conservation holds for the sum: consumed = results + dead letters + handed back
     + unacknowledged)."""
-    reasons = sorted({str(s.get("stopped")) for s in summaries})
+    reasons = sorted({str(s.get("stopped", "no summary")) for s in summaries})
     combined: dict[str, Any] = {"stopped": reasons[0] if len(reasons) == 1 else "; ".join(reasons)}
     for key in _SUMMED:
         combined[key] = round(sum(float(s.get(key, 0)) for s in summaries), 1)

@@ -97,7 +97,11 @@ WAIT_FOR_TERM = (
     "print('ready', file=sys.stderr, flush=True)\n"
     "while True: time.sleep(0.05)\n"
 )
-FAIL = "import sys, time\ntime.sleep(0.3)\nprint('model: no such directory', file=sys.stderr)\nsys.exit(2)\n"
+FAIL = (
+    "import sys, time\ntime.sleep(0.3)\n"
+    "print('sentiment-worker run: error: model: no such directory', file=sys.stderr)\nsys.exit(2)\n"
+)
+SLEEP = "import sys, time\nprint('ready', file=sys.stderr, flush=True)\ntime.sleep(60)\n"
 SUMMARY = "import json\nprint('hello')\nprint(json.dumps({'stopped': 'done', 'consumed': 3, 'results': 3}))\n"
 
 
@@ -113,7 +117,7 @@ def test_a_failed_process_stops_the_others_and_is_named() -> None:
     supervisor, _, err = supervise([WAIT_FOR_TERM, FAIL])
     failure = supervisor.run()
     assert failure is not None
-    assert (failure.index, failure.returncode, failure.last_line) == (1, 2, "model: no such directory")
+    assert (failure.index, failure.returncode) == (1, 2)
     assert (
         failure.describe() == f"process 1 (pid {failure.pid}) failed, exit code 2: model: no such directory"
     )
@@ -140,6 +144,19 @@ def test_a_forwarded_signal_stops_every_process_cleanly() -> None:
         "[process 1] ready",
         "[process 1] stopping",
     ]
+
+
+def test_a_process_ended_by_the_forwarded_signal_itself_counts_as_stopped() -> None:
+    supervisor, _, err = supervise([SLEEP, WAIT_FOR_TERM])  # the first never handles SIGTERM
+
+    def signal_when_both_are_ready() -> None:
+        while err.getvalue().count("ready") < 2:
+            time.sleep(0.05)
+        supervisor.forward(signal.SIGTERM)
+
+    threading.Thread(target=signal_when_both_are_ready, daemon=True).start()
+    assert supervisor.run() is None
+    assert [s["exit_code"] for s in supervisor.summaries] == [-signal.SIGTERM, 0]
 
 
 def test_summaries_are_collected_and_other_lines_tagged() -> None:
