@@ -114,7 +114,7 @@ def run_processes(args: argparse.Namespace) -> int:
     for line in plan_lines(settings, args.processes, os.cpu_count() or 1):
         log.info("  %s", line)
     supervisor = Supervisor(
-        lambda index: _process_command(args, index), args.processes, kill_after_s=settings.shutdown_timeout_s
+        lambda index: process_command(args, index), args.processes, kill_after_s=settings.shutdown_timeout_s
     )
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda received, _frame: supervisor.forward(received))
@@ -126,7 +126,7 @@ def run_processes(args: argparse.Namespace) -> int:
     raise error(f"{failure.describe()}; the other processes were stopped")
 
 
-def _process_command(args: argparse.Namespace, index: int) -> list[str]:
+def process_command(args: argparse.Namespace, index: int) -> list[str]:
     """Process `index`'s command line: this `run`'s own flags, and which process of how many it is."""
     command = [sys.executable, "-m", "worker", "run"]
     if args.config is not None:

@@ -5,6 +5,7 @@ stops the others and is named."""
 from __future__ import annotations
 
 import io
+import os
 import signal
 import sys
 import threading
@@ -12,6 +13,7 @@ import time
 
 import pytest
 
+from worker.cli import run
 from worker.cli.main import build_parser
 from worker.config import WorkerSettings
 from worker.errors import ConfigurationError
@@ -164,3 +166,23 @@ def test_summaries_are_collected_and_other_lines_tagged() -> None:
     assert supervisor.run() is None
     assert sorted(out.getvalue().splitlines()) == ["[process 0] hello", "[process 1] hello"]
     assert [(s["process"], s["consumed"]) for s in supervisor.summaries] == [(0, 3), (1, 3)]
+
+
+def test_each_process_runs_with_the_parents_flags_and_its_index() -> None:
+    parser = build_parser()
+    flags = [
+        "--bootstrap-servers",
+        "kafka:9092",
+        "--config",
+        "gpu.toml",
+        "--http-port",
+        "9200",
+        "--device",
+        "gpu",
+    ]
+    limits = ["--max-messages", "1000", "--idle-exit-s", "2.5"]
+    parent = parser.parse_args(["run", "--processes", "3", *flags, *limits])
+    command = run.process_command(parent, 2)
+    assert command[:4] == [sys.executable, "-m", "worker", "run"]
+    child = parser.parse_args(command[3:])
+    assert vars(child) == {**vars(parent), "process_index": 2, "parent_pid": os.getpid()}
