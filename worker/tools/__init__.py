@@ -1,6 +1,6 @@
 """What the operator commands do, without argparse: `produce`, `tail`, `lag`, `topics` (and `topics acls`),
-`doctor`, `predict` and `tune` (its report); `review_files` reads review files for `produce` and `predict`.
-The measuring instruments are `worker.bench`.
+`doctor`, `predict`, `tune` (its report) and `run --processes` (`processes`); `review_files` reads review
+files for `produce` and `predict`. The measuring instruments are `worker.bench`.
 
 Each module is imported by its command in `worker.cli` and by tests; nothing in the run path imports them.
 """
@@ -10,6 +10,7 @@ __all__ = [
     "doctor",
     "lag",
     "predict",
+    "processes",
     "produce",
     "review_files",
     "tail",
