@@ -28,7 +28,7 @@ from worker.cli.common import configure_logging
 from worker.config import WorkerSettings
 from worker.stream.decode import DecodedReview, decode_review
 from worker.stream.producer import SourcePosition
-from worker.stream.records import InputMessage, result_record
+from worker.stream.records import InputMessage, ResultWriter
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 README: Final = ROOT / "README.md"
@@ -122,12 +122,10 @@ def result_example(classifier: Any, model: ModelRef, input_value: bytes) -> dict
     classifier.predict_texts([review.text])  # warm: the example shows a warm model's time
     message = dataclasses.replace(message, consumed_at=time.monotonic())
     probabilities = classifier.predict_texts([review.text])[0]
-    record = result_record(
+    record = ResultWriter(list(classifier.labels), model).record(
         message,
         review,
         probabilities,
-        labels=list(classifier.labels),
-        model=model,
         topic=s.output_topic,
         partition=SOURCE.partition,
         now=time.monotonic(),
