@@ -13,7 +13,6 @@ every field, and that they name the model models/default/sentiment_model.json na
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import threading
 import time
@@ -120,7 +119,7 @@ def result_example(classifier: Any, model: ModelRef, input_value: bytes) -> dict
     if not isinstance(review, DecodedReview):
         raise ValueError(f"the README's input example does not decode: {review}")
     classifier.predict_texts([review.text])  # warm: the example shows a warm model's time
-    message = dataclasses.replace(message, consumed_at=time.monotonic())
+    message = message._replace(consumed_at=time.monotonic())
     probabilities = classifier.predict_texts([review.text])[0]
     record = ResultWriter(list(classifier.labels), model).record(
         message,

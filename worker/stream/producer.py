@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
@@ -28,9 +28,9 @@ PRODUCER_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 is sent, whatever the topic accepts."""
 
 
-@dataclass(frozen=True)
-class SourcePosition:
-    """Where an input came from: the offset its output acknowledges."""
+class SourcePosition(NamedTuple):
+    """Where an input came from: the offset its output acknowledges. (The per-record types are named
+    tuples: immutable, and built in a third of a frozen dataclass's time, several times per review.)"""
 
     topic: str
     partition: int
@@ -38,8 +38,7 @@ class SourcePosition:
     timestamp_ms: int | None
 
 
-@dataclass(frozen=True)
-class OutboundRecord:
+class OutboundRecord(NamedTuple):
     """One record to publish for one input offset: a result or a dead letter."""
 
     topic: str
@@ -53,8 +52,7 @@ class OutboundRecord:
     confidence: float | None = None
 
 
-@dataclass(frozen=True)
-class Delivery:
+class Delivery(NamedTuple):
     """A broker acknowledgement (error is None) or a definitive failure of one record."""
 
     record: OutboundRecord
@@ -120,9 +118,10 @@ class ResultPublisher:
 
     def publish(self, record: OutboundRecord) -> None:
         """Queues one record; blocks (serving delivery callbacks) while librdkafka's queue is full."""
+        deliveries = self._deliveries
 
         def on_delivery(err: KafkaError | None, _msg: Message) -> None:
-            self._record_delivery(record, err)
+            deliveries.append(Delivery(record, err))
 
         kwargs: dict[str, Any] = {"value": record.value, "key": record.key, "on_delivery": on_delivery}
         if record.partition is not None:
@@ -156,7 +155,8 @@ class ResultPublisher:
 
     def take_deliveries(self) -> list[Delivery]:
         """Returns and forgets the deliveries recorded since the last call."""
-        taken, self._deliveries = self._deliveries, []
+        taken = self._deliveries[:]
+        self._deliveries.clear()  # the same list: callbacks of records in flight append to it
         return taken
 
     def partition_count(self, topic: str, timeout_s: float = 10.0) -> int:

@@ -6,9 +6,8 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from json.encoder import encode_basestring  # type: ignore[attr-defined]
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from confluent_kafka import KafkaError
@@ -22,8 +21,7 @@ from worker.stream.producer import OutboundRecord, SourcePosition, record_size
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class InputMessage:
+class InputMessage(NamedTuple):
     """The parts of a consumed Kafka message the worker uses (decoupled from confluent-kafka's Message)."""
 
     position: SourcePosition
