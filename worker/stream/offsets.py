@@ -120,7 +120,9 @@ class OffsetTracker:
             self._partitions.pop(key, None)
 
 
-def crash_duplicate_bound(settings: WorkerSettings, labelled_per_s: float) -> int:
+def crash_duplicate_bound(
+    settings: WorkerSettings, labelled_per_s: float, largest_window: int | None = None
+) -> int:
     """The most outputs a kill -9 of one at-least-once worker can repeat (the README's bound).
 
     What a crash repeats is what was published after the last offset commit; everything else was either
@@ -130,9 +132,11 @@ def crash_duplicate_bound(settings: WorkerSettings, labelled_per_s: float) -> in
     2. the outputs acknowledged (offsets stored) since the last commit: what the worker labels in one
        `commit_interval_ms`, plus one more interval for a commit still in flight, at least a window each.
     `labelled_per_s` is the rate at which the worker labels: its input rate once caught up (its throughput
-    while it works through a backlog). Exactly-once has no such tail (0 duplicates for read_committed).
+    while it works through a backlog). `largest_window`: the most messages a window holds, when windows
+    grow past `max_window_messages` (on a GPU: about one token budget's worth of reviews). Exactly-once has
+    no such tail (0 duplicates for read_committed).
     """
-    window = settings.max_window_messages
+    window = max(settings.max_window_messages, largest_window or 0)
     in_pipeline = (settings.max_queued_windows + 1) * window
     per_commit = math.ceil(labelled_per_s * settings.commit_interval_ms / 1000.0)
     return in_pipeline + 2 * max(window, per_commit)

@@ -194,6 +194,7 @@ def test_crash_duplicate_bound_is_the_pipeline_plus_two_commit_intervals_of_labe
     settings = WorkerSettings(max_window_messages=32, max_queued_windows=2, commit_interval_ms=100)
     assert crash_duplicate_bound(settings, 500.0) == 3 * 32 + 2 * 50
     assert crash_duplicate_bound(settings, 10.0) == 3 * 32 + 2 * 32  # at least a window per interval
+    assert crash_duplicate_bound(settings, 10.0, largest_window=1300) == 3 * 1300 + 2 * 1300  # GPU windows
     assert crash_duplicate_bound(settings.model_copy(update={"max_queued_windows": 4}), 500.0) == 5 * 32 + 100
     slow_commits = settings.model_copy(update={"commit_interval_ms": 1000})
     assert crash_duplicate_bound(slow_commits, 500.0) == 3 * 32 + 2 * 500
