@@ -56,6 +56,7 @@ from worker.bench.worker_process import (
     start_worker,
 )
 from worker.config import WorkerSettings
+from worker.inference.batch_shape import batch_size_cap
 from worker.inference.engine import Engine, EngineOptions
 from worker.inference.in_order import InOrder
 from worker.inference.labelling import Classifier, WindowStats
@@ -144,7 +145,7 @@ def bench_model_only(
     texts: Sequence[str],
     *,
     window: int,
-    max_batch_size: int,
+    max_batch_size: int | None,
     max_batch_tokens: int,
     queued_windows: int = MODEL_ONLY_QUEUED_WINDOWS,
 ) -> Phase:
@@ -281,7 +282,7 @@ def predict_pairs(
         options.predict_messages,
         model=settings.model,
         device=settings.device,
-        max_batch_size=settings.max_batch_size,
+        max_batch_size=settings.max_batch_size if "max_batch_size" in settings.model_fields_set else None,
         max_batch_tokens=settings.max_batch_tokens,
         config={"log_level": "WARNING", **served_inference(settings)},
         env=child_env(),
@@ -420,14 +421,11 @@ def run_bench(
     say: Callable[[str], None] = lambda _line: None,
 ) -> dict[str, Any]:
     """All phases on one model; returns the report (see `format_table`)."""
-    max_batch_size = options.max_batch_size or settings.max_batch_size
-    settings = settings.model_copy(
-        update={
-            "max_batch_tokens": max_batch_tokens,
-            "max_batch_size": max_batch_size,
-            "max_batch_tokens_auto": False,
-        }
-    )
+    sizes: dict[str, Any] = {"max_batch_tokens": max_batch_tokens, "max_batch_tokens_auto": False}
+    if options.max_batch_size is not None:
+        sizes["max_batch_size"] = options.max_batch_size
+    settings = settings.model_copy(update=sizes)
+    max_batch_size = batch_size_cap(settings, classifier)  # None on a GPU unless --max-batch-size
     prefix = f"bench-{datetime.now(timezone.utc):%Y%m%d%H%M%S}-{os.getpid()}"
     texts = review_texts(
         max(

@@ -65,7 +65,7 @@ def format_table(report: dict[str, Any]) -> str:
         (
             "token budget",
             f"{report['max_batch_tokens']} padded tokens ({report['max_batch_tokens_from']}), "
-            f"batch <= {report['max_batch_size']}, window {report['max_window_messages']}",
+            f"{batch_cap(report['max_batch_size'])}, window {report['max_window_messages']}",
         ),
         (
             "model-only",
@@ -140,8 +140,8 @@ def format_host_ceiling_table(report: dict[str, Any]) -> str:
         ),
         (
             "worker shape",
-            f"window {report['max_window_messages']}, wait {report['max_wait_ms']} ms, batch <= "
-            f"{report['max_batch_size']}, {report['max_batch_tokens']} padded tokens",
+            f"window {report['max_window_messages']}, wait {report['max_wait_ms']} ms, "
+            f"{batch_cap(report['max_batch_size'])}, {report['max_batch_tokens']} padded tokens",
         ),
         ("cpu", report["machine"]["cpu_description"]),
         (
@@ -187,3 +187,8 @@ def format_host_ceiling_table(report: dict[str, Any]) -> str:
         verdict = {True: "met", False: "MISSED", None: "n/a"}[target["met"]]
         lines.append(f"{name:<20} {shown:>10} {wanted:>10}  {verdict}")
     return "\n".join(lines)
+
+
+def batch_cap(max_batch_size: int | None) -> str:
+    """How a report's batches were capped by count: "batch <= 32", or none (a GPU's token budget alone)."""
+    return "no batch count cap" if max_batch_size is None else f"batch <= {max_batch_size}"

@@ -34,6 +34,7 @@ from worker.bench.http_load import closed_loop, open_loop
 from worker.bench.naive_http import NAIVE_PATH
 from worker.bench.worker_process import cpu_seconds, free_port, rss_bytes, scrape_metrics, served_inference
 from worker.config import WorkerSettings
+from worker.inference.batch_shape import batch_size_cap
 from worker.inference.labelling import Classifier
 
 API_PATH = "/v1/sentiment"
@@ -139,11 +140,12 @@ def server_env(settings: WorkerSettings, max_batch_tokens: int, max_wait_ms: int
             "SENTIMENT_MODEL": settings.model,
             "SENTIMENT_DEVICE": settings.device,
             "SENTIMENT_MAX_BATCH_TOKENS": str(max_batch_tokens),
-            "SENTIMENT_MAX_BATCH_SIZE": str(settings.max_batch_size),
             "SENTIMENT_HTTP_MAX_WAIT_MS": str(max_wait_ms),
             "SENTIMENT_LOG_LEVEL": "WARNING",
         }
     )
+    if "max_batch_size" in settings.model_fields_set:  # else the server's own default for its device
+        env["SENTIMENT_MAX_BATCH_SIZE"] = str(settings.max_batch_size)
     return env
 
 
@@ -176,7 +178,7 @@ def run_http_bench(
         classifier,
         texts[: options.model_only_messages],
         window=settings.max_window_messages,
-        max_batch_size=settings.max_batch_size,
+        max_batch_size=batch_size_cap(settings, classifier),
         max_batch_tokens=max_batch_tokens,
     )
     model_cpu_ms = (time.process_time() - cpu_before) * 1000 / options.model_only_messages
@@ -184,7 +186,7 @@ def run_http_bench(
     report: dict[str, Any] = {
         "model": {"name": getattr(classifier, "name", "?"), "version": getattr(classifier, "version", "?")},
         "max_batch_tokens": max_batch_tokens,
-        "max_batch_size": settings.max_batch_size,
+        "max_batch_size": batch_size_cap(settings, classifier),
         "max_wait_ms": options.max_wait_ms,
         "http_max_queued_texts": options.overload_queue_texts,
         "model_only": {

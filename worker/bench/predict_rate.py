@@ -127,7 +127,7 @@ class PredictPairs:
         *,
         model: str,
         device: str,
-        max_batch_size: int,
+        max_batch_size: int | None,
         max_batch_tokens: int,
         config: Mapping[str, Any],
         env: Mapping[str, str],
@@ -141,7 +141,8 @@ class PredictPairs:
         config_path.write_text(json.dumps(dict(config)), encoding="utf-8")
         self.command = [
             *program, "predict", "--config", str(config_path), "--model", model, "--device", device,
-            "--batch-size", str(max_batch_size), "--max-batch-tokens", str(max_batch_tokens), "--no-progress",
+            "--max-batch-tokens", str(max_batch_tokens), "--no-progress",
+            *(["--batch-size", str(max_batch_size)] if max_batch_size is not None else []),
         ]  # fmt: skip
         self.n, self.env, self.workdir, self.timeout_s = n, env, workdir, timeout_s
         self.sources = {}

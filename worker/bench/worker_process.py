@@ -266,11 +266,11 @@ def start_worker(
 ) -> WorkerProcess:
     """`sentiment-worker run` with the bench's settings (a config file plus flags), metrics on a free port."""
     config = workdir / f"worker-{topics['group']}.json"
+    shape = ("max_batch_size", "max_batch_tokens", "max_window_messages", "max_wait_ms")
     values = {
-        "max_batch_size": settings.max_batch_size,
-        "max_batch_tokens": settings.max_batch_tokens,
-        "max_window_messages": settings.max_window_messages,
-        "max_wait_ms": settings.max_wait_ms,
+        # Only the batch and window shape the bench was given: the others are the worker's own defaults
+        # for its device (on a GPU: no count cap, windows that fill the token budget).
+        **{name: getattr(settings, name) for name in shape if name in settings.model_fields_set},
         "log_level": "WARNING",
         **served_inference(settings),
     }

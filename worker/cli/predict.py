@@ -42,14 +42,25 @@ def register(subparsers: Subparsers) -> None:
         help="default: by suffix; stdin: txt",
     )
     add_column_flags(predict)
-    predict.add_argument("--batch-size", type=int, default=32)
-    predict.add_argument("--max-batch-tokens", type=int, default=4096, help="padded tokens per model call")
+    predict.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="most reviews per model call (default: 32; on a GPU none)",
+    )
+    predict.add_argument(
+        "--max-batch-tokens",
+        type=int,
+        default=None,
+        help="padded tokens per model call (default: 4096; on a GPU calibrated to its memory, as run)",
+    )
     predict.add_argument("--no-progress", action="store_true", help="no progress bar for a file input")
     add_settings_flags(predict, "model", "device", "backend", "tokenizer", "long_text")
     predict.set_defaults(func=cmd_predict)
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    from worker.inference.engine import EngineOptions
     from worker.tools.predict import ProgressBar, predict_rows
     from worker.tools.review_files import ReviewFile
 
@@ -68,6 +79,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
         max_json_depth=settings.max_json_depth,
     )
     classifier, _ = load_model(settings)
+    sizes = {"max_batch_size": args.batch_size, "max_batch_tokens": args.max_batch_tokens}
+    given = {name: value for name, value in sizes.items() if value is not None}
+    options = EngineOptions.from_settings(settings.model_copy(update=given), classifier)
     bar = (
         ProgressBar(source.total_bytes, sys.stderr)
         if args.input is not None and not args.no_progress
@@ -81,8 +95,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     rows = predict_rows(
         classifier,
         source,
-        max_batch_size=args.batch_size,
-        max_batch_tokens=args.max_batch_tokens,
+        options,
         on_chunk=progress,
     )
     write = sys.stdout.write

@@ -27,18 +27,18 @@ _QUEUED_CHUNKS = 2
 def predict_rows(
     classifier: Classifier,
     rows: Iterable[Row],
+    options: EngineOptions | None = None,
     *,
-    max_batch_size: int = 32,
-    max_batch_tokens: int = 4096,
     on_chunk: Callable[[int], None] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """One output dict per row, in input order: `id`, `line`, and the `text` with its label, or an `error`
-    kind with its `reason` (a bad row's, or the model's).
+    kind with its `reason` (a bad row's, or the model's). `options`: the engine's (default: the CPU's 32
+    texts and 4,096 padded tokens per model call; `predict` passes `EngineOptions.from_settings`).
 
     `on_chunk(n)` is called after the outputs of each chunk of `n` rows are yielded (progress)."""
     source = iter(rows)
     chunks = iter(lambda: list(islice(source, _CHUNK_ROWS)), [])
-    engine = Engine(classifier, EngineOptions(max_batch_size, max_batch_tokens), name="predict")
+    engine = Engine(classifier, options or EngineOptions(32, 4096), name="predict")
     with engine.start(warm_up=False):
         in_order: InOrder[list[Row]] = InOrder(engine, capacity=_QUEUED_CHUNKS)
         texts = ((chunk, [row.text for row in chunk if isinstance(row, FileReview)]) for chunk in chunks)
