@@ -99,7 +99,7 @@ class HostCeilingOptions:
     @classmethod
     def quick(cls, **overrides: Any) -> HostCeilingOptions:
         """A smoke run: 2,000 reviews, one round (well under a minute on 2 cores)."""
-        values: dict[str, Any] = {"messages": 2000, "rounds": 1, "sample_interval_s": 0.1}
+        values: dict[str, Any] = {"messages": 2000, "rounds": 1, "sample_interval_s": 0.02}
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
