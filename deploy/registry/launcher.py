@@ -153,7 +153,7 @@ def find_cargo(env: Mapping[str, str]) -> str:
         return str(fallback)
     raise LauncherError(
         "`cargo` is not on PATH (the registry is built from crates.io with `cargo install`)",
-        "install a Rust toolchain with cargo (rustup, or `apt-get install cargo` for a recent enough one), "
+        "install a recent stable Rust toolchain with cargo (rustup; Debian bookworm's is too old), "
         "or put a built `rivven-schema` binary in <cache-dir>/bin and the marker file beside it",
     )
 
