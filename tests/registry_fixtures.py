@@ -9,11 +9,13 @@ There is no skip: without a registry the tests fail with the reason.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -23,6 +25,18 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 REGISTRY_LAUNCHER = REPO_ROOT / "deploy" / "registry" / "launcher.py"
 # Covers a first-time `cargo install` of the registry plus its start-up.
 REGISTRY_UP_TIMEOUT_S = 1800.0
+
+
+def load_registry_launcher() -> ModuleType:
+    """Import deploy/registry/launcher.py (not a package) as the module ``registry_launcher``."""
+    if "registry_launcher" in sys.modules:
+        return sys.modules["registry_launcher"]
+    spec = importlib.util.spec_from_file_location("registry_launcher", REGISTRY_LAUNCHER)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["registry_launcher"] = module  # dataclasses look their module up in sys.modules
+    spec.loader.exec_module(module)
+    return module
 
 
 def run_registry_launcher(
