@@ -3,13 +3,15 @@ build cache marker, which processes `down` may signal."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-from tests.registry_fixtures import load_registry_launcher
+from tests.registry_fixtures import REGISTRY_LAUNCHER, load_registry_launcher
 
 
 @pytest.fixture(scope="module")
@@ -85,3 +87,19 @@ def test_only_a_registry_server_command_line_is_signalled(launcher: ModuleType) 
 def test_unknown_snapshot_format_is_refused_before_any_request(launcher: ModuleType) -> None:
     with pytest.raises(launcher.LauncherError, match="unknown snapshot format"):
         launcher.import_snapshot("http://127.0.0.1:9", {"format": 99, "subjects": {}})
+
+
+def test_up_without_cargo_or_a_built_registry_says_what_to_do(tmp_path: Path) -> None:
+    env = {"PATH": "/nonexistent", "CARGO_HOME": str(tmp_path / "no-cargo"), "HOME": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, str(REGISTRY_LAUNCHER), "up", "--port", "9", "--data-dir", str(tmp_path / "data")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 1
+    assert "`cargo` is not on PATH" in proc.stderr
+    assert "hint: install a recent stable Rust toolchain" in proc.stderr
+    assert not (tmp_path / "data" / "registry.pid").exists()
