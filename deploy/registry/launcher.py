@@ -440,10 +440,13 @@ def _wait_gone(pid: int, timeout_s: float) -> bool:
     return True
 
 
-def stop(cfg: RegistryConfig, timeout_s: float = 10.0, say: Say = print, save: bool = True) -> bool:
+def stop(
+    cfg: RegistryConfig, timeout_s: float = 10.0, say: Say = print, save: bool = True, kill: bool = False
+) -> bool:
     """Save the schemas (``save``), then stop the registry named by the pid file: SIGTERM, SIGKILL after
-    ``timeout_s``. Only a ``rivven-schema serve`` process is signalled; False when another process holds the
-    pid. A registry that does not answer is stopped without saving (the last snapshot stays)."""
+    ``timeout_s`` (``kill``: SIGKILL at once, an abrupt stop). Only a ``rivven-schema serve`` process is
+    signalled; False when another process holds the pid. A registry that does not answer is stopped without
+    saving (the last snapshot stays)."""
     pid = read_pid(cfg.pid_file)
     if pid is None:
         say(f"No pid file at {cfg.pid_file}: no registry to stop.")
@@ -465,8 +468,8 @@ def stop(cfg: RegistryConfig, timeout_s: float = 10.0, say: Say = print, save: b
         except (OSError, RegistryHttpError, ValueError) as exc:
             say(f"Could not save the schemas ({exc}); the last snapshot stays.")
     started = time.monotonic()
-    os.kill(pid, signal.SIGTERM)
-    if not _wait_gone(pid, timeout_s):
+    os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
+    if not _wait_gone(pid, 10.0 if kill else timeout_s):
         say(f"Registry pid {pid} still running after {timeout_s:.0f} s; sending SIGKILL.")
         os.kill(pid, signal.SIGKILL)
         if not _wait_gone(pid, 10.0):
@@ -506,6 +509,9 @@ def build_parser() -> argparse.ArgumentParser:
                 "--timeout-s", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL"
             )
             p.add_argument("--no-save", action="store_true", help="stop without saving the schemas")
+            p.add_argument(
+                "--kill", action="store_true", help="SIGKILL at once (after saving): an abrupt stop"
+            )
     return parser
 
 
@@ -529,7 +535,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(url, flush=True)
             return 0
         if args.command == "down":
-            return 0 if stop(cfg, args.timeout_s, say, save=not args.no_save) else 1
+            return 0 if stop(cfg, args.timeout_s, say, save=not args.no_save, kill=args.kill) else 1
         pid = running_registry(cfg)
         if pid is None:
             print(f"not running ({cfg.url}, pid file {cfg.pid_file})")
