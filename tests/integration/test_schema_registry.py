@@ -93,25 +93,38 @@ def test_avro_round_trip_backward_evolution_and_409(
     assert SchemaRegistryClient({"url": schema_registry_url}).get_latest_version(subject).schema_id == v2_id
 
 
-def test_json_schema_round_trip(schema_registry_url: str, unique_name: Callable[[str], str]) -> None:
+def test_json_schema_round_trip_and_409(schema_registry_url: str, unique_name: Callable[[str], str]) -> None:
     client = SchemaRegistryClient({"url": schema_registry_url})
     topic = unique_name("reviews")
+    subject = f"{topic}-value"
     ctx = SerializationContext(topic, MessageField.VALUE)
     schema = {
         "$schema": "http://json-schema.org/draft-07/schema#",
-        "title": "Review",
+        "title": f"Review {topic}",  # this test's own schema (see review_schemas)
         "type": "object",
         "properties": {"id": {"type": "string"}, "stars": {"type": "integer"}},
         "required": ["id"],
     }
     payload = JSONSerializer(json.dumps(schema), client)({"id": "r-2", "stars": 4}, ctx)
-    registered = client.get_latest_version(f"{topic}-value")
+    registered = client.get_latest_version(subject)
     assert registered.schema.schema_type == "JSON"
     assert wire_schema_id(payload) == registered.schema_id
     assert JSONDeserializer(json.dumps(schema), schema_registry_client=client)(payload, ctx) == {
         "id": "r-2",
         "stars": 4,
     }
+
+    client.set_compatibility(subject_name=subject, level="BACKWARD")
+    properties = schema["properties"]
+    breaking = [
+        {**schema, "properties": {**properties, "lang": {"type": "string"}}, "required": ["id", "lang"]},
+        {**schema, "properties": {**properties, "id": {"type": "integer"}}},
+    ]
+    for changed in breaking:
+        with pytest.raises(SchemaRegistryError) as refused:
+            client.register_schema(subject, Schema(json.dumps(changed), "JSON"))
+        assert refused.value.http_status_code == 409
+    assert client.get_versions(subject) == [1]
 
 
 def test_schemas_and_ids_survive_a_restart(tmp_path: Path, unique_name: Callable[[str], str]) -> None:
