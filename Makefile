@@ -11,8 +11,8 @@ KAFKA_PORT ?= 9092
 # The test suite gets its own throw-away broker, so it never touches the one `make demo` uses.
 TEST_KAFKA_PORT ?= 19092
 TEST_KAFKA_DIR := var/kafka-test
-# A schema registry speaking Confluent's REST API (deploy/registry): `make registry-up` on REGISTRY_PORT, and a
-# throw-away one for the test suite (SCHEMA_REGISTRY_URL), like the broker.
+# A schema registry with Confluent's REST API (Apicurio, deploy/registry): `make registry-up` on REGISTRY_PORT,
+# and a throw-away one for the test suite (SCHEMA_REGISTRY_URL), like the broker.
 REGISTRY_PORT ?= 8081
 TEST_REGISTRY_PORT ?= 18081
 TEST_REGISTRY_DIR := var/registry-test
@@ -139,8 +139,8 @@ kafka-up-secure: install
 kafka-down-secure:
 	@test -x $(PY) && $(LAUNCHER) down --data-dir $(SECURE_KAFKA_DIR) || true
 
-# The first `registry-up` builds the registry with cargo (deploy/registry/README.md); `registry-down` saves its
-# schemas into var/registry-<port>/schemas.json and the next `registry-up` registers them again (same ids).
+# Apicurio Registry (deploy/registry/README.md): the first `registry-up` fetches it from Maven Central; its schemas
+# stay in var/registry-<port> across restarts. Clients: http://localhost:$(REGISTRY_PORT)/apis/ccompat/v7
 registry-up: install
 	$(REGISTRY_LAUNCHER) up --port $(REGISTRY_PORT)
 
@@ -230,9 +230,9 @@ test: install browser prometheus-tools lint typecheck
 	$(LAUNCHER) up --port $(TEST_KAFKA_PORT) --data-dir $(TEST_KAFKA_DIR)
 	@$(REGISTRY_LAUNCHER) up --port $(TEST_REGISTRY_PORT) --data-dir $(TEST_REGISTRY_DIR) \
 		|| { $(LAUNCHER) down --data-dir $(TEST_KAFKA_DIR); exit 1; }
-	@set +e; KAFKA_BOOTSTRAP_SERVERS=localhost:$(TEST_KAFKA_PORT) SCHEMA_REGISTRY_URL=http://localhost:$(TEST_REGISTRY_PORT) \
-		$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
-		$(REGISTRY_LAUNCHER) down --port $(TEST_REGISTRY_PORT) --data-dir $(TEST_REGISTRY_DIR) --no-save; \
+	@set +e; KAFKA_BOOTSTRAP_SERVERS=localhost:$(TEST_KAFKA_PORT) \
+		SCHEMA_REGISTRY_URL=http://localhost:$(TEST_REGISTRY_PORT)/apis/ccompat/v7 $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+		$(REGISTRY_LAUNCHER) down --port $(TEST_REGISTRY_PORT) --data-dir $(TEST_REGISTRY_DIR); \
 		$(LAUNCHER) down --data-dir $(TEST_KAFKA_DIR); exit $$rc
 
 test-unit: install prometheus-tools

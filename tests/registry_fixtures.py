@@ -1,7 +1,8 @@
-"""The schema registry of the integration tests, started with deploy/registry/launcher.py.
+"""The schema registry of the integration tests (Apicurio Registry), started with deploy/registry/launcher.py.
 
 The registry is, in order of preference:
-1. ``SCHEMA_REGISTRY_URL`` when set (`make test` starts one on port 18081 and sets it);
+1. ``SCHEMA_REGISTRY_URL`` when set: its Confluent-compatible API (`make test` starts one on port 18081 and
+   sets it to http://localhost:18081/apis/ccompat/v7);
 2. a registry started with the launcher on a free port, stopped at session end.
 There is no skip: without a registry the tests fail with the reason.
 """
@@ -23,8 +24,8 @@ from worker.bench.worker_process import free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 REGISTRY_LAUNCHER = REPO_ROOT / "deploy" / "registry" / "launcher.py"
-# Covers a first-time `cargo install` of the registry plus its start-up.
-REGISTRY_UP_TIMEOUT_S = 1800.0
+# Covers a first-time Maven download of the registry (142 MB) plus its start-up.
+REGISTRY_UP_TIMEOUT_S = 600.0
 
 
 def load_registry_launcher() -> ModuleType:
@@ -54,13 +55,13 @@ def run_registry_launcher(
 
 @contextlib.contextmanager
 def launched_registry(data_dir: Path, port: int | None = None) -> Iterator[str]:
-    """A registry of its own (data in ``data_dir``, a free port unless given); yields its URL and stops it
-    on exit (``down``, which saves its schemas into ``data_dir``)."""
+    """A registry of its own (schemas in ``data_dir``, a free port unless given); yields its URL and stops
+    it on exit."""
     common = ["--port", str(port or free_port()), "--data-dir", str(data_dir)]
     started = time.monotonic()
     up = run_registry_launcher("up", *common)
     if up.returncode != 0:
-        run_registry_launcher("down", *common, "--no-save", timeout_s=60)
+        run_registry_launcher("down", *common, timeout_s=60)
         pytest.fail(
             f"deploy/registry/launcher.py up failed (exit {up.returncode}):\n{up.stdout}\n{up.stderr}",
             pytrace=False,

@@ -1,7 +1,6 @@
-"""The schema registry the launcher starts does what the worker needs, through confluent-kafka's own client:
-Avro and JSON Schema in the Confluent wire format, BACKWARD evolution, 409 for a breaking change, and schema
-ids that survive a restart. (Protobuf: confluent-kafka-python registers a base64 descriptor, which this
-registry refuses; see deploy/registry/README.md.)"""
+"""The schema registry the launcher starts (Apicurio Registry, its Confluent-compatible API) does what the
+worker needs, through confluent-kafka's own client: Avro, JSON Schema and Protobuf in the Confluent wire
+format, BACKWARD evolution, 409 for a breaking change, and schema ids that survive a restart and a kill."""
 
 from __future__ import annotations
 
@@ -10,23 +9,25 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from tests.registry_fixtures import launched_registry
+from tests.registry_fixtures import launched_registry, run_registry_launcher
 
 pytestmark = pytest.mark.integration
 
 
 def review_schemas(namespace: str) -> dict[str, dict[str, Any]]:
-    """A review record's versions. Each test uses its own namespace: the registry gives an already known
-    schema its old id and adds it as a version only to a subject without versions (deploy/registry/README.md),
-    so tests sharing one schema across subjects would see each other's registrations."""
+    """A review record's versions, in a namespace of the test's own: the registry gives a schema it knows
+    its old id, so a run against a long-lived registry (SCHEMA_REGISTRY_URL) still registers new ones."""
     v1 = {
         "type": "record",
         "name": "Review",
@@ -127,9 +128,52 @@ def test_json_schema_round_trip_and_409(schema_registry_url: str, unique_name: C
     assert client.get_versions(subject) == [1]
 
 
-def test_schemas_and_ids_survive_a_restart(tmp_path: Path, unique_name: Callable[[str], str]) -> None:
-    """`down` then `up` on the same data dir: every subject keeps its versions, ids and compatibility level,
-    messages serialized before decode after, and the next new schema gets a new id."""
+def review_message_class(package: str, id_type: int = descriptor_pb2.FieldDescriptorProto.TYPE_STRING) -> Any:
+    """A message class ``<package>.Review {<id_type> id = 1; int32 stars = 2;}`` built at run time."""
+    proto = descriptor_pb2.FileDescriptorProto(
+        name=f"{package.replace('.', '/')}/review.proto", package=package
+    )
+    proto.syntax = "proto3"
+    message = proto.message_type.add(name="Review")
+    message.field.add(name="id", number=1, type=id_type, label=1)
+    message.field.add(name="stars", number=2, type=descriptor_pb2.FieldDescriptorProto.TYPE_INT32, label=1)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{package}.Review"))
+
+
+def test_protobuf_round_trip_and_new_version(
+    schema_registry_url: str, unique_name: Callable[[str], str]
+) -> None:
+    """Protobuf registers and round-trips; a changed message becomes version 2. (With BACKWARD set, this
+    registry answers 500 to a Protobuf schema sent as confluent-kafka-python sends it: see
+    deploy/registry/README.md.)"""
+    client = SchemaRegistryClient({"url": schema_registry_url})
+    topic = unique_name("reviews")
+    subject = f"{topic}-value"
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    package = f"test.{topic.replace('-', '_')}"
+    review = review_message_class(package)
+    payload = ProtobufSerializer(review, client)(review(id="r-3", stars=5), ctx)
+    registered = client.get_latest_version(subject)
+    assert registered.schema.schema_type == "PROTOBUF"
+    assert wire_schema_id(payload) == registered.schema_id
+    decoded = ProtobufDeserializer(review)(payload, ctx)
+    assert (decoded.id, decoded.stars) == ("r-3", 5)
+
+    changed = review_message_class(package, id_type=descriptor_pb2.FieldDescriptorProto.TYPE_INT64)
+    changed_payload = ProtobufSerializer(changed, client)(changed(id=7, stars=1), ctx)
+    assert wire_schema_id(changed_payload) != registered.schema_id
+    assert client.get_versions(subject) == [1, 2]
+    assert ProtobufDeserializer(changed)(changed_payload, ctx).id == 7
+
+
+@pytest.mark.parametrize("stop", [["--timeout-s", "30"], ["--kill"]], ids=["down", "kill"])
+def test_schemas_and_ids_survive_a_restart(
+    stop: list[str], tmp_path: Path, unique_name: Callable[[str], str]
+) -> None:
+    """`down` (or `down --kill`) then `up` on the same data dir: every subject keeps its versions, ids and
+    compatibility level, messages serialized before decode after, and the next new schema gets a new id."""
     data_dir = tmp_path / "registry"
     topic, other = unique_name("reviews"), unique_name("results")
     ctx = SerializationContext(topic, MessageField.VALUE)
@@ -144,8 +188,9 @@ def test_schemas_and_ids_survive_a_restart(tmp_path: Path, unique_name: Callable
         assert client.register_schema(f"{other}-value", avro(review["v1"])) == v1_id
         client.set_compatibility(subject_name=f"{other}-value", level="FULL")
         payload = AvroSerializer(client, json.dumps(review["v2"]))(record, ctx)
-        port = int(url.rsplit(":", 1)[1])
-    assert (data_dir / "schemas.json").is_file()
+        port = urlsplit(url).port
+        stopped = run_registry_launcher("down", "--port", str(port), "--data-dir", str(data_dir), *stop)
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     with launched_registry(data_dir, port=port) as url:
         client = SchemaRegistryClient({"url": url})
         assert sorted(client.get_subjects()) == sorted([f"{topic}-value", f"{other}-value"])

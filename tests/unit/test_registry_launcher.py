@@ -1,5 +1,5 @@
-"""deploy/registry/launcher.py without a registry: the restore order that gives schemas their old ids, the
-build cache marker, which processes `down` may signal."""
+"""deploy/registry/launcher.py without a registry: distribution cache marker, the server's command and
+settings, which processes `down` may signal, errors that say what to install."""
 
 from __future__ import annotations
 
@@ -19,78 +19,56 @@ def launcher() -> ModuleType:
     return load_registry_launcher()
 
 
-def snapshot(subjects: dict[str, list[int]]) -> dict[str, Any]:
-    """A snapshot whose subjects hold versions 1.. with the given schema ids."""
-    return {
-        "format": 1,
-        "compatibility": "BACKWARD",
-        "subjects": {
-            name: {
-                "compatibility": "BACKWARD",
-                "versions": [
-                    {"version": n, "id": i, "schemaType": "AVRO", "schema": f"s{i}", "references": []}
-                    for n, i in enumerate(ids, start=1)
-                ],
-            }
-            for name, ids in subjects.items()
-        },
-    }
+@pytest.fixture
+def cfg(launcher: ModuleType, tmp_path: Path) -> Any:
+    return launcher.make_config(port=18081, data_dir=tmp_path / "data")
 
 
-def replayed(launcher: ModuleType, subjects: dict[str, list[int]]) -> list[tuple[str, int, int]]:
-    return [(s, e["version"], e["id"]) for s, e in launcher.replay_order(snapshot(subjects))]
+def test_defaults_put_files_in_the_data_dir_and_the_api_under_ccompat(launcher: ModuleType, cfg: Any) -> None:
+    assert cfg.pid_file == cfg.data_dir / "registry.pid"
+    assert cfg.log_file == cfg.data_dir / "registry.log"
+    assert cfg.url == "http://localhost:18081/apis/ccompat/v7"
+    assert cfg.local_url == "http://127.0.0.1:18081/apis/ccompat/v7"
 
 
-def new_ids_in_order(order: list[tuple[str, int, int]]) -> list[int]:
-    """The ids a registry makes, in the order it makes them: each id's first registration."""
-    seen: list[int] = []
-    for _, _, schema_id in order:
-        if schema_id not in seen:
-            seen.append(schema_id)
-    return seen
+def test_app_ready_needs_the_marker_of_this_pom(launcher: ModuleType, tmp_path: Path) -> None:
+    runner = tmp_path / "app" / launcher.RUNNER_JAR
+    runner.parent.mkdir()
+    runner.write_bytes(b"")
+    assert not launcher.app_ready(tmp_path)  # an interrupted download leaves no marker
+    (tmp_path / launcher.MARKER_NAME).write_text("digest-of-another-pom\n")
+    assert not launcher.app_ready(tmp_path)
+    (tmp_path / launcher.MARKER_NAME).write_text(launcher.pom_digest() + "\n")
+    assert launcher.app_ready(tmp_path)
 
 
-def test_replay_keeps_each_subjects_version_order_and_makes_ids_in_order(launcher: ModuleType) -> None:
-    # b's v2 reuses a's v1; a's v2 was made after b's v1; c's v1 is the schema first made as a's v2
-    subjects = {"a": [1, 3], "b": [2, 1], "c": [3]}
-    order = replayed(launcher, subjects)
-    assert sorted(order) == sorted((s, n, i) for s, ids in subjects.items() for n, i in enumerate(ids, 1))
-    for name in subjects:
-        assert [n for s, n, _ in order if s == name] == list(range(1, len(subjects[name]) + 1))
-    assert new_ids_in_order(order) == [1, 2, 3]
+def test_schemas_go_to_an_h2_file_in_the_data_dir_written_at_each_commit(
+    launcher: ModuleType, cfg: Any
+) -> None:
+    env = launcher.command_env(cfg, {"PATH": "/usr/bin"})
+    assert env["HTTP_PORT"] == "18081"
+    assert env["REGISTRY_DATASOURCE_URL"] == f"jdbc:h2:file:{cfg.data_dir / 'h2' / 'registry'};WRITE_DELAY=0"
+    assert env["PATH"] == "/usr/bin"
 
 
-def test_replay_of_a_subject_whose_later_version_has_a_smaller_id(launcher: ModuleType) -> None:
-    # z's v2 is the schema first registered as y's v1 (id 1), after z's v1 made id 2
-    order = replayed(launcher, {"z": [2, 1], "y": [1]})
-    assert order == [("y", 1, 1), ("z", 1, 2), ("z", 2, 1)]
+def test_server_listens_on_loopback_only(launcher: ModuleType, cfg: Any, tmp_path: Path) -> None:
+    argv = launcher.java_command(cfg, tmp_path / "app")
+    assert "-Dquarkus.http.host=127.0.0.1" in argv
+    assert argv[-2:] == ["-jar", str(tmp_path / "app" / launcher.RUNNER_JAR)]
+    assert launcher.is_registry(argv)
 
 
-def test_binary_ready_needs_the_marker_of_this_crate_version(launcher: ModuleType, tmp_path: Path) -> None:
-    binary = launcher.binary_path(tmp_path)
-    binary.parent.mkdir(parents=True)
-    binary.write_bytes(b"")
-    assert not launcher.binary_ready(tmp_path)  # an interrupted build leaves no marker
-    (tmp_path / launcher.MARKER_NAME).write_text("rivven-schema 0.0.1\n")
-    assert not launcher.binary_ready(tmp_path)
-    (tmp_path / launcher.MARKER_NAME).write_text(f"{launcher.CRATE} {launcher.CRATE_VERSION}\n")
-    assert launcher.binary_ready(tmp_path)
-
-
-def test_only_a_registry_server_command_line_is_signalled(launcher: ModuleType) -> None:
-    assert launcher.is_registry(["/cache/bin/rivven-schema", "serve", "--port", "8081"])
-    assert not launcher.is_registry(["/cache/bin/rivven-schema", "health"])
-    assert not launcher.is_registry(["java", "kafka.Kafka", "serve"])
+def test_only_an_apicurio_java_process_is_signalled(launcher: ModuleType) -> None:
+    assert launcher.is_registry(
+        ["/usr/bin/java", "-Xmx512m", "-jar", "/c/app/apicurio-registry-app-2.6.13.Final-runner.jar"]
+    )
+    assert not launcher.is_registry(["/usr/bin/java", "-cp", "/c/libs/*", "kafka.Kafka", "server.properties"])
+    assert not launcher.is_registry(["python", "apicurio-registry-app-2.6.13.Final-runner.jar"])
     assert not launcher.is_registry([])
 
 
-def test_unknown_snapshot_format_is_refused_before_any_request(launcher: ModuleType) -> None:
-    with pytest.raises(launcher.LauncherError, match="unknown snapshot format"):
-        launcher.import_snapshot("http://127.0.0.1:9", {"format": 99, "subjects": {}})
-
-
-def test_up_without_cargo_or_a_built_registry_says_what_to_do(tmp_path: Path) -> None:
-    env = {"PATH": "/nonexistent", "CARGO_HOME": str(tmp_path / "no-cargo"), "HOME": str(tmp_path)}
+def test_up_without_maven_or_a_cached_registry_says_what_to_do(tmp_path: Path) -> None:
+    env = {"PATH": "/nonexistent", "HOME": str(tmp_path)}
     proc = subprocess.run(
         [sys.executable, str(REGISTRY_LAUNCHER), "up", "--port", "9", "--data-dir", str(tmp_path / "data")],
         capture_output=True,
@@ -100,6 +78,6 @@ def test_up_without_cargo_or_a_built_registry_says_what_to_do(tmp_path: Path) ->
         stdin=subprocess.DEVNULL,
     )
     assert proc.returncode == 1
-    assert "`cargo` is not on PATH" in proc.stderr
-    assert "hint: install a recent stable Rust toolchain" in proc.stderr
+    assert "`mvn` is not on PATH" in proc.stderr
+    assert "hint: install Maven" in proc.stderr
     assert not (tmp_path / "data" / "registry.pid").exists()
