@@ -81,3 +81,41 @@ def test_up_without_maven_or_a_cached_registry_says_what_to_do(tmp_path: Path) -
     assert "`mvn` is not on PATH" in proc.stderr
     assert "hint: install Maven" in proc.stderr
     assert not (tmp_path / "data" / "registry.pid").exists()
+
+
+def fake_mvn(bin_dir: Path, script: str) -> None:
+    """A `mvn` on PATH that runs ``script`` (bash) with the launcher's arguments."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    mvn = bin_dir / "mvn"
+    mvn.write_text(f"#!/usr/bin/env bash\n{script}\n")
+    mvn.chmod(0o755)
+
+
+def test_an_unpacked_distribution_is_kept_and_reused(
+    launcher: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the fake writes the runner jar where -DoutputDirectory points, and counts its runs
+    fake_mvn(
+        tmp_path / "bin",
+        'for a in "$@"; do case $a in -DoutputDirectory=*) out=${a#*=};; esac; done\n'
+        f'mkdir -p "$out/lib" && touch "$out/{launcher.RUNNER_JAR}" && echo run >> "{tmp_path}/runs"',
+    )
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    cache = tmp_path / "cache"
+    app = launcher.ensure_app(cache, say=lambda _: None)
+    assert app == cache / "app" and (app / launcher.RUNNER_JAR).is_file()
+    assert not (cache / "app.partial").exists()
+    assert launcher.ensure_app(cache, say=lambda _: None) == app
+    assert (tmp_path / "runs").read_text().count("run") == 1
+
+
+def test_a_failed_download_leaves_no_marker_and_shows_mavens_output(
+    launcher: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_mvn(tmp_path / "bin", 'echo "Could not resolve io.apicurio:apicurio-registry-app"; exit 1')
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    cache = tmp_path / "cache"
+    with pytest.raises(launcher.LauncherError, match="Could not resolve io.apicurio") as failed:
+        launcher.ensure_app(cache, say=lambda _: None)
+    assert "check Maven Central access" in failed.value.hint
+    assert not (cache / launcher.MARKER_NAME).exists() and not (cache / "app").exists()
