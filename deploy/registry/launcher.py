@@ -1,0 +1,449 @@
+#!/usr/bin/env python3
+"""Start, stop and inspect a local Apicurio Registry 2.6.13 (Confluent-compatible API), no Docker.
+
+    python deploy/registry/launcher.py up [--port 8081] [--data-dir DIR]    # prints the URL
+    python deploy/registry/launcher.py status [--port 8081]
+    python deploy/registry/launcher.py down [--port 8081] [--data-dir DIR] [--kill]
+
+The server is Apicurio Registry's own distribution from Maven Central (deploy/registry/pom.xml, unpacked once
+into a cache directory outside the repo); clients use its Confluent Schema Registry API at
+``http://localhost:<port>/apis/ccompat/v7``. Schemas live in an H2 database file in the data dir, so they and
+their ids survive a restart. Stdlib only; importable, so tests can call the small functions below directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+APICURIO_VERSION = "2.6.13.Final"
+RUNNER_JAR = f"apicurio-registry-app-{APICURIO_VERSION}-runner.jar"
+CCOMPAT_PATH = "/apis/ccompat/v7"
+HERE = Path(__file__).resolve().parent
+POM = HERE / "pom.xml"
+REPO_ROOT = HERE.parent.parent
+MARKER_NAME = ".complete"
+DEFAULT_HEAP_OPTS = ("-Xmx512m", "-Xms128m")
+LOG_TAIL_LINES = 40
+EXIT_NOT_RUNNING = 3  # LSB status code for "program is not running"
+
+Say = Callable[[str], None]
+
+
+def _kafka_launcher() -> ModuleType:
+    """deploy/kafka/launcher.py, whose process and pid-file helpers this launcher shares."""
+    if "kafka_launcher" in sys.modules:
+        return sys.modules["kafka_launcher"]
+    spec = importlib.util.spec_from_file_location("kafka_launcher", HERE.parent / "kafka" / "launcher.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["kafka_launcher"] = module  # dataclasses look their module up in sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+_kafka = _kafka_launcher()
+pid_alive = _kafka.pid_alive
+read_pid = _kafka.read_pid
+port_in_use = _kafka.port_in_use
+process_command_line = _kafka.process_command_line
+tail = _kafka.tail
+
+
+class LauncherError(Exception):
+    """A launcher step failed; ``hint`` says what to try next."""
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+@dataclass(frozen=True)
+class RegistryConfig:
+    """Where one local registry runs; ``port`` is its HTTP port on ``host``."""
+
+    port: int
+    data_dir: Path
+    pid_file: Path
+    log_file: Path
+    host: str = "127.0.0.1"
+    advertised_host: str = "localhost"
+    heap_opts: tuple[str, ...] = DEFAULT_HEAP_OPTS
+
+    @property
+    def url(self) -> str:
+        """The Confluent-compatible API clients use (``SchemaRegistryClient({"url": ...})``)."""
+        return f"http://{self.advertised_host}:{self.port}{CCOMPAT_PATH}"
+
+    @property
+    def local_url(self) -> str:
+        return f"http://{self.host}:{self.port}{CCOMPAT_PATH}"
+
+    @property
+    def database(self) -> Path:
+        """The H2 database (``<data-dir>/h2/registry.mv.db`` on disk) holding every schema and setting."""
+        return self.data_dir / "h2" / "registry"
+
+
+def make_config(
+    port: int = 8081,
+    data_dir: Path | None = None,
+    pid_file: Path | None = None,
+    log_file: Path | None = None,
+) -> RegistryConfig:
+    """Fill in the defaults: data in ``<repo>/var/registry-<port>``."""
+    data = (data_dir or REPO_ROOT / "var" / f"registry-{port}").resolve()
+    return RegistryConfig(
+        port=port,
+        data_dir=data,
+        pid_file=(pid_file or data / "registry.pid").resolve(),
+        log_file=(log_file or data / "registry.log").resolve(),
+    )
+
+
+def default_cache_dir(env: Mapping[str, str]) -> Path:
+    """``$SENTIMENT_REGISTRY_CACHE`` or ``~/.cache/sentiment-worker/apicurio-registry-<version>``."""
+    override = env.get("SENTIMENT_REGISTRY_CACHE")
+    if override:
+        return Path(override).expanduser().resolve()
+    return Path.home() / ".cache" / "sentiment-worker" / f"apicurio-registry-{APICURIO_VERSION}"
+
+
+# --------------------------------------------------------------------------- distribution
+
+
+def pom_digest(pom: Path = POM) -> str:
+    """The marker content: a copy unpacked from another pom is not reused."""
+    return hashlib.sha256(pom.read_bytes()).hexdigest()
+
+
+def app_ready(cache_dir: Path, pom: Path = POM) -> bool:
+    """True when ``cache_dir/app`` holds a complete unpacked distribution of this pom's release."""
+    marker = cache_dir / MARKER_NAME
+    return (
+        marker.is_file()
+        and marker.read_text().strip() == pom_digest(pom)
+        and (cache_dir / "app" / RUNNER_JAR).is_file()
+    )
+
+
+def maven_command(pom: Path, output_dir: Path, build_dir: Path) -> list[str]:
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise LauncherError(
+            "`mvn` is not on PATH (the registry comes from Maven Central)",
+            "install Maven (apt-get install maven)",
+        )
+    return [
+        mvn,
+        "-q",
+        "-B",
+        "-Dstyle.color=never",
+        "-f",
+        str(pom),
+        "dependency:unpack",
+        f"-DoutputDirectory={output_dir}",
+        f"-Dregistry.build.dir={build_dir}",
+    ]
+
+
+def ensure_app(cache_dir: Path, pom: Path = POM, say: Say = print, progress_every_s: float = 15.0) -> Path:
+    """Unpack the registry distribution into ``cache_dir/app`` with Maven unless a complete copy is there;
+    return that directory.
+
+    Maven unpacks into a scratch directory renamed into place, then a marker is written, so an interrupted
+    download is never mistaken for a complete one.
+    """
+    app = cache_dir / "app"
+    if app_ready(cache_dir, pom):
+        return app
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    scratch = cache_dir / "app.partial"
+    shutil.rmtree(scratch, ignore_errors=True)
+    mvn_log = cache_dir / "mvn.log"
+    say(
+        f"Fetching Apicurio Registry {APICURIO_VERSION} (142 MB) with Maven into {app} "
+        "(a minute or so the first time)..."
+    )
+    started = time.monotonic()
+    with mvn_log.open("wb") as log:
+        proc = subprocess.Popen(
+            maven_command(pom, scratch, cache_dir / "maven"),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        while True:
+            try:
+                rc = proc.wait(timeout=progress_every_s)
+                break
+            except subprocess.TimeoutExpired:
+                say(f"  ... Maven still working ({time.monotonic() - started:.0f} s)")
+    if rc != 0 or not (scratch / RUNNER_JAR).is_file():
+        raise LauncherError(
+            f"Maven failed (exit {rc}) fetching Apicurio Registry:\n{tail(mvn_log, LOG_TAIL_LINES)}",
+            f"check Maven Central access (full log: {mvn_log})",
+        )
+    shutil.rmtree(app, ignore_errors=True)
+    scratch.rename(app)
+    shutil.rmtree(cache_dir / "maven", ignore_errors=True)  # the plugin's unpack markers
+    (cache_dir / MARKER_NAME).write_text(pom_digest(pom) + "\n")
+    say(
+        f"Apicurio Registry ready to start ({len(list((app / 'lib').glob('*.jar')))} jars, "
+        f"{time.monotonic() - started:.0f} s)"
+    )
+    return app
+
+
+# --------------------------------------------------------------------------- lifecycle
+
+
+def java_command(cfg: RegistryConfig, app: Path) -> list[str]:
+    java = shutil.which("java")
+    if java is None:
+        raise LauncherError(
+            "`java` is not on PATH", "install a JRE 11+ (apt-get install openjdk-17-jre-headless)"
+        )
+    return [
+        java,
+        *cfg.heap_opts,
+        "-XX:+UseSerialGC",  # one small heap on a small machine
+        "-Djava.awt.headless=true",
+        f"-Dquarkus.http.host={cfg.host}",
+        "-jar",
+        str(app / RUNNER_JAR),
+    ]
+
+
+def command_env(cfg: RegistryConfig, base: Mapping[str, str]) -> dict[str, str]:
+    """Apicurio's own settings (its application.properties reads these): port and the H2 file database.
+
+    ``WRITE_DELAY=0``: H2 writes each commit to the file at once, so a killed registry loses no schema.
+    """
+    env = dict(base)
+    env["HTTP_PORT"] = str(cfg.port)
+    env["REGISTRY_DATASOURCE_URL"] = f"jdbc:h2:file:{cfg.database};WRITE_DELAY=0"
+    return env
+
+
+def start(cfg: RegistryConfig, app: Path) -> int:
+    """Start the registry detached (own session, output appended to the log file); return its pid."""
+    cfg.data_dir.mkdir(parents=True, exist_ok=True)
+    cfg.database.parent.mkdir(exist_ok=True)
+    with cfg.log_file.open("ab") as log:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        log.write(f"\n===== launcher: starting registry at {stamp} =====\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            java_command(cfg, app),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=command_env(cfg, os.environ),
+            cwd=cfg.data_dir,
+            start_new_session=True,  # survives the launcher and the terminal's Ctrl-C
+        )
+    cfg.pid_file.write_text(f"{proc.pid}\n")
+    return proc.pid
+
+
+def registry_answers(url: str, timeout_s: float = 2.0) -> bool:
+    """True when ``GET <url>/subjects`` answers 200 (the Confluent-compatible API is ready)."""
+    try:
+        with urllib.request.urlopen(f"{url}/subjects", timeout=timeout_s) as resp:
+            return bool(resp.status == 200)
+    except (OSError, urllib.error.HTTPError):
+        return False
+
+
+def is_registry(argv: Sequence[str]) -> bool:
+    """True for a ``java ... -jar .../apicurio-registry-app-*-runner.jar`` command line."""
+    return (
+        bool(argv)
+        and Path(argv[0]).name == "java"
+        and any(
+            Path(arg).name.startswith("apicurio-registry-app-") and arg.endswith("-runner.jar")
+            for arg in argv
+        )
+    )
+
+
+def running_registry(cfg: RegistryConfig) -> int | None:
+    """The pid of the live registry named by the pid file, if any."""
+    pid = read_pid(cfg.pid_file)
+    if pid is None or not pid_alive(pid):
+        return None
+    argv = process_command_line(pid)
+    return pid if argv is not None and is_registry(argv) else None
+
+
+def wait_ready(cfg: RegistryConfig, pid: int, timeout_s: float) -> float:
+    """Wait until the Confluent-compatible API answers; return the seconds waited.
+
+    Fails fast when the process exits meanwhile.
+    """
+    started = time.monotonic()
+    deadline = started + timeout_s
+    while True:
+        if not pid_alive(pid):
+            raise LauncherError(f"the registry (pid {pid}) exited during startup", f"see {cfg.log_file}")
+        if port_in_use(cfg.host, cfg.port) and registry_answers(cfg.local_url):
+            return time.monotonic() - started
+        if time.monotonic() >= deadline:
+            raise LauncherError(
+                f"the registry (pid {pid}) did not answer at {cfg.url} within {timeout_s:.0f} s",
+                f"raise --timeout-s, or see {cfg.log_file}",
+            )
+        time.sleep(0.25)
+
+
+def up(cfg: RegistryConfig, app_factory: Callable[[], Path], timeout_s: float, say: Say = print) -> str:
+    """Start the registry unless the one named by the pid file already answers; return its URL."""
+    pid = running_registry(cfg)
+    if pid is not None:
+        if registry_answers(cfg.local_url):
+            say(f"Registry already running (pid {pid}); nothing to do.")
+            return cfg.url
+        say(f"Registry pid {pid} is running but not answering yet; waiting.")
+    else:
+        cfg.pid_file.unlink(missing_ok=True)
+        if port_in_use(cfg.host, cfg.port):
+            raise LauncherError(
+                f"port {cfg.host}:{cfg.port} is already in use", "stop whatever listens there or pick --port"
+            )
+        app = app_factory()
+        pid = start(cfg, app)
+        say(f"Started registry pid {pid}; waiting for it to answer at {cfg.url} (log: {cfg.log_file})")
+    try:
+        waited = wait_ready(cfg, pid, timeout_s)
+    except LauncherError:
+        if pid_alive(pid):  # do not leave a half-started registry behind
+            stop(cfg, timeout_s=10.0, say=say)
+        else:
+            cfg.pid_file.unlink(missing_ok=True)
+        raise
+    say(f"Registry ready after {waited:.1f} s (schemas in {cfg.database}.mv.db).")
+    return cfg.url
+
+
+def _wait_gone(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while pid_alive(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def stop(cfg: RegistryConfig, timeout_s: float = 30.0, say: Say = print, kill: bool = False) -> bool:
+    """Stop the registry named by the pid file: SIGTERM, SIGKILL after ``timeout_s`` (``kill``: SIGKILL at
+    once, an abrupt stop). Only an Apicurio Registry java process is signalled; False when another process
+    holds the pid (nothing is signalled); the pid file is removed whenever it is stale."""
+    pid = read_pid(cfg.pid_file)
+    if pid is None:
+        say(f"No pid file at {cfg.pid_file}: no registry to stop.")
+        return True
+    if not pid_alive(pid):
+        say(f"Registry pid {pid} is not running; removing the stale pid file {cfg.pid_file}.")
+        cfg.pid_file.unlink(missing_ok=True)
+        return True
+    argv = process_command_line(pid)
+    if argv is None or not is_registry(argv):
+        shown = "unreadable" if argv is None else " ".join(argv)[:120]
+        say(f"Pid {pid} is not the registry ({shown}); not signalling it. Removing the stale pid file.")
+        cfg.pid_file.unlink(missing_ok=True)
+        return False
+    say(f"Stopping registry pid {pid} ({'SIGKILL' if kill else 'SIGTERM'})...")
+    started = time.monotonic()
+    os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
+    if not _wait_gone(pid, 10.0 if kill else timeout_s):
+        say(f"Registry pid {pid} still running after {timeout_s:.0f} s; sending SIGKILL.")
+        os.kill(pid, signal.SIGKILL)
+        if not _wait_gone(pid, 10.0):
+            raise LauncherError(f"registry pid {pid} survived SIGKILL", "check the process by hand")
+    cfg.pid_file.unlink(missing_ok=True)
+    say(f"Registry stopped ({time.monotonic() - started:.1f} s).")
+    return True
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="launcher.py", description=(__doc__ or "").split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, help_text in (
+        ("up", "start the registry (no-op when running)"),
+        ("down", "stop the registry (its schemas stay in the data dir)"),
+        ("status", "running or not, and the URL"),
+    ):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--port", type=int, default=8081, help="HTTP port, default 8081")
+        p.add_argument("--data-dir", type=Path, default=None, help="default <repo>/var/registry-<port>")
+        p.add_argument("--pid-file", type=Path, default=None, help="default <data-dir>/registry.pid")
+        if name == "up":
+            p.add_argument("--log-file", type=Path, default=None, help="default <data-dir>/registry.log")
+            p.add_argument("--timeout-s", type=float, default=120.0, help="seconds to wait for the registry")
+            p.add_argument(
+                "--cache-dir",
+                type=Path,
+                default=None,
+                help="distribution cache, default $SENTIMENT_REGISTRY_CACHE or "
+                f"~/.cache/sentiment-worker/apicurio-registry-{APICURIO_VERSION}",
+            )
+        if name == "down":
+            p.add_argument(
+                "--timeout-s", type=float, default=30.0, help="seconds between SIGTERM and SIGKILL"
+            )
+            p.add_argument("--kill", action="store_true", help="SIGKILL at once: an abrupt stop")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    say: Say = lambda msg: print(msg, flush=True)  # noqa: E731
+    cfg = make_config(args.port, args.data_dir, args.pid_file, getattr(args, "log_file", None))
+    try:
+        if args.command == "up":
+            cache_dir = args.cache_dir.resolve() if args.cache_dir else default_cache_dir(os.environ)
+            try:
+                url = up(cfg, lambda: ensure_app(cache_dir, say=say), args.timeout_s, say)
+            except LauncherError:
+                log_tail = tail(cfg.log_file, LOG_TAIL_LINES)
+                if log_tail:
+                    print(f"--- last {LOG_TAIL_LINES} lines of {cfg.log_file} ---", file=sys.stderr)
+                    print(f"{log_tail}\n---", file=sys.stderr)
+                raise
+            print(url, flush=True)
+            return 0
+        if args.command == "down":
+            return 0 if stop(cfg, args.timeout_s, say, kill=args.kill) else 1
+        pid = running_registry(cfg)
+        if pid is None:
+            print(f"not running ({cfg.url}, pid file {cfg.pid_file})")
+            return EXIT_NOT_RUNNING
+        answers = "answers" if registry_answers(cfg.local_url) else "NOT answering yet"
+        print(f"running pid {pid} at {cfg.url} ({answers})")
+        return 0
+    except LauncherError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        if exc.hint:
+            print(f"hint: {exc.hint}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
