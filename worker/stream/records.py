@@ -15,6 +15,7 @@ from schemas.sentiment_result import ModelRef, SentimentResult, SourceRef
 from worker.inference.label_fields import label_fields
 from worker.stream.decode import DecodedReview
 from worker.stream.producer import OutboundRecord, SourcePosition, record_size
+from worker.stream.result_encoding import ResultEncoder, json_result_value
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +47,10 @@ def result_record(
     topic: str,
     partition: int | None,
     now: float,
+    encode: ResultEncoder = json_result_value,
 ) -> OutboundRecord:
-    """The result record of one review; its key is the input key. `now` is time.monotonic()."""
+    """The result record of one review; its key is the input key, its value `encode`d (JSON unless told).
+    `now` is time.monotonic()."""
     src = message.position
     result = SentimentResult(
         id=review.id,
@@ -62,7 +65,7 @@ def result_record(
     )
     return OutboundRecord(
         topic=topic,
-        value=result.model_dump_json().encode("utf-8"),
+        value=encode(result),
         key=message.key,
         partition=partition,
         headers=None,
@@ -113,9 +116,9 @@ def dead_letter_overhead_bytes(source_topic: str, worker_id: str) -> int:
 
 
 class OutboundRecords:
-    """The worker's outbound records: a result or dead letter per input, sent to the output partition that
-    keeps input order, and a dead letter without key and value standing in for a record too large for its
-    topic.
+    """The worker's outbound records: a result (`encode`d in the output format) or dead letter per input,
+    sent to the output partition that keeps input order, and a dead letter without key and value standing in
+    for a record too large for its topic.
 
     ``partition_counts`` and ``max_message_bytes`` hold the output and dead-letter topics' figures, read
     from the broker at start-up.
@@ -133,6 +136,7 @@ class OutboundRecords:
         partition_counts: dict[str, int],
         max_message_bytes: dict[str, int],
         clock: Callable[[], float] = time.monotonic,
+        encode: ResultEncoder = json_result_value,
     ) -> None:
         self._labels = labels
         self._model = model
@@ -143,6 +147,7 @@ class OutboundRecords:
         self._partition_counts = dict(partition_counts)
         self._max_message_bytes = dict(max_message_bytes)
         self._clock = clock
+        self._encode = encode
         self._refused: set[tuple[str, SourcePosition]] = set()  # see refused_in_aborted_transaction
 
     def result(
@@ -157,6 +162,7 @@ class OutboundRecords:
             topic=self._output_topic,
             partition=self.partition(self._output_topic, item.position.partition),
             now=now,
+            encode=self._encode,
         )
 
     def dead_letter(self, item: InputMessage, kind: DeadLetterKind, reason: str) -> OutboundRecord:
