@@ -102,7 +102,11 @@ class _ProtobufReader:
             self._classes[(schema_id, indexes)] = message_class
         message = message_class()
         message.ParseFromString(value[payload_at:])
-        return dict(json_format.MessageToDict(message, preserving_proto_field_name=True))
+        # Fields at their default ("" text, 0 id) are kept: an empty text is empty_text, not missing_text.
+        document = json_format.MessageToDict(
+            message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+        )
+        return dict(document)
 
     def _message_class(self, schema_id: int, indexes: tuple[int, ...]) -> type[ProtobufMessage]:
         schema: Schema = self._client.get_schema(schema_id, fmt="serialized")
@@ -184,6 +188,20 @@ class RegistryDecoder:
             raise ValueError(
                 f"not a registry format: {input_format!r}; expected avro, json_schema or protobuf"
             )
+
+    def fields(self, value: bytes) -> dict[str, Any] | None:
+        """A wire-format value's record as JSON-able fields; None when it does not decode (an unknown
+        schema id, a payload that does not fit it). Raises `RegistryUnavailable`."""
+        try:
+            document = self._read(value)
+        except (httpx.TransportError, SchemaRegistryError) as exc:
+            trouble = registry_trouble(exc, self._url)
+            if trouble is not None:
+                raise trouble from exc
+            return None
+        except _PAYLOAD_ERRORS:
+            return None
+        return json_safe(document) if isinstance(document, dict) else None
 
     def decode(self, value: bytes | None, default_id: str) -> DecodedReview | DecodeFailure:
         """One value: a review, or a dead letter's kind and reason. Raises `RegistryUnavailable`."""

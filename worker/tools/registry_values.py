@@ -1,0 +1,121 @@
+"""Message values in the Schema Registry wire format for the tools: `produce --format avro --schema FILE`
+writes them (the schema registered under `<topic>-value`), `tail` reads them back (any format, by the id in
+each value's header)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+from confluent_kafka.schema_registry.json_schema import JSONSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from worker.config import REGISTRY_FORMATS, WorkerSettings
+from worker.errors import ConfigurationError, OperationError
+from worker.stream.registry_decode import RegistryDecoder, RegistryUnavailable, registry_trouble
+from worker.stream.wire_format import schema_id_of
+
+SCHEMA_SUFFIXES = {".avsc": "avro", ".json": "json_schema"}
+"""The schema file's name → the value format `produce --schema` infers when --format does not say."""
+
+
+def value_format(declared: str | None, schema: Path | None) -> str | None:
+    """The registry format `produce` writes: `declared` (--format) when it is one, else inferred from the
+    schema file's suffix; None for plain JSON / text values."""
+    if declared in REGISTRY_FORMATS:
+        if schema is None:
+            raise ConfigurationError(
+                f"--format {declared} needs --schema FILE (the schema each value is written with)"
+            )
+        return declared
+    if schema is None:
+        return None
+    inferred = SCHEMA_SUFFIXES.get(schema.suffix.lower())
+    if inferred is None:
+        raise ConfigurationError(
+            f"--schema {schema}: say which format it is (--format avro or json_schema; a .avsc file is Avro, "
+            "a .json file JSON Schema)"
+        )
+    return inferred
+
+
+def value_encoder(
+    settings: WorkerSettings, fmt: str, schema_file: Path, topic: str
+) -> Callable[[dict[str, Any]], bytes]:
+    """A message dict → its value in `fmt` with the schema in `schema_file`, registered under `<topic>-value`
+    on first use. A message that does not fit the schema raises ValueError saying why."""
+    try:
+        schema_str = schema_file.read_text(encoding="utf-8")
+        json.loads(schema_str)
+    except (OSError, ValueError) as exc:
+        raise ConfigurationError(
+            f"--schema {schema_file}: cannot read it as a JSON schema file ({exc})"
+        ) from None
+    conf = settings.schema_registry_conf()
+    client = SchemaRegistryClient(conf)
+    serializer: Callable[[Any, SerializationContext], bytes | None]
+    if fmt == "avro":
+        serializer = AvroSerializer(client, schema_str)
+    elif fmt == "json_schema":
+        serializer = JSONSerializer(schema_str, client)
+    else:
+        raise ConfigurationError(
+            f"produce writes avro and json_schema values; {fmt} needs the producer's compiled message classes"
+        )
+    context = SerializationContext(topic, MessageField.VALUE)
+
+    def encode(document: dict[str, Any]) -> bytes:
+        try:
+            value = serializer(document, context)
+        except SchemaRegistryError as exc:  # e.g. 409: the schema is incompatible with the subject's
+            raise OperationError(
+                f"the Schema Registry at {conf['url']} refuses the schema under {topic}-value: {exc}"
+            ) from None
+        except Exception as exc:  # noqa: BLE001 - the registry away, or a row that does not fit the schema
+            trouble = registry_trouble(exc, conf["url"])
+            if trouble is not None:
+                raise OperationError(str(trouble)) from None
+            raise ValueError(str(exc) or type(exc).__name__) from None
+        assert value is not None
+        return value
+
+    return encode
+
+
+class ValueReader:
+    """`tail`: a value in any registry format → its fields, by the schema id in its header (the client's
+    schema type says the format); None for a value not in the wire format (plain JSON, text)."""
+
+    def __init__(self, settings: WorkerSettings) -> None:
+        conf = settings.schema_registry_conf()
+        self._url = conf["url"]
+        self._client = SchemaRegistryClient(conf)
+        self._decoders: dict[str, RegistryDecoder] = {}
+
+    def fields(self, value: bytes | None) -> dict[str, Any] | None:
+        schema_id = schema_id_of(value) if value else None
+        if schema_id is None or value is None:
+            return None
+        try:
+            schema_type = self._client.get_schema(schema_id).schema_type or "AVRO"
+        except Exception as exc:
+            trouble = registry_trouble(exc, self._url)
+            if trouble is not None:
+                raise OperationError(str(trouble)) from None
+            return None  # an unknown id: shown as the raw value
+        fmt = {"AVRO": "avro", "JSON": "json_schema", "PROTOBUF": "protobuf"}[schema_type.upper()]
+        decoder = self._decoders.get(fmt)
+        if decoder is None:
+            decoder = RegistryDecoder(
+                self._client, fmt, url=self._url, max_value_bytes=2**31, max_text_chars=2**31
+            )
+            self._decoders[fmt] = decoder
+        try:
+            return decoder.fields(value)
+        except RegistryUnavailable as exc:
+            raise OperationError(str(exc)) from None
