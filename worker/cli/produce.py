@@ -40,8 +40,9 @@ def register(subparsers: Subparsers) -> None:
     produce.add_argument(
         "--format",
         default="auto",
-        choices=["auto", "jsonl", "csv", "txt", "avro", "json_schema"],
-        help="the file's format (auto: by its name), or the values' registry format (avro, json_schema: "
+        choices=["auto", "jsonl", "csv", "txt", "avro", "json_schema", "protobuf"],
+        help="the file's format (auto: by its name), or the values' registry format (avro, json_schema, "
+        "protobuf: "
         "each row written with --schema, registered under <topic>-value in SENTIMENT_SCHEMA_REGISTRY_URL; "
         "the file's format is then told by its name)",
     )
@@ -49,7 +50,8 @@ def register(subparsers: Subparsers) -> None:
         "--schema",
         type=Path,
         default=None,
-        help="Avro (.avsc) or JSON Schema (.json) file the values are written with (a registry format)",
+        help="Avro (.avsc), JSON Schema (.json) or Protobuf (.proto; its first message) file the values "
+        "are written with (a registry format)",
     )
     add_column_flags(produce)
     produce.add_argument(

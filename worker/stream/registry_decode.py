@@ -8,6 +8,7 @@ writer's schema; the client caches it after the first fetch, so only a new schem
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable
 from typing import Any
@@ -18,17 +19,18 @@ from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.schema_registry.common._httpx_compat import (
     httpx,
 )  # the HTTP client it uses (httpx2 or httpx)
-from confluent_kafka.schema_registry.common.protobuf import _init_pool, _str_to_proto
+from confluent_kafka.schema_registry.common.protobuf import _init_pool
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer
 from confluent_kafka.serialization import SerializationError
-from google.protobuf import json_format
+from google.protobuf import descriptor_pb2, json_format
 from google.protobuf.descriptor_pool import DescriptorPool
 from google.protobuf.message import DecodeError
 from google.protobuf.message import Message as ProtobufMessage
 from google.protobuf.message_factory import GetMessageClass
 
 from schemas.dead_letter import DeadLetterKind
+from schemas.proto_text import parse_proto
 from schemas.review_input import text_problem
 from worker.config import REGISTRY_FORMATS, WorkerSettings
 from worker.stream.decode import DecodedReview, DecodeFailure
@@ -110,16 +112,26 @@ class _ProtobufReader:
 
     def _message_class(self, schema_id: int, indexes: tuple[int, ...]) -> type[ProtobufMessage]:
         schema: Schema = self._client.get_schema(schema_id, fmt="serialized")
+        file_proto = _file_descriptor(schema.schema_str or "")
         pool = DescriptorPool()
         _init_pool(pool)
-        file_proto = _str_to_proto("default", schema.schema_str or "")
         pool.Add(file_proto)
-        descriptor = pool.FindFileByName(file_proto.name)
-        messages = descriptor.message_types_by_name
-        message_type = list(messages.values())[indexes[0]]
+        # The indexes walk the declarations: the n-th top-level message, then its m-th nested one, ...
+        message = file_proto.message_type[indexes[0]]
+        name = f"{file_proto.package}.{message.name}" if file_proto.package else message.name
         for index in indexes[1:]:
-            message_type = message_type.nested_types[index]
-        return GetMessageClass(message_type)  # type: ignore[no-any-return]
+            message = message.nested_type[index]
+            name = f"{name}.{message.name}"
+        return GetMessageClass(pool.FindMessageTypeByName(name))  # type: ignore[no-any-return]
+
+
+def _file_descriptor(schema_str: str) -> descriptor_pb2.FileDescriptorProto:
+    """A registered Protobuf schema: the serialized descriptor in base64 (what `format=serialized` asks
+    for), or `.proto` text (what registries keep, and some return whatever the format asked)."""
+    try:
+        return descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(schema_str, validate=True))
+    except (ValueError, DecodeError):  # binascii.Error is a ValueError
+        return parse_proto(schema_str)
 
 
 def _message_indexes(value: bytes, at: int) -> tuple[tuple[int, ...], int]:

@@ -61,7 +61,9 @@ def result_schema(output_format: str) -> Schema:
     if output_format == "avro":
         return Schema(json.dumps(avro_result_schema()), "AVRO")
     if output_format == "json_schema":
-        return Schema(json.dumps(json_result_schema()), "JSON")
+        # The file's `$id` is a relative name (the file's own), which a registry cannot resolve: left out.
+        schema = {key: value for key, value in json_result_schema().items() if key != "$id"}
+        return Schema(json.dumps(schema), "JSON")
     if output_format == "protobuf":
         return Schema(PROTOBUF_RESULT_FILE.read_text(encoding="utf-8"), "PROTOBUF")
     raise ValueError(f"not a registry format: {output_format!r}; expected avro, json_schema or protobuf")

@@ -9,18 +9,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
+from google.protobuf import json_format
+from google.protobuf.descriptor_pool import DescriptorPool
+from google.protobuf.message_factory import GetMessageClass
 
+from schemas.proto_text import parse_proto
 from worker.config import REGISTRY_FORMATS, WorkerSettings
 from worker.errors import ConfigurationError, OperationError
 from worker.stream.registry_decode import RegistryDecoder, RegistryUnavailable, registry_trouble
-from worker.stream.wire_format import schema_id_of
+from worker.stream.wire_format import schema_id_of, wire_header
 
-SCHEMA_SUFFIXES = {".avsc": "avro", ".json": "json_schema"}
+SCHEMA_SUFFIXES = {".avsc": "avro", ".json": "json_schema", ".proto": "protobuf"}
 """The schema file's name → the value format `produce --schema` infers when --format does not say."""
 
 
@@ -38,8 +42,8 @@ def value_format(declared: str | None, schema: Path | None) -> str | None:
     inferred = SCHEMA_SUFFIXES.get(schema.suffix.lower())
     if inferred is None:
         raise ConfigurationError(
-            f"--schema {schema}: say which format it is (--format avro or json_schema; a .avsc file is Avro, "
-            "a .json file JSON Schema)"
+            f"--schema {schema}: say which format it is (--format avro, json_schema or protobuf; a .avsc "
+            "file is Avro, a .json file JSON Schema, a .proto file Protobuf)"
         )
     return inferred
 
@@ -51,10 +55,11 @@ def value_encoder(
     on first use. A message that does not fit the schema raises ValueError saying why."""
     try:
         schema_str = schema_file.read_text(encoding="utf-8")
-        json.loads(schema_str)
+        if fmt != "protobuf":
+            json.loads(schema_str)
     except (OSError, ValueError) as exc:
         raise ConfigurationError(
-            f"--schema {schema_file}: cannot read it as a JSON schema file ({exc})"
+            f"--schema {schema_file}: cannot read it as a {fmt} schema ({exc})"
         ) from None
     conf = settings.schema_registry_conf()
     client = SchemaRegistryClient(conf)
@@ -64,9 +69,7 @@ def value_encoder(
     elif fmt == "json_schema":
         serializer = JSONSerializer(schema_str, client)
     else:
-        raise ConfigurationError(
-            f"produce writes avro and json_schema values; {fmt} needs the producer's compiled message classes"
-        )
+        serializer = _protobuf_serializer(client, schema_str, schema_file, topic)
     context = SerializationContext(topic, MessageField.VALUE)
 
     def encode(document: dict[str, Any]) -> bytes:
@@ -85,6 +88,38 @@ def value_encoder(
         return value
 
     return encode
+
+
+def _protobuf_serializer(
+    client: SchemaRegistryClient, schema_str: str, schema_file: Path, topic: str
+) -> Callable[[Any, SerializationContext], bytes]:
+    """Values of the file's first message, the `.proto` text registered as it is (registries keep the
+    text; confluent-kafka's own Protobuf serializer needs a compiled class and registers a descriptor)."""
+    try:
+        file = parse_proto(schema_str, schema_file.name)
+    except ValueError as exc:
+        raise ConfigurationError(f"--schema {schema_file}: {exc}") from None
+    if not file.message_type:
+        raise ConfigurationError(f"--schema {schema_file}: it defines no message")
+    pool = DescriptorPool()
+    pool.Add(file)
+    first = file.message_type[0].name
+    message_class = GetMessageClass(
+        pool.FindMessageTypeByName(f"{file.package}.{first}" if file.package else first)
+    )
+    header: bytes | None = None
+
+    def serialize(document: Any, context: SerializationContext) -> bytes:
+        nonlocal header
+        message = json_format.ParseDict(
+            document, message_class()
+        )  # ParseError (a ValueError) if it does not fit
+        if header is None:  # registered on first use, as the other serializers do
+            schema_id = client.register_schema(f"{topic}-value", Schema(schema_str, "PROTOBUF"))
+            header = wire_header(schema_id) + b"\x00"  # message indexes [0]: the first message
+        return header + message.SerializeToString()
+
+    return serialize
 
 
 class ValueReader:
