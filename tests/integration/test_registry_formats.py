@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 from collections import defaultdict
 from pathlib import Path
@@ -313,3 +314,65 @@ def test_a_java_client_reads_the_avro_results(
     for record in records:
         assert record["schema_name"] == "sentiment-result" and record["label"] in tiny_classifier.labels
         assert json.loads(record["metadata"])["seq"] == seq[record["id"]]  # metadata, as JSON text
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SENTIMENT_")}
+    return subprocess.run(
+        [sys.executable, "-m", "worker", *args],
+        cwd=ROOT,
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_the_readme_round_trip_produce_run_tail_and_doctor_in_avro(
+    kafka_bootstrap: str, topics: Any, tiny_model_dir: Path, registry_url: str
+) -> None:
+    names = topics()
+    env = {
+        "SENTIMENT_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "SENTIMENT_INPUT_TOPIC": names["reviews"],
+        "SENTIMENT_OUTPUT_TOPIC": names["results"],
+        "SENTIMENT_DLQ_TOPIC": names["dlq"],
+        "SENTIMENT_GROUP_ID": names["group"],
+        "SENTIMENT_MODEL": str(tiny_model_dir),
+        "SENTIMENT_DEVICE": "cpu",
+        "SENTIMENT_HTTP_PORT": "0",
+        "SENTIMENT_SCHEMA_REGISTRY_URL": registry_url,
+    }
+    samples = SAMPLES / "reviews.jsonl"
+    produced = _cli(
+        "produce", str(samples), "--format", "avro", "--schema", str(SAMPLES / "review.avsc"), env=env
+    )
+    assert produced.returncode == 0, produced.stderr
+    assert "read 30, sent 30, skipped 0, failed 0" in produced.stdout, produced.stdout
+
+    avro = {**env, "SENTIMENT_INPUT_FORMAT": "avro", "SENTIMENT_OUTPUT_FORMAT": "avro"}
+    run = _cli("run", "--max-messages", "30", env=avro)
+    assert run.returncode == 0, run.stderr[-2000:]
+    summary = json.loads(run.stdout.strip().splitlines()[-1])
+    assert (summary["consumed"], summary["results"], summary["dead_letters"]) == (30, 30, 0)
+    assert "HTTP Request" not in run.stderr  # the registry client's request lines stay out of the log
+
+    tail = _cli("tail", "--idle-exit-s", "3", env=env)
+    assert tail.returncode == 0, tail.stderr
+    rows = [json.loads(line) for line in tail.stdout.splitlines()]
+    assert [r["kind"] for r in rows] == ["result"] * 30
+    assert sorted(r["id"] for r in rows) == [f"demo-{i:03d}" for i in range(1, 31)]
+    assert {r["metadata"]["domain"] for r in rows} >= {"food"}  # metadata, decoded from its JSON text
+    inputs = _cli("tail", "--topic", names["reviews"], "--idle-exit-s", "3", env=env)
+    assert {json.loads(line)["kind"] for line in inputs.stdout.splitlines()} == {"review"}
+
+    doctor = _cli("doctor", env=avro)
+    assert f"[OK  ] subject {names['results']}-value: version 1" in doctor.stdout, doctor.stdout
+    assert f"[OK  ] subject {names['reviews']}-value" in doctor.stdout, doctor.stdout
+    wrong_field = _cli("doctor", env={**avro, "SENTIMENT_TEXT_FIELD": "body"})
+    assert wrong_field.returncode == 1
+    assert f"[FAIL] subject {names['reviews']}-value" in wrong_field.stdout
+    assert "SENTIMENT_TEXT_FIELD" in wrong_field.stdout
+    away = _cli("doctor", env={**avro, "SENTIMENT_SCHEMA_REGISTRY_URL": "http://127.0.0.1:1"})
+    assert "[FAIL] schema registry" in away.stdout and "make registry-up" in away.stdout

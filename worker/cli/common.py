@@ -126,6 +126,8 @@ def configure_logging(level: str) -> None:
     )
     quiet_libraries()
     _paddlenlp_floor().level = logging.DEBUG if level == "DEBUG" else logging.WARNING
+    for client in ("httpx", "httpx2"):  # the Schema Registry client's HTTP: a line per request at INFO
+        logging.getLogger(client).setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)
     librdkafka = logging.getLogger(LIBRDKAFKA_LOGGER)
     if not any(isinstance(f, NormalRetries) for f in librdkafka.filters):
         librdkafka.addFilter(NormalRetries())  # first: a demoted line is not counted as a repeat

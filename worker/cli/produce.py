@@ -15,6 +15,7 @@ from worker.cli.common import (
     add_settings_flags,
     settings_from_args,
 )
+from worker.config import REGISTRY_FORMATS
 from worker.errors import ConfigurationError
 from worker.tools.produce import (
     FeedFileError,
@@ -76,7 +77,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
     fmt = value_format(args.format, args.schema)
     file = ReviewFile(
         args.file,
-        "auto" if fmt is not None else args.format,
+        "auto" if args.format in REGISTRY_FORMATS else args.format,  # the file's own format, or by its name
         text_field=args.text_field,
         id_field=args.id_field,
         max_text_chars=settings.max_text_chars,

@@ -67,3 +67,9 @@ def test_a_failure_that_is_no_normal_retry_keeps_its_level() -> None:
 def test_configure_logging_installs_the_retry_filter_on_librdkafka_lines() -> None:
     configure_logging("INFO")
     assert any(isinstance(f, NormalRetries) for f in logging.getLogger("librdkafka").filters)
+
+
+def test_the_registry_clients_request_lines_stay_out_of_an_info_log() -> None:
+    configure_logging("INFO")
+    assert not logging.getLogger("httpx2").isEnabledFor(logging.INFO)
+    assert not logging.getLogger("httpx").isEnabledFor(logging.INFO)
