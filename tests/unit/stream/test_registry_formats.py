@@ -326,3 +326,32 @@ def test_an_optional_avro_field_added_keeps_old_and_new_readers_reading() -> Non
 )
 def test_subject_name_strategies(strategy: str, subject: str) -> None:
     assert result_subject(strategy, "results") == subject
+
+
+def test_the_worker_waits_for_the_registry_to_register_the_result_schema_and_a_stop_ends_the_wait() -> None:
+    publisher = FakePublisher()
+    clients, consumers = fake_clients(TOPIC, {0: [b'{"text": "x"}']}, publisher)
+    s = settings(output_format="avro", schema_registry_url=CLOSED_PORT_URL, schema_registry_timeout_s=1)
+    worker = SentimentWorker(s, FakeLengthClassifier(), MODEL, clients=clients)
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run(max_messages=1)
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            failures.append(exc)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    try:
+        wait_until(
+            lambda: worker.health.readiness()[1].get("schema_registry"), 30, "/readyz to name the registry"
+        )
+        assert consumers == []  # not in the group before results can be written
+    finally:
+        worker.request_stop()
+        runner.join(30)
+    assert not runner.is_alive()
+    assert [type(f).__name__ for f in failures] == ["OperationError"]
+    assert "stopped while waiting for the Schema Registry" in str(failures[0])
+    assert publisher.sent == []
