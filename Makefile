@@ -5,11 +5,17 @@ VENV := .venv
 PY := $(VENV)/bin/python
 CLI := $(VENV)/bin/sentiment-worker
 LAUNCHER := $(PY) deploy/kafka/launcher.py
+REGISTRY_LAUNCHER := $(PY) deploy/registry/launcher.py
 
 KAFKA_PORT ?= 9092
 # The test suite gets its own throw-away broker, so it never touches the one `make demo` uses.
 TEST_KAFKA_PORT ?= 19092
 TEST_KAFKA_DIR := var/kafka-test
+# A schema registry speaking Confluent's REST API (deploy/registry): `make registry-up` on REGISTRY_PORT, and a
+# throw-away one for the test suite (SCHEMA_REGISTRY_URL), like the broker.
+REGISTRY_PORT ?= 8081
+TEST_REGISTRY_PORT ?= 18081
+TEST_REGISTRY_DIR := var/registry-test
 # `make kafka-up-secure`: TLS + ACLs (docs/security.md); SSL on port+3, SASL_SSL on port+4.
 SECURE_KAFKA_DIR := var/kafka-secure
 SECURE_SSL_PORT := $(shell echo $$(($(KAFKA_PORT) + 3)))
@@ -48,7 +54,8 @@ STUDENT_FLAGS ?= --teacher $(MODEL_DIR) --num-layers 3 --hidden-size 128 --num-h
 PROMOTION_MARGIN ?= 0.005
 PYTEST_ARGS ?=
 
-.PHONY: help install browser prometheus-tools kafka-up kafka-down kafka-status kafka-up-secure kafka-down-secure base-model teacher candidate \
+.PHONY: help install browser prometheus-tools kafka-up kafka-down kafka-status kafka-up-secure kafka-down-secure \
+	registry-up registry-down registry-status base-model teacher candidate \
 	default-model fast-model scratch-model model-table batch-invariance model model-static fast-model-static fast-model-int8 demo \
 	test test-unit \
 	test-faults test-stress mutation lint typecheck schemas docs readme-examples clean
@@ -63,6 +70,7 @@ help:
 	@echo "make prometheus-tools  Debian's prometheus package (promtool, server) for the monitoring tests (root)"
 	@echo "make kafka-up / kafka-down / kafka-status   the local Apache Kafka broker on localhost:$(KAFKA_PORT)"
 	@echo "make kafka-up-secure / kafka-down-secure    the same with TLS and ACLs (docs/security.md)"
+	@echo "make registry-up / registry-down / registry-status   the local schema registry on localhost:$(REGISTRY_PORT)"
 	@echo "make base-model  fetch bge-small-zh-v1.5 (Maven) and convert it for \`train --init bge-small-zh\`"
 	@echo "make model       the shipped default as ONNX Runtime INT8 in $(SERVED_MODEL_DIR) (what the demo serves)"
 	@echo "make fast-model-int8  the fast model as ONNX Runtime INT8 in $(FAST_SERVED_MODEL_DIR) (how it is served on CPU)"
@@ -130,6 +138,17 @@ kafka-up-secure: install
 
 kafka-down-secure:
 	@test -x $(PY) && $(LAUNCHER) down --data-dir $(SECURE_KAFKA_DIR) || true
+
+# The first `registry-up` builds the registry with cargo (deploy/registry/README.md); `registry-down` saves its
+# schemas into var/registry-<port>/schemas.json and the next `registry-up` registers them again (same ids).
+registry-up: install
+	$(REGISTRY_LAUNCHER) up --port $(REGISTRY_PORT)
+
+registry-down:
+	@test -x $(PY) && $(REGISTRY_LAUNCHER) down --port $(REGISTRY_PORT) || true
+
+registry-status: install
+	@$(REGISTRY_LAUNCHER) status --port $(REGISTRY_PORT) || { rc=$$?; [ $$rc -eq 3 ] || exit $$rc; echo "start it with: make registry-up"; }
 
 # ~/.cache/sentiment-worker/base-model/bge-small-zh ($$SENTIMENT_BASE_MODEL_CACHE); a no-op once there.
 base-model: install
@@ -207,9 +226,13 @@ demo: install kafka-up model
 	@bash deploy/demo.sh $(SERVED_MODEL_DIR) localhost:$(KAFKA_PORT) $(MODEL_DIR)
 
 test: install browser prometheus-tools lint typecheck
-	@rm -rf $(TEST_KAFKA_DIR)
+	@rm -rf $(TEST_KAFKA_DIR) $(TEST_REGISTRY_DIR)
 	$(LAUNCHER) up --port $(TEST_KAFKA_PORT) --data-dir $(TEST_KAFKA_DIR)
-	@set +e; KAFKA_BOOTSTRAP_SERVERS=localhost:$(TEST_KAFKA_PORT) $(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	@$(REGISTRY_LAUNCHER) up --port $(TEST_REGISTRY_PORT) --data-dir $(TEST_REGISTRY_DIR) \
+		|| { $(LAUNCHER) down --data-dir $(TEST_KAFKA_DIR); exit 1; }
+	@set +e; KAFKA_BOOTSTRAP_SERVERS=localhost:$(TEST_KAFKA_PORT) SCHEMA_REGISTRY_URL=http://localhost:$(TEST_REGISTRY_PORT) \
+		$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+		$(REGISTRY_LAUNCHER) down --port $(TEST_REGISTRY_PORT) --data-dir $(TEST_REGISTRY_DIR) --no-save; \
 		$(LAUNCHER) down --data-dir $(TEST_KAFKA_DIR); exit $$rc
 
 test-unit: install prometheus-tools

@@ -1,14 +1,17 @@
-"""Fixtures of the worker's integration tests (the broker ones come from tests/kafka_fixtures.py)."""
+"""Fixtures of the worker's integration tests (the broker ones come from tests/kafka_fixtures.py, the schema
+registry's helpers from tests/registry_fixtures.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.kafka_fixtures import DLQ_CONFIG
+from tests.registry_fixtures import launched_registry
 from worker.model.device import choose_device
 from worker.model.loading import load_classifier
 
@@ -29,3 +32,15 @@ def topics(unique_name: Callable[[str], str], create_topics: Any) -> Callable[..
         return names
 
     return make
+
+
+@pytest.fixture(scope="session")
+def schema_registry_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of the session's schema registry (Confluent's REST API): ``SCHEMA_REGISTRY_URL`` when set (`make
+    test` sets it), else one started with deploy/registry/launcher.py on a free port; fails when neither."""
+    external = os.environ.get("SCHEMA_REGISTRY_URL")
+    if external:
+        yield external.rstrip("/")
+        return
+    with launched_registry(tmp_path_factory.mktemp("registry-session")) as url:
+        yield url
