@@ -3,7 +3,7 @@ result or one dead letter (by id, per partition in input order), whatever its fo
 malformed; the registry taken away mid-stream loses nothing and dead-letters nothing; a result schema with
 an added optional field is accepted at BACKWARD and read by old readers; a Java client reads Avro results.
 
-The registry: `SCHEMA_REGISTRY_URL` (`make test` starts one; `make registry-up` for a local one)."""
+The registry: the session's (`schema_registry_url`), and one of the test's own where it is stopped."""
 
 from __future__ import annotations
 
@@ -29,8 +29,9 @@ from schemas.registry_schemas import avro_result_schema
 from schemas.sentiment_result import ModelRef
 from tests.integration.helpers import make_settings, sample_reviews
 from tests.integration.kafka_io import produce, read_topic
-from tests.integration.tcp_proxy import TcpProxy
 from tests.polling import wait_until
+from tests.registry_fixtures import run_registry_launcher
+from worker.bench.worker_process import free_port
 from worker.stream.app import SentimentWorker
 from worker.stream.result_encoding import register_result_schema, result_schema
 from worker.stream.wire_format import wire_header
@@ -65,13 +66,6 @@ NO_TEXT_SCHEMAS = {
 }
 
 
-@pytest.fixture(scope="session")
-def registry_url() -> str:
-    url = os.environ.get("SCHEMA_REGISTRY_URL")
-    assert url, "set SCHEMA_REGISTRY_URL to a running schema registry (`make registry-up` starts one)"
-    return url
-
-
 def _encoder(settings: Any, fmt: str, schema_text: str, topic: str, tmp_path: Path) -> Any:
     suffix = {"avro": ".avsc", "json_schema": ".json", "protobuf": ".proto"}[fmt]
     path = tmp_path / f"schema-{abs(hash(schema_text))}{suffix}"
@@ -93,7 +87,12 @@ def _outputs_by_source(
 
 @pytest.mark.parametrize("fmt", ["avro", "json_schema", "protobuf"])
 def test_every_input_is_one_result_or_one_dead_letter_in_each_registry_format(
-    fmt: str, kafka_bootstrap: str, topics: Any, tiny_classifier: Any, registry_url: str, tmp_path: Path
+    fmt: str,
+    kafka_bootstrap: str,
+    topics: Any,
+    tiny_classifier: Any,
+    schema_registry_url: str,
+    tmp_path: Path,
 ) -> None:
     names = topics(input_partitions=2, output_partitions=2)
     settings = make_settings(
@@ -101,7 +100,7 @@ def test_every_input_is_one_result_or_one_dead_letter_in_each_registry_format(
         names,
         input_format=fmt,
         output_format=fmt,
-        schema_registry_url=registry_url,
+        schema_registry_url=schema_registry_url,
         max_window_messages=16,
     )
     reviews = sample_reviews(30)
@@ -153,47 +152,45 @@ def test_every_input_is_one_result_or_one_dead_letter_in_each_registry_format(
     assert all(offsets == sorted(offsets) for offsets in per_partition.values())
 
 
-def test_the_registry_away_mid_stream_loses_nothing_and_dead_letters_nothing(
-    kafka_bootstrap: str, topics: Any, tiny_classifier: Any, registry_url: str, tmp_path: Path
+def test_the_registry_stopped_mid_stream_and_restarted_loses_nothing_and_dead_letters_nothing(
+    kafka_bootstrap: str, topics: Any, tiny_classifier: Any, tmp_path: Path
 ) -> None:
-    """The worker reaches the registry through a forwarder the test takes away while values of a schema the
-    worker has not fetched yet arrive: they wait (not ready, saying why) and are labelled once it is back."""
-    host, port = registry_url.removeprefix("http://").split("/")[0].split(":")
-    proxy = TcpProxy((host, int(port)))
-    proxy.up()
+    """A registry of the test's own is stopped while values of a schema the worker has not fetched yet
+    arrive: they wait (not ready, saying why) and are labelled, in order, once it runs again (with its
+    schemas: the launcher keeps them across a restart)."""
+    port = free_port()
+    common = ["--port", str(port), "--data-dir", str(tmp_path / "registry")]
+    up = run_registry_launcher("up", *common)
+    assert up.returncode == 0, up.stdout + up.stderr
+    url = up.stdout.split()[-1]
     names = topics(input_partitions=1, output_partitions=1)
-    direct = make_settings(kafka_bootstrap, names, input_format="avro", schema_registry_url=registry_url)
     settings = make_settings(
         kafka_bootstrap,
         names,
         input_format="avro",
         output_format="avro",
-        schema_registry_url=proxy.url,
+        schema_registry_url=url,
         schema_registry_timeout_s=2,
         max_window_messages=8,
     )
     reviews = sample_reviews(24)
-    first = _encoder(
-        direct, "avro", REVIEW_SCHEMAS["avro"].read_text(encoding="utf-8"), names["reviews"], tmp_path
-    )
-    produce(
-        kafka_bootstrap,
-        names["reviews"],
-        [(r["id"].encode(), first({"id": r["id"], "text": r["text"]})) for r in reviews[:8]],
-    )
+    v1 = REVIEW_SCHEMAS["avro"].read_text(encoding="utf-8")
+    # A second version of the review schema (an optional field more), registered now, its values produced
+    # only once the registry is down: a schema id the worker has not fetched.
+    v2 = json.loads(v1)
+    v2["fields"].append({"name": "stars", "type": ["null", "int"], "default": None})
+    first = _encoder(settings, "avro", v1, names["reviews"], tmp_path)
+    second = _encoder(settings, "avro", json.dumps(v2), names["reviews"], tmp_path)
+    earlier = [(r["id"].encode(), first({"id": r["id"], "text": r["text"]})) for r in reviews[:8]]
+    later = [(r["id"].encode(), second({"id": r["id"], "text": r["text"], "stars": 4})) for r in reviews[8:]]
+    produce(kafka_bootstrap, names["reviews"], earlier)
     worker = SentimentWorker(settings, tiny_classifier, ModelRef(name="tiny", version="1"))
     runner = threading.Thread(target=worker.run, kwargs={"max_messages": len(reviews)})
     runner.start()
     try:
         read_topic(kafka_bootstrap, names["results"], expected=8, settle_s=0)
-        proxy.down()
-        # A second version of the review schema (an optional field more): a schema id the worker never saw.
-        v2 = json.loads(REVIEW_SCHEMAS["avro"].read_text(encoding="utf-8"))
-        v2["fields"].append({"name": "stars", "type": ["null", "int"], "default": None})
-        second = _encoder(direct, "avro", json.dumps(v2), names["reviews"], tmp_path)
-        later = [
-            (r["id"].encode(), second({"id": r["id"], "text": r["text"], "stars": 4})) for r in reviews[8:]
-        ]
+        down = run_registry_launcher("down", *common, timeout_s=60)
+        assert down.returncode == 0, down.stdout + down.stderr
         produce(kafka_bootstrap, names["reviews"], later)
         checks = wait_until(
             lambda: (c := worker.health.readiness()[1]).get("schema_registry") and c,
@@ -202,31 +199,32 @@ def test_the_registry_away_mid_stream_loses_nothing_and_dead_letters_nothing(
         )
         assert "cannot be reached" in str(checks["schema_registry"])
         assert len(read_topic(kafka_bootstrap, names["results"], expected=9, timeout_s=3)) == 8  # held
-        proxy.up()
+        up = run_registry_launcher("up", *common)
+        assert up.returncode == 0, up.stdout + up.stderr
         runner.join(120)
         assert not runner.is_alive()
+        out = read_topic(kafka_bootstrap, names["results"], expected=len(reviews))
+        reader = ValueReader(settings)
+        ids = [(reader.fields(m.value()) or {}).get("id") for m in out]
     finally:
         worker.request_stop()
-        proxy.down()
         runner.join(30)
-    out = read_topic(kafka_bootstrap, names["results"], expected=len(reviews))
-    reader = ValueReader(direct)
-    ids = [reader.fields(m.value())["id"] for m in out]  # type: ignore[index]
+        run_registry_launcher("down", *common, "--no-save", timeout_s=60)
     assert ids == [r["id"] for r in reviews]  # each once, in input order
     assert read_topic(kafka_bootstrap, names["dlq"], expected=1, timeout_s=2) == []
     assert worker.health.registry_problem is None
 
 
 def test_a_result_schema_with_an_optional_field_more_is_accepted_and_old_readers_read_it(
-    registry_url: str, unique_name: Any
+    schema_registry_url: str, unique_name: Any
 ) -> None:
-    client = SchemaRegistryClient({"url": registry_url})
+    client = SchemaRegistryClient({"url": schema_registry_url})
     topic = unique_name("results")
     settings = make_settings(
         "unused:9092",
         {"reviews": "in", "results": topic, "dlq": "dlq", "group": "g"},
         output_format="avro",
-        schema_registry_url=registry_url,
+        schema_registry_url=schema_registry_url,
     )
     registered = register_result_schema(client, settings)
     assert client.get_compatibility(registered.subject) == "BACKWARD"
@@ -280,7 +278,7 @@ def interop_jars(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_a_java_client_reads_the_avro_results(
-    kafka_bootstrap: str, topics: Any, tiny_classifier: Any, registry_url: str, interop_jars: Path
+    kafka_bootstrap: str, topics: Any, tiny_classifier: Any, schema_registry_url: str, interop_jars: Path
 ) -> None:
     names = topics(input_partitions=2, output_partitions=2)
     reviews = sample_reviews(20)
@@ -289,7 +287,9 @@ def test_a_java_client_reads_the_avro_results(
         names["reviews"],
         [(r["id"].encode(), json.dumps(r, ensure_ascii=False).encode()) for r in reviews],
     )
-    settings = make_settings(kafka_bootstrap, names, output_format="avro", schema_registry_url=registry_url)
+    settings = make_settings(
+        kafka_bootstrap, names, output_format="avro", schema_registry_url=schema_registry_url
+    )
     worker = SentimentWorker(settings, tiny_classifier, ModelRef(name="tiny", version="1"))
     assert worker.run(max_messages=len(reviews)).results == len(reviews)
 
@@ -303,7 +303,7 @@ def test_a_java_client_reads_the_avro_results(
         str(reader),
         kafka_bootstrap,
         names["results"],
-        registry_url,
+        schema_registry_url,
         "20",
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
@@ -330,7 +330,7 @@ def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_readme_round_trip_produce_run_tail_and_doctor_in_avro(
-    kafka_bootstrap: str, topics: Any, tiny_model_dir: Path, registry_url: str
+    kafka_bootstrap: str, topics: Any, tiny_model_dir: Path, schema_registry_url: str
 ) -> None:
     names = topics()
     env = {
@@ -342,7 +342,7 @@ def test_the_readme_round_trip_produce_run_tail_and_doctor_in_avro(
         "SENTIMENT_MODEL": str(tiny_model_dir),
         "SENTIMENT_DEVICE": "cpu",
         "SENTIMENT_HTTP_PORT": "0",
-        "SENTIMENT_SCHEMA_REGISTRY_URL": registry_url,
+        "SENTIMENT_SCHEMA_REGISTRY_URL": schema_registry_url,
     }
     samples = SAMPLES / "reviews.jsonl"
     produced = _cli(
