@@ -108,6 +108,9 @@ def test_every_input_is_one_result_or_one_dead_letter_in_each_registry_format(
         settings, fmt, REVIEW_SCHEMAS[fmt].read_text(encoding="utf-8"), names["reviews"], tmp_path
     )
     no_text = _encoder(settings, fmt, NO_TEXT_SCHEMAS[fmt], f"{names['reviews']}-notes", tmp_path)
+    other_fmt = {"avro": "json_schema", "json_schema": "protobuf", "protobuf": "avro"}[fmt]
+    other_schema = REVIEW_SCHEMAS[other_fmt].read_text(encoding="utf-8")
+    other = _encoder(settings, other_fmt, other_schema, f"{names['reviews']}-other", tmp_path)
     good = [
         encode({k: v for k, v in r.items() if k in ("id", "text", "domain", "expected")}) for r in reviews
     ]
@@ -117,6 +120,7 @@ def test_every_input_is_one_result_or_one_dead_letter_in_each_registry_format(
         wire_header(987_654) + good[0][5:]: DeadLetterKind.UNKNOWN_SCHEMA,
         wire_header(schema_id) + b"\xff\xff\xff\xff\xff\xff\xff": DeadLetterKind.INVALID_PAYLOAD,
         no_text({"id": "note-1", "body": "没有text字段"}): DeadLetterKind.MISSING_TEXT,
+        other({"id": "other-1", "text": "another format's schema"}): DeadLetterKind.INVALID_PAYLOAD,
     }
     expected_kinds: dict[tuple[int, int], DeadLetterKind] = {}
     expected_ids: dict[tuple[int, int], str] = {}

@@ -38,6 +38,10 @@ from worker.stream.wire_format import HEADER_BYTES, json_safe, not_wire_format_r
 
 _NOT_FOUND = 404
 _SCHEMA_NOT_FOUND_CODE = 40403
+SCHEMA_TYPES = {"avro": "AVRO", "json_schema": "JSON", "protobuf": "PROTOBUF"}
+"""A registry format → the `schemaType` its schemas have in the registry (Avro's may be left out)."""
+FORMAT_OF_SCHEMA_TYPE = {schema_type: fmt for fmt, schema_type in SCHEMA_TYPES.items()}
+
 _PAYLOAD_ERRORS = (
     SerializationError,
     EOFError,
@@ -180,6 +184,7 @@ class RegistryDecoder:
         max_value_bytes: int,
         max_text_chars: int,
     ) -> None:
+        self._client = client
         self._format = input_format
         self._url = url
         self._text_field = text_field
@@ -230,6 +235,15 @@ class RegistryDecoder:
         if schema_id is None:
             return DecodeFailure(DeadLetterKind.NOT_WIRE_FORMAT, not_wire_format_reason(value, self._format))
         try:
+            # The client caches the schema by id: a dictionary look-up after the first value of an id.
+            schema_type = (self._client.get_schema(schema_id).schema_type or "AVRO").upper()
+            if schema_type != SCHEMA_TYPES[self._format]:
+                written = FORMAT_OF_SCHEMA_TYPE.get(schema_type, schema_type)
+                return DecodeFailure(
+                    DeadLetterKind.INVALID_PAYLOAD,
+                    f"value names schema id {schema_id}, which is {written}, and this worker reads "
+                    f"{self._format}: produce {self._format}, or set SENTIMENT_INPUT_FORMAT={written}",
+                )
             document = self._read(value)
         except (httpx.TransportError, SchemaRegistryError) as exc:
             trouble = registry_trouble(exc, self._url)

@@ -34,8 +34,6 @@ from worker.stream.wire_format import wire_header
 ResultEncoder = Callable[[SentimentResult], bytes]
 """A result → the value bytes of its record on the results topic."""
 
-_SCHEMA_TYPES = {"avro": "AVRO", "json_schema": "JSON", "protobuf": "PROTOBUF"}
-
 
 def json_result_value(result: SentimentResult) -> bytes:
     """output_format=json: the result as UTF-8 JSON."""

@@ -21,7 +21,12 @@ from google.protobuf.message_factory import GetMessageClass
 from schemas.proto_text import parse_proto
 from worker.config import REGISTRY_FORMATS, WorkerSettings
 from worker.errors import ConfigurationError, OperationError
-from worker.stream.registry_decode import RegistryDecoder, RegistryUnavailable, registry_trouble
+from worker.stream.registry_decode import (
+    FORMAT_OF_SCHEMA_TYPE,
+    RegistryDecoder,
+    RegistryUnavailable,
+    registry_trouble,
+)
 from worker.stream.wire_format import schema_id_of, wire_header
 
 SCHEMA_SUFFIXES = {".avsc": "avro", ".json": "json_schema", ".proto": "protobuf"}
@@ -143,7 +148,9 @@ class ValueReader:
             if trouble is not None:
                 raise OperationError(str(trouble)) from None
             return None  # an unknown id: shown as the raw value
-        fmt = {"AVRO": "avro", "JSON": "json_schema", "PROTOBUF": "protobuf"}[schema_type.upper()]
+        fmt = FORMAT_OF_SCHEMA_TYPE.get(schema_type.upper())
+        if fmt is None:
+            return None
         decoder = self._decoders.get(fmt)
         if decoder is None:
             decoder = RegistryDecoder(
