@@ -51,6 +51,14 @@ class DeadLetterKind(str, Enum):
     """`text` has more characters than the configured maximum."""
     VALUE_TOO_LARGE = "value_too_large"
     """The record value has more bytes than the configured maximum."""
+    NOT_WIRE_FORMAT = "not_wire_format"
+    """input_format avro, json_schema or protobuf: the value does not start with the Schema Registry wire
+    format's header (magic byte 0, then a 4-byte schema id)."""
+    UNKNOWN_SCHEMA = "unknown_schema"
+    """The value's header names a schema id the Schema Registry does not hold."""
+    INVALID_PAYLOAD = "invalid_payload"
+    """The value's bytes after the header do not decode with the schema the header names, or decode to
+    something other than a record/object/message."""
     INFERENCE_FAILED = "inference_failed"
     """The model failed on this review even when it was retried alone."""
     TOO_LONG_FOR_MEMORY = "too_long_for_memory"

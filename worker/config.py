@@ -42,6 +42,9 @@ OTHER_ENVIRONMENT = frozenset(
 command line), the cache directories of the base-model fetch and of the Kafka launcher."""
 
 
+REGISTRY_FORMATS = frozenset({"avro", "json_schema", "protobuf"})
+"""Input and output formats in the Schema Registry wire format (magic byte 0, 4-byte big-endian schema id)."""
+
 DEFAULT_LOW_CONFIDENCE = 0.7
 """See `WorkerSettings.low_confidence` (it is here so worker/metrics.py shares the default)."""
 
@@ -71,17 +74,60 @@ class WorkerSettings(BaseSettings):
     worker_id: str = Field(
         default_factory=socket.gethostname, description="Identifies this replica in dead letters and logs."
     )
-    input_format: Literal["json", "text"] = Field(
-        "json", description='json: {"text": ..., "id": ...}; text: the whole value is the review.'
+    input_format: Literal["json", "text", "avro", "json_schema", "protobuf"] = Field(
+        "json",
+        description='json: {"text": ..., "id": ...}; text: the whole value is the review; avro, json_schema, '
+        "protobuf: the Schema Registry wire format (magic byte 0, 4-byte schema id), decoded with the "
+        "schema the registry (schema_registry_url) holds under that id.",
     )
     text_field: str = Field(
-        "text", min_length=1, description="input_format=json: the field that holds the review text."
+        "text",
+        min_length=1,
+        description="input_format json, avro, json_schema, protobuf: the field that holds the review text.",
     )
     id_field: str = Field(
         "id",
         min_length=1,
-        description="input_format=json: the field that holds the review id (optional in each message; "
-        "without it the id is topic/partition/offset).",
+        description="input_format json, avro, json_schema, protobuf: the field that holds the review id "
+        "(optional in each message; without it the id is topic/partition/offset).",
+    )
+    output_format: Literal["json", "avro", "json_schema", "protobuf"] = Field(
+        "json",
+        description="json: UTF-8 JSON results (schemas/json/sentiment-result.v1.schema.json); avro, "
+        "json_schema, protobuf: the registry wire format, the result schema (schemas/avro, schemas/json, "
+        "schemas/protobuf) registered at start-up under the subject schema_subject_strategy names. Dead "
+        "letters keep the input's bytes whatever the format.",
+    )
+    schema_registry_url: str | None = Field(
+        None,
+        description="Schema Registry (Confluent API) base URL, e.g. http://localhost:8081; needed by the "
+        "avro, json_schema and protobuf formats. Apicurio Registry: its /apis/ccompat/v7 URL.",
+    )
+    schema_registry_basic_auth_user_info: SecretStr | None = Field(
+        None, description="Schema Registry HTTP basic auth as `user:password` (never logged)."
+    )
+    schema_registry_ssl_ca_location: Path | None = Field(
+        None,
+        description="https registry: PEM file of the CA that signed the registry's certificate; default: "
+        "the system's CA store.",
+    )
+    schema_subject_strategy: Literal["topic", "record", "topic_record"] = Field(
+        "topic",
+        description="Subject the result schema is registered under: topic `<output_topic>-value`, record "
+        "the record's full name `sentiment.SentimentResult`, topic_record `<output_topic>-<record name>`.",
+    )
+    schema_compatibility: Literal[
+        "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE", "NONE"
+    ] = Field(
+        "BACKWARD",
+        description="Compatibility level set on the result subject at start-up: BACKWARD lets a new "
+        "result schema add optional fields, and readers of the old one still read.",
+    )
+    schema_registry_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        description="Longest one registry request may take; an unanswered one makes the worker wait and "
+        "retry the window (not ready meanwhile), never dead-letter it.",
     )
     output_partitioning: Literal["source", "key"] = Field(
         "source",
@@ -190,6 +236,20 @@ class WorkerSettings(BaseSettings):
     def _two_input_fields(self) -> WorkerSettings:
         if self.text_field == self.id_field:
             raise ValueError(f"text_field and id_field are both {self.text_field!r}: name two fields")
+        return self
+
+    @model_validator(mode="after")
+    def _registry_for_registry_formats(self) -> WorkerSettings:
+        needs = [
+            f"{name}={value}"
+            for name, value in (("input_format", self.input_format), ("output_format", self.output_format))
+            if value in REGISTRY_FORMATS
+        ]
+        if needs and not (self.schema_registry_url or "").strip():
+            raise ValueError(
+                f"{' and '.join(needs)} needs a Schema Registry: set SENTIMENT_SCHEMA_REGISTRY_URL "
+                "(e.g. http://localhost:8081)"
+            )
         return self
 
     @model_validator(mode="after")
@@ -371,17 +431,31 @@ class WorkerSettings(BaseSettings):
             raise ValueError("must not be empty")
         return value.strip()
 
-    @field_validator("ssl_ca_location", "ssl_certificate_location", "ssl_key_location", mode="before")
+    @field_validator(
+        "ssl_ca_location",
+        "ssl_certificate_location",
+        "ssl_key_location",
+        "schema_registry_ssl_ca_location",
+        "schema_registry_url",
+        mode="before",
+    )
     @classmethod
     def _empty_path_is_none(cls, value: Any) -> Any:
         # An empty SENTIMENT_SSL_* (a template's ${VAR:-}) means: not set, not the current directory.
         return None if isinstance(value, str) and not value.strip() else value
 
-    @field_validator("api_token", mode="before")
+    @field_validator("api_token", "schema_registry_basic_auth_user_info", mode="before")
     @classmethod
     def _empty_token_is_none(cls, value: Any) -> Any:
         # An empty SENTIMENT_API_TOKEN (e.g. compose's ${SENTIMENT_API_TOKEN:-}) means: no token.
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("schema_registry_basic_auth_user_info")
+    @classmethod
+    def _user_and_password(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and ":" not in value.get_secret_value():
+            raise ValueError("must be `user:password` (a colon between them)")
+        return value
 
     @model_validator(mode="after")
     def _http_queue_holds_a_request(self) -> WorkerSettings:
@@ -472,6 +546,22 @@ class WorkerSettings(BaseSettings):
             verify = "https" if self.ssl_endpoint_identification else "none"
             conf["ssl.endpoint.identification.algorithm"] = verify
         conf.update(self.kafka_extra)
+        return conf
+
+    def schema_registry_conf(self) -> dict[str, Any]:
+        """confluent-kafka `SchemaRegistryClient` configuration, including credentials (handle with care).
+        No retries inside the client: the worker retries a window itself, and says so on /readyz."""
+        if not self.schema_registry_url:
+            raise ValueError("no Schema Registry: set SENTIMENT_SCHEMA_REGISTRY_URL")
+        conf: dict[str, Any] = {
+            "url": self.schema_registry_url,
+            "timeout": self.schema_registry_timeout_s,
+            "max.retries": 0,
+        }
+        if self.schema_registry_basic_auth_user_info is not None:
+            conf["basic.auth.user.info"] = self.schema_registry_basic_auth_user_info.get_secret_value()
+        if self.schema_registry_ssl_ca_location is not None:
+            conf["ssl.ca.location"] = str(self.schema_registry_ssl_ca_location)
         return conf
 
     def public_view(self) -> dict[str, Any]:

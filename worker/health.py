@@ -41,6 +41,7 @@ class HealthState:
         self.broker_reachable = False
         self.stopping = False
         self.stuck_partitions: dict[str, float] = {}  # "topic[partition]" → seconds without progress
+        self.registry_problem: str | None = None  # why the Schema Registry cannot be used now, if it cannot
 
     def loop_turned(self) -> None:
         self.last_loop_at = self._clock()
@@ -54,7 +55,8 @@ class HealthState:
     def readiness(self) -> tuple[bool, dict[str, object]]:
         """Ready: model warm, partitions assigned, broker answering, not stopping, no partition stuck (its
         work has not moved for longer than `stuck_partition_s` while inputs wait; named with its seconds
-        under "stuck_partitions") (serve: warm and not stopping)."""
+        under "stuck_partitions"), the Schema Registry answering when a window needs it (else its trouble
+        under "schema_registry") (serve: warm and not stopping)."""
         if not self._kafka:
             return self.model_warm and not self.stopping, {
                 "model_warm": self.model_warm,
@@ -69,8 +71,10 @@ class HealthState:
         stuck = self.stuck_partitions
         if stuck:
             checks["stuck_partitions"] = {name: round(seconds, 1) for name, seconds in sorted(stuck.items())}
+        if self.registry_problem is not None:
+            checks["schema_registry"] = self.registry_problem
         ok = self.model_warm and self.assigned_partitions > 0 and self.broker_reachable and not self.stopping
-        return ok and not stuck, checks
+        return ok and not stuck and self.registry_problem is None, checks
 
 
 @dataclass(frozen=True)

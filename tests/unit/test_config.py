@@ -112,3 +112,35 @@ def test_librdkafka_log_lines_reach_python_logging_at_their_level(caplog: pytest
     assert refused, "no librdkafka line reached the `librdkafka` logger"
     assert refused[0].name == LIBRDKAFKA_LOGGER and refused[0].levelno == logging.ERROR  # syslog 3
     assert "FAIL" in refused[0].getMessage() and "log-test" in refused[0].getMessage()
+
+
+@pytest.mark.parametrize(("name", "value"), [("input_format", "avro"), ("output_format", "protobuf")])
+def test_a_registry_format_without_a_registry_url_says_which_variable_to_set(name: str, value: str) -> None:
+    with pytest.raises(ValidationError, match=f"{name}={value} needs a Schema Registry.*SCHEMA_REGISTRY_URL"):
+        WorkerSettings(**{name: value})  # type: ignore[arg-type]
+
+
+def test_registry_client_conf_carries_the_credentials_and_ca_and_no_client_retries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SENTIMENT_INPUT_FORMAT", "json_schema")
+    monkeypatch.setenv("SENTIMENT_SCHEMA_REGISTRY_URL", "https://registry:8081")
+    monkeypatch.setenv("SENTIMENT_SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO", "alice:s3cret")
+    monkeypatch.setenv("SENTIMENT_SCHEMA_REGISTRY_SSL_CA_LOCATION", "/etc/ca.pem")
+    s = load_settings()
+    assert s.schema_registry_conf() == {
+        "url": "https://registry:8081",
+        "timeout": 5.0,
+        "max.retries": 0,
+        "basic.auth.user.info": "alice:s3cret",
+        "ssl.ca.location": "/etc/ca.pem",
+    }
+    assert "s3cret" not in json.dumps(s.public_view())
+
+
+def test_registry_user_info_needs_a_colon_and_blank_means_unset() -> None:
+    with pytest.raises(ValidationError, match="user:password"):
+        WorkerSettings(schema_registry_basic_auth_user_info="alice")  # type: ignore[arg-type]
+    assert (
+        WorkerSettings(schema_registry_basic_auth_user_info=" ").schema_registry_basic_auth_user_info is None
+    )  # type: ignore[arg-type]

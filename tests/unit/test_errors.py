@@ -44,6 +44,7 @@ EXIT_CODES = {
     "PredictRunError": 1,
     "PromotionError": 1,
     "QuantizeError": 2,
+    "RegistryUnavailable": 1,
     "ReportError": 2,
     "StartupError": 2,
     "TailError": 1,

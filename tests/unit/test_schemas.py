@@ -166,6 +166,9 @@ def test_dead_letter_kinds_are_the_contract_values() -> None:
         "empty_text",
         "text_too_long",
         "value_too_large",
+        "not_wire_format",
+        "unknown_schema",
+        "invalid_payload",
         "inference_failed",
         "too_long_for_memory",
     }

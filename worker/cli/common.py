@@ -26,6 +26,7 @@ from worker.config import LIBRDKAFKA_LOGGER, WorkerSettings, environment_warning
 from worker.errors import ConfigurationError
 
 __all__ = [
+    "NormalRetries",
     "RepeatedLines",
     "EXIT_CONFIG",
     "EXIT_FAILED",
@@ -125,9 +126,30 @@ def configure_logging(level: str) -> None:
     )
     quiet_libraries()
     _paddlenlp_floor().level = logging.DEBUG if level == "DEBUG" else logging.WARNING
+    for client in ("httpx", "httpx2"):  # the Schema Registry client's HTTP: a line per request at INFO
+        logging.getLogger(client).setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)
     librdkafka = logging.getLogger(LIBRDKAFKA_LOGGER)
+    if not any(isinstance(f, NormalRetries) for f in librdkafka.filters):
+        librdkafka.addFilter(NormalRetries())  # first: a demoted line is not counted as a repeat
     if not any(isinstance(f, RepeatedLines) for f in librdkafka.filters):
         librdkafka.addFilter(RepeatedLines())
+
+
+class NormalRetries(logging.Filter):
+    """librdkafka lines that report a normal retry as a warning go down to DEBUG: on a fresh broker the
+    idempotent producer's "Failed to acquire idempotence PID ... Coordinator load in progress: retrying"
+    (the transaction coordinator is still loading; librdkafka asks again and succeeds). Below DEBUG the
+    line is dropped; at DEBUG it passes, marked DEBUG."""
+
+    _PATTERN = re.compile(r"(Coordinator load in progress|Coordinator not available).*: retrying")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno <= logging.DEBUG or not self._PATTERN.search(record.getMessage()):
+            return True
+        if not logging.getLogger(record.name).isEnabledFor(logging.DEBUG):
+            return False
+        record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+        return True
 
 
 class RepeatedLines(logging.Filter):

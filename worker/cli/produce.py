@@ -15,6 +15,7 @@ from worker.cli.common import (
     add_settings_flags,
     settings_from_args,
 )
+from worker.config import REGISTRY_FORMATS
 from worker.errors import ConfigurationError
 from worker.tools.produce import (
     FeedFileError,
@@ -24,6 +25,7 @@ from worker.tools.produce import (
     feed_records,
     produce_reviews,
 )
+from worker.tools.registry_values import value_encoder, value_format
 from worker.tools.review_files import BadRow, ReviewFile
 
 
@@ -36,7 +38,22 @@ def register(subparsers: Subparsers) -> None:
     produce.add_argument("file", type=Path)
     add_settings_flags(produce, "bootstrap_servers", "input_topic")
     produce.add_argument("--topic", default=None, help="topic (default: the input topic)")
-    produce.add_argument("--format", default="auto", choices=["auto", "jsonl", "csv", "txt"])
+    produce.add_argument(
+        "--format",
+        default="auto",
+        choices=["auto", "jsonl", "csv", "txt", "avro", "json_schema", "protobuf"],
+        help="the file's format (auto: by its name), or the values' registry format (avro, json_schema, "
+        "protobuf: "
+        "each row written with --schema, registered under <topic>-value in SENTIMENT_SCHEMA_REGISTRY_URL; "
+        "the file's format is then told by its name)",
+    )
+    produce.add_argument(
+        "--schema",
+        type=Path,
+        default=None,
+        help="Avro (.avsc), JSON Schema (.json) or Protobuf (.proto; its first message) file the values "
+        "are written with (a registry format)",
+    )
     add_column_flags(produce)
     produce.add_argument(
         "--skip-bad",
@@ -57,9 +74,10 @@ def cmd_produce(args: argparse.Namespace) -> int:
     topic = args.topic or settings.input_topic
     if args.from_line < 1:
         raise ConfigurationError(f"--from-line {args.from_line}: lines are numbered from 1")
+    fmt = value_format(args.format, args.schema)
     file = ReviewFile(
         args.file,
-        args.format,
+        "auto" if args.format in REGISTRY_FORMATS else args.format,  # the file's own format, or by its name
         text_field=args.text_field,
         id_field=args.id_field,
         max_text_chars=settings.max_text_chars,
@@ -67,7 +85,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
         max_json_depth=settings.max_json_depth,
     )
     fields = MessageFields(text=settings.text_field, id=settings.id_field)
-    checked = check_file(file, fields, from_line=args.from_line)
+    encode = value_encoder(settings, fmt, args.schema, topic) if fmt is not None else None
+    checked = check_file(file, fields, from_line=args.from_line, encode=encode)
     if checked.bad and not args.skip_bad:
         raise FeedFileError(file.name, None, checked.refusal(file.name))
 
@@ -77,7 +96,9 @@ def cmd_produce(args: argparse.Namespace) -> int:
     report = produce_reviews(
         settings.librdkafka_common(),
         topic,
-        feed_records(file, fields, raw_text=args.raw_text, from_line=args.from_line, on_bad=skipped),
+        feed_records(
+            file, fields, raw_text=args.raw_text, from_line=args.from_line, on_bad=skipped, encode=encode
+        ),
         rate_per_s=args.rate,
         limit=args.limit,
         progress=lambda line: print(line, file=sys.stderr, flush=True),

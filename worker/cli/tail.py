@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 from worker.cli.common import EXIT_OK, Subparsers, add_settings_flags, settings_from_args
-from worker.tools.tail import format_table, result_row, tail_records
+from worker.tools.registry_values import ValueReader
+from worker.tools.tail import TailedRecord, format_table, result_row, tail_records
 
 
 def register(subparsers: Subparsers) -> None:
     """Adds `tail`."""
-    tail = subparsers.add_parser("tail", help="print results (or dead letters) from the output topic")
+    tail = subparsers.add_parser(
+        "tail",
+        help="print results (or dead letters) from the output topic; with SENTIMENT_SCHEMA_REGISTRY_URL "
+        "set, Avro, JSON Schema and Protobuf values are decoded",
+    )
     add_settings_flags(tail, "bootstrap_servers", "output_topic", "dlq_topic")
     tail.add_argument("--topic", default=None, help="topic (default: the output topic)")
     tail.add_argument("--dlq", action="store_true", help="read the dead-letter topic")
@@ -38,11 +44,17 @@ def cmd_tail(args: argparse.Namespace) -> int:
         max_messages=args.max_messages,
         idle_exit_s=args.idle_exit_s,
     )
+    reader = ValueReader(settings) if settings.schema_registry_url else None
+
+    def row(record: TailedRecord) -> dict[str, Any]:
+        # With a registry: values in its wire format (Avro, JSON Schema, Protobuf) are decoded first.
+        return result_row(record, reader.fields(record.value) if reader is not None else None)
+
     if args.output == "table":
-        rows = [result_row(record) for record in records]
+        rows = [row(record) for record in records]
         print(format_table(rows))
         print(f"{len(rows)} records from {topic}")
         return EXIT_OK
     for record in records:
-        print(json.dumps(result_row(record), ensure_ascii=False), flush=True)
+        print(json.dumps(row(record), ensure_ascii=False), flush=True)
     return EXIT_OK

@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
+from worker.errors import OperationError
 from worker.health import HealthServer, HealthState
 from worker.inference.batch_shape import WindowShape
 from worker.inference.consume_window import ConsumeWindow
@@ -38,6 +39,8 @@ from worker.stream.lag_gauges import LagGauges
 from worker.stream.partitions import PartitionBook, PartitionKey, format_partitions
 from worker.stream.producer import ResultPublisher, SourcePosition
 from worker.stream.records import InputMessage, OutboundRecords
+from worker.stream.registry_decode import RegistryUnavailable, registry_decoder
+from worker.stream.result_encoding import ResultEncoder, registered_result_encoder
 from worker.stream.run_tracker import RunSummary, RunTracker
 from worker.stream.windows import DecodeOptions, PreparedWindow, prepare_window, window_records
 
@@ -48,6 +51,7 @@ _BUSY_POLL_S = 0.01
 _METRICS_EVERY_S = 1.0
 _BROKER_CHECK_EVERY_S = 10.0
 _MAX_WINDOW_BYTES = 64 * 1024 * 1024
+_REGISTRY_RETRY_S = (0.5, 1.0, 2.0, 5.0)  # waits before preparing a window again while the registry is away
 
 
 class WorkerApi(Protocol):
@@ -119,7 +123,9 @@ class SentimentWorker:
         )
         self._window_shape = WindowShape.for_device(settings, classifier)
         self._window: ConsumeWindow[InputMessage] = self._new_window()
-        self._decode_options = DecodeOptions.from_settings(settings)
+        self._decode_options = DecodeOptions.from_settings(settings, registry_decoder(settings))
+        self._registry_retry_at = 0.0  # the window is not prepared before this while the registry is away
+        self._registry_failures = 0
         self._parts: _StartedParts | None = None  # built once by _start()
         self._backpressure = Backpressure()
         self.http_address: tuple[str, int] | None = None
@@ -164,7 +170,7 @@ class SentimentWorker:
         publisher = self._clients.open_publisher(s)
         # Closed last, on every exit path (a StartupError too): hands librdkafka's queued log lines over.
         stack.callback(publisher.close)
-        records = self._outbound_records(publisher)
+        records = self._outbound_records(publisher, self._result_encoder())
         committer_type = committer_for(s.delivery)
         committer_type.prepare(publisher, s)  # exactly_once: registers the transactional id
         self._health.broker_reachable = True
@@ -236,7 +242,31 @@ class SentimentWorker:
             log.info("metrics and health on http://%s:%d (/metrics /healthz /readyz)", *server.address)
         return api
 
-    def _outbound_records(self, publisher: ResultPublisher) -> OutboundRecords:
+    def _result_encoder(self) -> ResultEncoder | None:
+        """JSON, or a registry format with the result schema registered (waiting for the registry while it
+        cannot be reached; not ready meanwhile)."""
+        while True:
+            try:
+                encoder, registered = registered_result_encoder(self._settings)
+            except RegistryUnavailable as exc:
+                self._registry_away(str(exc))
+                if self._run.wait_for_stop(self._registry_retry_at - self._clock()):
+                    raise OperationError(
+                        "stopped while waiting for the Schema Registry to register the result schema"
+                    ) from None
+                continue
+            self._registry_back()
+            if registered is not None:
+                log.info(
+                    "results as %s, schema id %d under subject %s (compatibility %s)",
+                    self._settings.output_format,
+                    registered.schema_id,
+                    registered.subject,
+                    registered.compatibility,
+                )
+            return encoder
+
+    def _outbound_records(self, publisher: ResultPublisher, encode: ResultEncoder | None) -> OutboundRecords:
         """How results and dead letters are built, for the output topics as the broker describes them."""
         s = self._settings
         partition_counts, max_message_bytes = kafka_clients.output_topic_limits(publisher, s)
@@ -250,6 +280,7 @@ class SentimentWorker:
             partition_counts=partition_counts,
             max_message_bytes=max_message_bytes,
             clock=self._clock,
+            encode=encode,
         )
 
     def _loop(self) -> str:
@@ -403,9 +434,39 @@ class SentimentWorker:
             self._metrics.messages_consumed.labels(topic).inc(count)
 
     def _submit_window(self) -> None:
-        """The window's messages decoded here, their valid reviews submitted to the engine."""
-        prepared = prepare_window(self._window.take(), self._decode_options)
+        """The window's messages decoded here, their valid reviews submitted to the engine. While the Schema
+        Registry cannot answer, the window stays as it is (full, it stops consumption) and is prepared again
+        after a wait; /readyz says why meanwhile. Nothing of it is dead-lettered for that."""
+        if self._registry_failures and self._clock() < self._registry_retry_at:
+            return
+        items = self._window.take()
+        try:
+            prepared = prepare_window(items, self._decode_options)
+        except RegistryUnavailable as exc:
+            for item in items:
+                self._window.add(item, len(item.value or b""))
+            self._registry_away(str(exc))
+            return
+        self._registry_back()
         self._started.windows.submit(prepared, prepared.texts)
+
+    def _registry_back(self) -> None:
+        if self._registry_failures:
+            log.info("Schema Registry answers again after %d failed tries", self._registry_failures)
+            self._registry_failures = 0
+            self._health.registry_problem = None
+
+    def _registry_away(self, problem: str) -> None:
+        """The registry cannot answer: try again after a pause growing to 5 s; /readyz names `problem`."""
+        if not self._registry_failures:
+            log.warning(
+                "%s; waiting for it, %d inputs held (not ready meanwhile)", problem, len(self._window)
+            )
+        wait_s = _REGISTRY_RETRY_S[min(self._registry_failures, len(_REGISTRY_RETRY_S) - 1)]
+        self._registry_failures += 1
+        self._registry_retry_at = self._clock() + wait_s
+        self._health.registry_problem = problem
+        self._metrics.ready.set(0)
 
     def _publish_window(self, prepared: PreparedWindow, labelled: Labelled) -> None:
         """Publishes exactly one record per input of the window that is still ours, in input order."""

@@ -13,10 +13,11 @@ import numpy as np
 from confluent_kafka import KafkaError
 
 from schemas.dead_letter import HEADER_PREFIX, MAX_REASON_CHARS, DeadLetterKind, build_dead_letter_headers
-from schemas.sentiment_result import ModelRef
+from schemas.sentiment_result import ModelRef, SentimentResult, SourceRef
 from worker.inference.label_fields import LabelFields, label_fields
 from worker.stream.decode import DecodedReview
 from worker.stream.producer import OutboundRecord, SourcePosition, record_size
+from worker.stream.result_encoding import ResultEncoder
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +42,15 @@ _to_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan
 
 
 class ResultWriter:
-    """Writes `SentimentResult` JSON values directly (their fields in the schema's order): the fields are
-    correct by construction, so no record is validated again on the poll thread; the tests check what this
-    writes against the schema's model. What every result of a worker shares is encoded once."""
+    """Writes `SentimentResult` values. JSON (`encode` None) directly, its fields in the schema's order: the
+    fields are correct by construction, so no record is validated again on the poll thread (the tests check
+    what this writes against the schema's model), and what every result of a worker shares is encoded once.
+    A registry format (`encode`: its `ResultEncoder`) from the validated model."""
 
-    def __init__(self, labels: list[str], model: ModelRef) -> None:
+    def __init__(self, labels: list[str], model: ModelRef, encode: ResultEncoder | None = None) -> None:
         self._labels = labels
+        self._model = model
+        self._encode = encode
         self._label_keys = [encode_basestring(label) + ":" for label in labels]
         self._model_json = model.model_dump_json()
         self._topics: dict[str, str] = {}
@@ -91,14 +95,36 @@ class ResultWriter:
         now: float,
     ) -> OutboundRecord:
         """The result record of one review; its key is the input key. `now` is time.monotonic()."""
-        value, fields = self.value(
-            review.id,
-            probabilities,
-            message.position,
-            round(max(0.0, now - message.consumed_at) * 1000.0, 3),
-            int(time.time() * 1000),
-            review.metadata,
-        )
+        processing_time_ms = round(max(0.0, now - message.consumed_at) * 1000.0, 3)
+        processed_at_ms = int(time.time() * 1000)
+        if self._encode is None:
+            value, fields = self.value(
+                review.id,
+                probabilities,
+                message.position,
+                processing_time_ms,
+                processed_at_ms,
+                review.metadata,
+            )
+        else:
+            fields = label_fields(probabilities, self._labels)
+            src = message.position
+            value = self._encode(
+                SentimentResult(
+                    id=review.id,
+                    **fields,
+                    model=self._model,
+                    source=SourceRef(
+                        topic=src.topic,
+                        partition=src.partition,
+                        offset=src.offset,
+                        timestamp_ms=src.timestamp_ms,
+                    ),
+                    processing_time_ms=processing_time_ms,
+                    processed_at_ms=processed_at_ms,
+                    metadata=review.metadata,
+                )
+            )
         return OutboundRecord(
             topic=topic,
             value=value,
@@ -152,9 +178,9 @@ def dead_letter_overhead_bytes(source_topic: str, worker_id: str) -> int:
 
 
 class OutboundRecords:
-    """The worker's outbound records: a result or dead letter per input, sent to the output partition that
-    keeps input order, and a dead letter without key and value standing in for a record too large for its
-    topic.
+    """The worker's outbound records: a result (`encode`d in the output format) or dead letter per input,
+    sent to the output partition that keeps input order, and a dead letter without key and value standing in
+    for a record too large for its topic.
 
     ``partition_counts`` and ``max_message_bytes`` hold the output and dead-letter topics' figures, read
     from the broker at start-up.
@@ -172,8 +198,9 @@ class OutboundRecords:
         partition_counts: dict[str, int],
         max_message_bytes: dict[str, int],
         clock: Callable[[], float] = time.monotonic,
+        encode: ResultEncoder | None = None,
     ) -> None:
-        self._results = ResultWriter(labels, model)
+        self._results = ResultWriter(labels, model, encode)
         self._output_topic = output_topic
         self._dlq_topic = dlq_topic
         self._worker_id = worker_id

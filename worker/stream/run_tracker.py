@@ -97,6 +97,10 @@ class RunTracker:
     def stop_requested(self) -> bool:
         return self._stop.is_set()
 
+    def wait_for_stop(self, timeout_s: float) -> bool:
+        """Waits up to `timeout_s` (a retry's pause); True when a stop was asked for meanwhile."""
+        return self._stop.wait(max(0.0, timeout_s))
+
     def activity(self) -> None:
         """Input arrived or partitions were assigned: the idle timer (`idle_exit_s`) starts again."""
         self._last_activity_at = self._clock()

@@ -5,36 +5,43 @@ its valid reviews' texts submitted to the engine, then turned into one outbound 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
-from worker.config import WorkerSettings
+from worker.config import REGISTRY_FORMATS, WorkerSettings
 from worker.inference.labelling import InferenceFailure, Output
-from worker.stream.decode import DecodedReview, DecodeFailure, decode_review
+from worker.stream.decode import DecodedReview, DecodeFailure, InputFormat, decode_review
 from worker.stream.partitions import PartitionBook
 from worker.stream.producer import OutboundRecord
 from worker.stream.records import InputMessage, OutboundRecords
+from worker.stream.registry_decode import RegistryDecoder
 
 
 @dataclass(frozen=True)
 class DecodeOptions:
     """What decoding a consumed value needs of the settings."""
 
-    input_format: Literal["json", "text"]
+    input_format: InputFormat  # json or text; a registry format's values go through `registry` instead
     max_value_bytes: int
     max_text_chars: int
     max_json_depth: int
     text_field: str = "text"
     id_field: str = "id"
+    registry: RegistryDecoder | None = None  # the avro, json_schema and protobuf formats decode with it
 
     @classmethod
-    def from_settings(cls, settings: WorkerSettings) -> DecodeOptions:
+    def from_settings(
+        cls, settings: WorkerSettings, registry: RegistryDecoder | None = None
+    ) -> DecodeOptions:
+        """`registry`: the decoder of a registry input format (built by the caller: it holds a client)."""
+        if (settings.input_format in REGISTRY_FORMATS) != (registry is not None):
+            raise ValueError(f"input_format={settings.input_format} and a registry decoder go together")
         return cls(
-            input_format=settings.input_format,
+            input_format="text" if settings.input_format == "text" else "json",
             max_value_bytes=settings.max_value_bytes,
             max_text_chars=settings.max_text_chars,
             max_json_depth=settings.max_json_depth,
             text_field=settings.text_field,
             id_field=settings.id_field,
+            registry=registry,
         )
 
 
@@ -52,7 +59,12 @@ class PreparedWindow:
 
 
 def prepare_window(items: list[InputMessage], options: DecodeOptions) -> PreparedWindow:
-    """Decodes every message (runs on the poll thread)."""
+    """Decodes every message (runs on the poll thread). A registry format raises `RegistryUnavailable`
+    when the registry cannot answer for one of them: nothing is decided then, and the caller keeps `items`
+    to prepare them again later (the schemas fetched so far stay cached)."""
+    if options.registry is not None:
+        registry = options.registry
+        return PreparedWindow(items, [registry.decode(item.value, item.default_id) for item in items])
     decoded: list[DecodedReview | DecodeFailure] = [
         decode_review(
             item.value,

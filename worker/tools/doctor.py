@@ -7,35 +7,18 @@ import platform
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from worker.config import DEFAULT_MODEL_DIR, WorkerSettings
 from worker.inference.label_fields import label_fields
 from worker.model.backend_choice import compression_outlook, cpu_description, cpu_features
 from worker.model.device import DeviceChoice, DeviceUnavailableError, activate, choose_device
 from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier
+from worker.tools.checks import Check
+from worker.tools.registry_checks import check_registry
 from worker.tools.tls import handshake
 from worker.tools.topics import describe_topics
-
-Verdict = Literal["OK", "WARN", "FAIL"]
-
-
-@dataclass(frozen=True)
-class Check:
-    """One verdict. `fix`: the command or setting that fixes a FAIL, when the detail does not already say."""
-
-    name: str
-    verdict: Verdict
-    detail: str
-    fix: str | None = None
-
-    def line(self) -> str:
-        """`[FAIL] broker: <what was found>; fix: <what to run>` (the report's line)."""
-        fix = f"; fix: {self.fix}" if self.fix else ""
-        return f"[{self.verdict:4}] {self.name}: {self.detail}{fix}"
-
 
 MODEL_FIX = (
     f"run `make model` (it derives the default, {DEFAULT_MODEL_DIR}, from the shipped models/default; paths "
@@ -65,6 +48,8 @@ def run_checks(settings: WorkerSettings) -> list[Check]:
     checks.append(broker)
     if broker.verdict == "OK":
         checks.extend(_check_topics(settings))
+    if settings.schema_registry_url:
+        checks.extend(check_registry(settings))
     return checks
 
 

@@ -65,12 +65,27 @@ def _dumps(document: dict[str, Any]) -> bytes:
     return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-def _record(file: ReviewFile, row: FileReview, fields: MessageFields, raw_text: bool) -> FeedRecord:
-    """The record of a good row: the line's bytes when they already are the message, else the message."""
+ValueEncoder = Callable[[dict[str, Any]], bytes]
+"""A message as a dict → its value bytes in a registry format (see `worker.tools.registry_values`)."""
+
+
+def _record(
+    file: ReviewFile,
+    row: FileReview,
+    fields: MessageFields,
+    raw_text: bool,
+    encode: ValueEncoder | None = None,
+) -> FeedRecord:
+    """The record of a good row: the line's bytes when they already are the message, else the message
+    (`encode`d when given: a registry format)."""
     key = row.id.encode("utf-8") if row.id is not None else None
-    if file.format == "txt":
+    if encode is None and file.format == "txt":
         return FeedRecord(key, row.raw if raw_text else _dumps({fields.text: row.text}), row.line)
-    if file.format == "jsonl" and (file.text_field, file.id_field) == (fields.text, fields.id):
+    if (
+        encode is None
+        and file.format == "jsonl"
+        and (file.text_field, file.id_field) == (fields.text, fields.id)
+    ):
         return FeedRecord(key, row.raw, row.line)  # byte for byte, as written
     for name in (fields.text, fields.id):
         if name in row.metadata:
@@ -83,12 +98,24 @@ def _record(file: ReviewFile, row: FileReview, fields: MessageFields, raw_text: 
     document: dict[str, Any] = {fields.id: row.id} if row.id is not None else {}
     document[fields.text] = row.text
     document.update(row.metadata)
-    return FeedRecord(key, _dumps(document), row.line)
+    if encode is None:
+        return FeedRecord(key, _dumps(document), row.line)
+    try:
+        return FeedRecord(key, encode(document), row.line)
+    except ValueError as exc:
+        raise FeedFileError(file.name, row.line, f"the row does not fit the schema: {exc}") from None
 
 
-def check_file(file: ReviewFile, fields: MessageFields = MessageFields(), *, from_line: int = 1) -> FileCheck:
+def check_file(
+    file: ReviewFile,
+    fields: MessageFields = MessageFields(),
+    *,
+    from_line: int = 1,
+    encode: ValueEncoder | None = None,
+) -> FileCheck:
     """Reads the whole file (rows before `from_line` are not counted) and builds every message, sending
-    nothing: the counts and every bad row. FeedFileError when the file cannot be read at all."""
+    nothing: the counts and every bad row. FeedFileError when the file cannot be read at all, or a row does
+    not fit the schema of `encode`."""
     read = good = 0
     bad: list[BadRow] = []
     for row in file:
@@ -98,7 +125,7 @@ def check_file(file: ReviewFile, fields: MessageFields = MessageFields(), *, fro
         if isinstance(row, BadRow):
             bad.append(row)
         else:
-            _record(file, row, fields, raw_text=False)
+            _record(file, row, fields, raw_text=False, encode=encode)
             good += 1
     return FileCheck(read, good, bad)
 
@@ -110,6 +137,7 @@ def feed_records(
     raw_text: bool = False,
     from_line: int = 1,
     on_bad: Callable[[BadRow], None] | None = None,
+    encode: ValueEncoder | None = None,
 ) -> Iterator[FeedRecord]:
     """The records of the file's good rows from line `from_line` on, lazily, in file order; each bad row
     goes to `on_bad` (check the file first: `check_file`). `raw_text`: a TXT line's bytes as the value
@@ -121,7 +149,7 @@ def feed_records(
             if on_bad is not None:
                 on_bad(row)
             continue
-        yield _record(file, row, fields, raw_text)
+        yield _record(file, row, fields, raw_text, encode)
 
 
 class RateLimiter:

@@ -180,7 +180,7 @@ def _str_or_none(value: Any) -> str | None:
     return None
 
 
-def result_row(rec: TailedRecord) -> dict[str, Any]:
+def result_row(rec: TailedRecord, fields: dict[str, Any] | None = None) -> dict[str, Any]:
     """A flat dict for display: kind, id, label, confidence, error, partition, offset, text, reason, key,
     source, metadata (missing fields are None).
 
@@ -191,7 +191,8 @@ def result_row(rec: TailedRecord) -> dict[str, Any]:
     no review text, `text` is set only if its metadata holds one), "dead_letter" (has the worker's DLQ
     headers; `error` is the error kind, `reason` its reason, no `label`; id/text read from the original
     value when it is JSON), "review" (a JSON object that is not a result, e.g. the input topic) or "raw"
-    (anything else; text = the value decoded leniently).
+    (anything else; text = the value decoded leniently). `fields`: the value's record when it is in a
+    registry format (`worker.tools.registry_values.ValueReader`), read instead of the value as JSON.
     """
     row: dict[str, Any] = {
         "kind": "raw",
@@ -216,12 +217,14 @@ def result_row(rec: TailedRecord) -> dict[str, Any]:
         except ValidationError:
             kind = dict(rec.headers).get(HEADER_ERROR_KIND, b"")
             row["error"], row["reason"] = kind.decode("utf-8", "replace"), "(malformed dead-letter headers)"
-        _fill_from_original(row, rec, default_id=row["source"])
+        _fill_from_original(row, rec, default_id=row["source"], fields=fields)
         return row
     if rec.value:
         try:
-            result = SentimentResult.model_validate_json(rec.value)
-        except ValidationError:
+            result = (
+                SentimentResult.model_validate_json(rec.value) if fields is None else _registry_result(fields)
+            )
+        except (ValidationError, ValueError):
             pass
         else:
             text = result.metadata.get("text")
@@ -236,14 +239,25 @@ def result_row(rec: TailedRecord) -> dict[str, Any]:
                 metadata=dict(result.metadata),
             )
             return row
-    _fill_from_original(row, rec, default_id=f"{rec.topic}/{rec.partition}/{rec.offset}")
+    _fill_from_original(row, rec, default_id=f"{rec.topic}/{rec.partition}/{rec.offset}", fields=fields)
     return row
 
 
-def _fill_from_original(row: dict[str, Any], rec: TailedRecord, default_id: str | None) -> None:
-    """id/text of a review value (JSON object or raw bytes) into `row`; marks JSON reviews as "review".
-    `default_id`: the id the worker gives a review without a usable `id` (its input position)."""
-    document = _json_object(rec.value)
+def _registry_result(fields: dict[str, Any]) -> SentimentResult:
+    """A result read from Avro or Protobuf (metadata as the text of a JSON object) or JSON Schema."""
+    metadata = fields.get("metadata")
+    if isinstance(metadata, str):
+        fields = {**fields, "metadata": json.loads(metadata)}
+    return SentimentResult.model_validate(fields)
+
+
+def _fill_from_original(
+    row: dict[str, Any], rec: TailedRecord, default_id: str | None, fields: dict[str, Any] | None = None
+) -> None:
+    """id/text of a review value (JSON object, a registry format's record, or raw bytes) into `row`; marks
+    such reviews as "review". `default_id`: the id the worker gives a review without a usable `id` (its
+    input position)."""
+    document = fields if fields is not None else _json_object(rec.value)
     if document is not None:
         if row["kind"] == "raw":
             row["kind"] = "review"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from worker.cli.common import RepeatedLines
+from worker.cli.common import NormalRetries, RepeatedLines, configure_logging
 
 
 def _record(message: str, level: int = logging.WARNING) -> logging.LogRecord:
@@ -36,3 +36,40 @@ def test_different_lines_and_levels_pass_each_their_own_way() -> None:
     assert lines.filter(_record("Connect failed", logging.ERROR))
     assert lines.filter(_record("Metadata request timed out"))
     assert not lines.filter(_record("Connect failed"))
+
+
+_PID_RETRY = (
+    "GETPID [thrd:main]: Failed to acquire idempotence PID from broker localhost:9092/1: "
+    "Broker: Coordinator load in progress: retrying"
+)
+
+
+def test_a_fresh_brokers_pid_retry_is_dropped_below_debug_and_marked_debug_at_debug() -> None:
+    logger = logging.getLogger("librdkafka")
+    before = logger.level
+    try:
+        logger.setLevel(logging.INFO)
+        assert not NormalRetries().filter(_record(_PID_RETRY))
+        logger.setLevel(logging.DEBUG)
+        record = _record(_PID_RETRY)
+        assert NormalRetries().filter(record)
+        assert (record.levelno, record.levelname) == (logging.DEBUG, "DEBUG")
+    finally:
+        logger.setLevel(before)
+
+
+def test_a_failure_that_is_no_normal_retry_keeps_its_level() -> None:
+    record = _record("GETPID [thrd:main]: Failed to acquire idempotence PID: Broker: Not authorized", 40)
+    assert NormalRetries().filter(record)
+    assert record.levelno == logging.ERROR
+
+
+def test_configure_logging_installs_the_retry_filter_on_librdkafka_lines() -> None:
+    configure_logging("INFO")
+    assert any(isinstance(f, NormalRetries) for f in logging.getLogger("librdkafka").filters)
+
+
+def test_the_registry_clients_request_lines_stay_out_of_an_info_log() -> None:
+    configure_logging("INFO")
+    assert not logging.getLogger("httpx2").isEnabledFor(logging.INFO)
+    assert not logging.getLogger("httpx").isEnabledFor(logging.INFO)

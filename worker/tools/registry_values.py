@@ -1,0 +1,163 @@
+"""Message values in the Schema Registry wire format for the tools: `produce --format avro --schema FILE`
+writes them (the schema registered under `<topic>-value`), `tail` reads them back (any format, by the id in
+each value's header)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+from confluent_kafka.schema_registry.json_schema import JSONSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from google.protobuf import json_format
+from google.protobuf.descriptor_pool import DescriptorPool
+from google.protobuf.message_factory import GetMessageClass
+
+from schemas.proto_text import parse_proto
+from worker.config import REGISTRY_FORMATS, WorkerSettings
+from worker.errors import ConfigurationError, OperationError
+from worker.stream.registry_decode import (
+    FORMAT_OF_SCHEMA_TYPE,
+    RegistryDecoder,
+    RegistryUnavailable,
+    registry_trouble,
+)
+from worker.stream.wire_format import schema_id_of, wire_header
+
+SCHEMA_SUFFIXES = {".avsc": "avro", ".json": "json_schema", ".proto": "protobuf"}
+"""The schema file's name → the value format `produce --schema` infers when --format does not say."""
+
+
+def value_format(declared: str | None, schema: Path | None) -> str | None:
+    """The registry format `produce` writes: `declared` (--format) when it is one, else inferred from the
+    schema file's suffix; None for plain JSON / text values."""
+    if declared in REGISTRY_FORMATS:
+        if schema is None:
+            raise ConfigurationError(
+                f"--format {declared} needs --schema FILE (the schema each value is written with)"
+            )
+        return declared
+    if schema is None:
+        return None
+    inferred = SCHEMA_SUFFIXES.get(schema.suffix.lower())
+    if inferred is None:
+        raise ConfigurationError(
+            f"--schema {schema}: say which format it is (--format avro, json_schema or protobuf; a .avsc "
+            "file is Avro, a .json file JSON Schema, a .proto file Protobuf)"
+        )
+    return inferred
+
+
+def value_encoder(
+    settings: WorkerSettings, fmt: str, schema_file: Path, topic: str
+) -> Callable[[dict[str, Any]], bytes]:
+    """A message dict → its value in `fmt` with the schema in `schema_file`, registered under `<topic>-value`
+    on first use. A message that does not fit the schema raises ValueError saying why."""
+    try:
+        schema_str = schema_file.read_text(encoding="utf-8")
+        if fmt != "protobuf":
+            json.loads(schema_str)
+    except (OSError, ValueError) as exc:
+        raise ConfigurationError(
+            f"--schema {schema_file}: cannot read it as a {fmt} schema ({exc})"
+        ) from None
+    conf = settings.schema_registry_conf()
+    client = SchemaRegistryClient(conf)
+    serializer: Callable[[Any, SerializationContext], bytes | None]
+    if fmt == "avro":
+        serializer = AvroSerializer(client, schema_str)
+    elif fmt == "json_schema":
+        serializer = JSONSerializer(schema_str, client)
+    else:
+        serializer = _protobuf_serializer(client, schema_str, schema_file, topic)
+    context = SerializationContext(topic, MessageField.VALUE)
+
+    def encode(document: dict[str, Any]) -> bytes:
+        try:
+            value = serializer(document, context)
+        except SchemaRegistryError as exc:  # e.g. 409: the schema is incompatible with the subject's
+            raise OperationError(
+                f"the Schema Registry at {conf['url']} refuses the schema under {topic}-value: {exc}"
+            ) from None
+        except Exception as exc:  # noqa: BLE001 - the registry away, or a row that does not fit the schema
+            trouble = registry_trouble(exc, conf["url"])
+            if trouble is not None:
+                raise OperationError(str(trouble)) from None
+            raise ValueError(str(exc) or type(exc).__name__) from None
+        assert value is not None
+        return value
+
+    return encode
+
+
+def _protobuf_serializer(
+    client: SchemaRegistryClient, schema_str: str, schema_file: Path, topic: str
+) -> Callable[[Any, SerializationContext], bytes]:
+    """Values of the file's first message, the `.proto` text registered as it is (registries keep the
+    text; confluent-kafka's own Protobuf serializer needs a compiled class and registers a descriptor)."""
+    try:
+        file = parse_proto(schema_str, schema_file.name)
+    except ValueError as exc:
+        raise ConfigurationError(f"--schema {schema_file}: {exc}") from None
+    if not file.message_type:
+        raise ConfigurationError(f"--schema {schema_file}: it defines no message")
+    pool = DescriptorPool()
+    pool.Add(file)
+    first = file.message_type[0].name
+    message_class = GetMessageClass(
+        pool.FindMessageTypeByName(f"{file.package}.{first}" if file.package else first)
+    )
+    header: bytes | None = None
+
+    def serialize(document: Any, context: SerializationContext) -> bytes:
+        nonlocal header
+        message = json_format.ParseDict(
+            document, message_class()
+        )  # ParseError (a ValueError) if it does not fit
+        if header is None:  # registered on first use, as the other serializers do
+            schema_id = client.register_schema(f"{topic}-value", Schema(schema_str, "PROTOBUF"))
+            header = wire_header(schema_id) + b"\x00"  # message indexes [0]: the first message
+        return header + message.SerializeToString()
+
+    return serialize
+
+
+class ValueReader:
+    """`tail`: a value in any registry format → its fields, by the schema id in its header (the client's
+    schema type says the format); None for a value not in the wire format (plain JSON, text)."""
+
+    def __init__(self, settings: WorkerSettings) -> None:
+        conf = settings.schema_registry_conf()
+        self._url = conf["url"]
+        self._client = SchemaRegistryClient(conf)
+        self._decoders: dict[str, RegistryDecoder] = {}
+
+    def fields(self, value: bytes | None) -> dict[str, Any] | None:
+        schema_id = schema_id_of(value) if value else None
+        if schema_id is None or value is None:
+            return None
+        try:
+            schema_type = self._client.get_schema(schema_id).schema_type or "AVRO"
+        except Exception as exc:
+            trouble = registry_trouble(exc, self._url)
+            if trouble is not None:
+                raise OperationError(str(trouble)) from None
+            return None  # an unknown id: shown as the raw value
+        fmt = FORMAT_OF_SCHEMA_TYPE.get(schema_type.upper())
+        if fmt is None:
+            return None
+        decoder = self._decoders.get(fmt)
+        if decoder is None:
+            decoder = RegistryDecoder(
+                self._client, fmt, url=self._url, max_value_bytes=2**31, max_text_chars=2**31
+            )
+            self._decoders[fmt] = decoder
+        try:
+            return decoder.fields(value)
+        except RegistryUnavailable as exc:
+            raise OperationError(str(exc)) from None
