@@ -21,7 +21,6 @@ from prometheus_client import CollectorRegistry
 
 from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
-from worker.errors import OperationError
 from worker.health import HealthServer, HealthState
 from worker.inference.batch_shape import WindowShape
 from worker.inference.consume_window import ConsumeWindow
@@ -152,7 +151,12 @@ class SentimentWorker:
         started = self._clock()
         summary = self._run.summary
         with ExitStack() as stack:
-            self._start(stack)
+            try:
+                self._start(stack)
+            except _StoppedStarting as stopped:  # nothing consumed yet: a clean stop
+                summary.stop_reason = str(stopped)
+                summary.seconds = self._clock() - started
+                return summary
             self._run.start(max_messages=max_messages, idle_exit_s=idle_exit_s)
             summary.stop_reason = self._loop()
             self._drain()
@@ -251,8 +255,8 @@ class SentimentWorker:
             except RegistryUnavailable as exc:
                 self._registry_away(str(exc))
                 if self._run.wait_for_stop(self._registry_retry_at - self._clock()):
-                    raise OperationError(
-                        "stopped while waiting for the Schema Registry to register the result schema"
+                    raise _StoppedStarting(
+                        "stop requested while waiting for the Schema Registry to register the result schema"
                     ) from None
                 continue
             self._registry_back()
@@ -598,6 +602,10 @@ class SentimentWorker:
 def _device_of(classifier: Classifier) -> str:
     device = getattr(classifier, "device", None)
     return str(getattr(device, "paddle_device", device) or "unknown")
+
+
+class _StoppedStarting(Exception):
+    """A stop was asked for while start-up waited (for the registry): nothing was consumed, a clean stop."""
 
 
 def _headers_of(message: Message) -> list[tuple[str, bytes | None]] | None:
