@@ -262,16 +262,7 @@ def ensure_jars(cache_dir: Path, pom: Path = POM, say: Say = print, progress_eve
     mvn_log = cache_dir / "mvn.log"
     say(f"Fetching Kafka {KAFKA_VERSION} jars with Maven into {libs} (a minute or so the first time)...")
     started = time.monotonic()
-    with mvn_log.open("wb") as log:
-        proc = subprocess.Popen(
-            maven_command(pom, scratch), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-        )
-        while True:
-            try:
-                rc = proc.wait(timeout=progress_every_s)
-                break
-            except subprocess.TimeoutExpired:
-                say(f"  ... Maven still working ({time.monotonic() - started:.0f} s)")
+    rc = run_maven(maven_command(pom, scratch), mvn_log, say, progress_every_s)
     if rc != 0 or not any(scratch.glob("kafka_2.13-*.jar")):
         raise LauncherError(
             f"Maven failed (exit {rc}) copying the Kafka jars:\n{tail(mvn_log, LOG_TAIL_LINES)}",
@@ -282,6 +273,19 @@ def ensure_jars(cache_dir: Path, pom: Path = POM, say: Say = print, progress_eve
     (cache_dir / MARKER_NAME).write_text(pom_digest(pom) + "\n")
     say(f"Kafka jars ready ({len(list(libs.glob('*.jar')))} jars, {time.monotonic() - started:.0f} s)")
     return libs
+
+
+def run_maven(command: list[str], log_path: Path, say: Say = print, progress_every_s: float = 15.0) -> int:
+    """Runs a Maven `command` with its output in `log_path`, saying every `progress_every_s` that it still
+    works (a first download takes a while); returns its exit code. Shared by the registry's launcher."""
+    started = time.monotonic()
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        while True:
+            try:
+                return proc.wait(timeout=progress_every_s)
+            except subprocess.TimeoutExpired:
+                say(f"  ... Maven still working ({time.monotonic() - started:.0f} s)")
 
 
 # --------------------------------------------------------------------------- config files
@@ -701,17 +705,18 @@ def stop(pid_file: Path, timeout_s: float = 30.0, say: Say = print) -> bool:
     say(f"Stopping broker pid {pid} (SIGTERM)...")
     started = time.monotonic()
     os.kill(pid, signal.SIGTERM)  # controlled shutdown: the broker flushes its logs and leaves the quorum
-    if not _wait_gone(pid, timeout_s):
+    if not wait_gone(pid, timeout_s):
         say(f"Broker pid {pid} still running after {timeout_s:.0f} s; sending SIGKILL.")
         os.kill(pid, signal.SIGKILL)
-        if not _wait_gone(pid, 10.0):
+        if not wait_gone(pid, 10.0):
             raise LauncherError(f"broker pid {pid} survived SIGKILL", "check the process by hand")
     pid_file.unlink(missing_ok=True)
     say(f"Broker stopped ({time.monotonic() - started:.1f} s).")
     return True
 
 
-def _wait_gone(pid: int, timeout_s: float) -> bool:
+def wait_gone(pid: int, timeout_s: float) -> bool:
+    """True once `pid` is gone, False if it still runs after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while pid_alive(pid):
         if time.monotonic() >= deadline:

@@ -14,7 +14,6 @@ their ids survive a restart. Stdlib only; importable, so tests can call the smal
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib.util
 import os
 import shutil
@@ -61,14 +60,8 @@ read_pid = _kafka.read_pid
 port_in_use = _kafka.port_in_use
 process_command_line = _kafka.process_command_line
 tail = _kafka.tail
-
-
-class LauncherError(Exception):
-    """A launcher step failed; ``hint`` says what to try next."""
-
-    def __init__(self, message: str, hint: str = "") -> None:
-        super().__init__(message)
-        self.hint = hint
+wait_gone = _kafka.wait_gone
+LauncherError = _kafka.LauncherError  # a launcher step failed; its `hint` says what to try next
 
 
 @dataclass(frozen=True)
@@ -127,7 +120,7 @@ def default_cache_dir(env: Mapping[str, str]) -> Path:
 
 def pom_digest(pom: Path = POM) -> str:
     """The marker content: a copy unpacked from another pom is not reused."""
-    return hashlib.sha256(pom.read_bytes()).hexdigest()
+    return str(_kafka.pom_digest(pom))
 
 
 def app_ready(cache_dir: Path, pom: Path = POM) -> bool:
@@ -179,19 +172,7 @@ def ensure_app(cache_dir: Path, pom: Path = POM, say: Say = print, progress_ever
         "(a minute or so the first time)..."
     )
     started = time.monotonic()
-    with mvn_log.open("wb") as log:
-        proc = subprocess.Popen(
-            maven_command(pom, scratch, cache_dir / "maven"),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        while True:
-            try:
-                rc = proc.wait(timeout=progress_every_s)
-                break
-            except subprocess.TimeoutExpired:
-                say(f"  ... Maven still working ({time.monotonic() - started:.0f} s)")
+    rc = _kafka.run_maven(maven_command(pom, scratch, cache_dir / "maven"), mvn_log, say, progress_every_s)
     if rc != 0 or not (scratch / RUNNER_JAR).is_file():
         raise LauncherError(
             f"Maven failed (exit {rc}) fetching Apicurio Registry:\n{tail(mvn_log, LOG_TAIL_LINES)}",
@@ -339,15 +320,6 @@ def up(cfg: RegistryConfig, app_factory: Callable[[], Path], timeout_s: float, s
     return cfg.url
 
 
-def _wait_gone(pid: int, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while pid_alive(pid):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.1)
-    return True
-
-
 def stop(cfg: RegistryConfig, timeout_s: float = 30.0, say: Say = print, kill: bool = False) -> bool:
     """Stop the registry named by the pid file: SIGTERM, SIGKILL after ``timeout_s`` (``kill``: SIGKILL at
     once, an abrupt stop). Only an Apicurio Registry java process is signalled; False when another process
@@ -369,10 +341,10 @@ def stop(cfg: RegistryConfig, timeout_s: float = 30.0, say: Say = print, kill: b
     say(f"Stopping registry pid {pid} ({'SIGKILL' if kill else 'SIGTERM'})...")
     started = time.monotonic()
     os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
-    if not _wait_gone(pid, 10.0 if kill else timeout_s):
+    if not wait_gone(pid, 10.0 if kill else timeout_s):
         say(f"Registry pid {pid} still running after {timeout_s:.0f} s; sending SIGKILL.")
         os.kill(pid, signal.SIGKILL)
-        if not _wait_gone(pid, 10.0):
+        if not wait_gone(pid, 10.0):
             raise LauncherError(f"registry pid {pid} survived SIGKILL", "check the process by hand")
     cfg.pid_file.unlink(missing_ok=True)
     say(f"Registry stopped ({time.monotonic() - started:.1f} s).")
