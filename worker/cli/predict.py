@@ -17,6 +17,7 @@ from worker.cli.common import (
     add_column_flags,
     add_settings_flags,
     configure_logging,
+    freeze_loaded_heap,
     load_model,
     settings_from_args,
 )
@@ -79,6 +80,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         max_json_depth=settings.max_json_depth,
     )
     classifier, _ = load_model(settings)
+    freeze_loaded_heap()
     sizes = {"max_batch_size": args.batch_size, "max_batch_tokens": args.max_batch_tokens}
     given = {name: value for name, value in sizes.items() if value is not None}
     options = EngineOptions.from_settings(settings.model_copy(update=given), classifier)

@@ -17,6 +17,7 @@ from worker.cli.common import (
     Subparsers,
     add_settings_flags,
     configure_logging,
+    freeze_loaded_heap,
     install_stop_handlers,
     load_model,
     name_os_threads,
@@ -78,6 +79,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     reinstall = install_stop_handlers(stop.set)  # before the model loads: a signal then stops it at once
     classifier, model_ref = load_model(settings)
+    freeze_loaded_heap()
     reinstall()  # loading Paddle replaced them
     api = WorkerApi() if settings.http_api else None  # the API on the worker's port, when asked for
     worker = SentimentWorker(settings, classifier, model_ref, stop=stop, api=api)

@@ -10,6 +10,7 @@ from worker.cli.common import (
     Subparsers,
     add_settings_flags,
     configure_logging,
+    freeze_loaded_heap,
     install_stop_handlers,
     load_model,
     name_os_threads,
@@ -45,6 +46,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     stop = threading.Event()
     reinstall = install_stop_handlers(stop.set)
     classifier, model_ref = load_model(settings)
+    freeze_loaded_heap()
     reinstall()  # loading Paddle replaced them
 
     def listening(address: tuple[str, int]) -> None:
