@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -225,19 +226,27 @@ def _decode_json(
             + _example(text_field),
         )
     raw_id = document.pop(id_field, None)
-    if raw_id is None:
-        review_id = default_id
-    elif isinstance(raw_id, str):
-        review_id = raw_id
-    elif isinstance(raw_id, int) and not isinstance(raw_id, bool):
-        review_id = str(raw_id)
-    else:
-        return DecodeFailure(
-            DeadLetterKind.WRONG_TYPE,
-            f"{json.dumps(id_field)} is a JSON {_type_name(raw_id)}, expected a string or an integer "
-            "(or leave it out)",
-        )
+    review_id = review_id_of(raw_id, default_id, id_field, lambda value: f"a JSON {_type_name(value)}")
+    if isinstance(review_id, DecodeFailure):
+        return review_id
     return _check_text(text, max_text_chars, review_id, document)
+
+
+def review_id_of(
+    raw_id: Any, default_id: str, id_field: str, described: Callable[[Any], str]
+) -> str | DecodeFailure:
+    """The one id rule of every input format: a string as it is, an integer as its decimal string, absent or
+    null `default_id`; anything else is `wrong_type` (`described(value)` names its type in the reason)."""
+    if raw_id is None:
+        return default_id
+    if isinstance(raw_id, str):
+        return raw_id
+    if isinstance(raw_id, int) and not isinstance(raw_id, bool):
+        return str(raw_id)
+    return DecodeFailure(
+        DeadLetterKind.WRONG_TYPE,
+        f"{json.dumps(id_field)} is {described(raw_id)}, expected a string or an integer (or leave it out)",
+    )
 
 
 def _check_text(

@@ -34,7 +34,7 @@ from schemas.proto_text import parse_proto
 from schemas.review_input import text_problem
 from worker.config import REGISTRY_FORMATS, WorkerSettings
 from worker.errors import OperationError
-from worker.stream.decode import DecodedReview, DecodeFailure
+from worker.stream.decode import DecodedReview, DecodeFailure, review_id_of
 from worker.stream.wire_format import HEADER_BYTES, json_safe, not_wire_format_reason, schema_id_of
 
 _NOT_FOUND = 404
@@ -308,18 +308,9 @@ def review_of_record(
             f"schema id {schema_id}'s record, expected a string",
         )
     raw_id = document.pop(id_field, None)
-    if raw_id is None:
-        review_id = default_id
-    elif isinstance(raw_id, str):
-        review_id = raw_id
-    elif isinstance(raw_id, int) and not isinstance(raw_id, bool):
-        review_id = str(raw_id)
-    else:
-        return DecodeFailure(
-            DeadLetterKind.WRONG_TYPE,
-            f"{json.dumps(id_field)} is a {type(raw_id).__name__}, expected a string or an integer "
-            "(or leave it out)",
-        )
+    review_id = review_id_of(raw_id, default_id, id_field, lambda value: f"a {type(value).__name__}")
+    if isinstance(review_id, DecodeFailure):
+        return review_id
     problem = text_problem(text, max_text_chars)
     if problem is not None:
         fix = "send the review text" if problem.kind is DeadLetterKind.EMPTY_TEXT else "split long reviews"
