@@ -154,7 +154,7 @@ def decode_review(
         decoded = decoded[1:]
 
     if input_format == "text":
-        return _check_text(decoded, max_text_chars, default_id, {})
+        return checked_review(decoded, max_text_chars, default_id, {})
     if input_format != "json":
         raise ValueError(f"unknown input_format {input_format!r}; expected 'json' or 'text'")
     return _decode_json(value, decoded, max_text_chars, max_json_depth, default_id, text_field, id_field)
@@ -229,7 +229,7 @@ def _decode_json(
     review_id = review_id_of(raw_id, default_id, id_field, lambda value: f"a JSON {_type_name(value)}")
     if isinstance(review_id, DecodeFailure):
         return review_id
-    return _check_text(text, max_text_chars, review_id, document)
+    return checked_review(text, max_text_chars, review_id, document)
 
 
 def review_id_of(
@@ -249,9 +249,10 @@ def review_id_of(
     )
 
 
-def _check_text(
+def checked_review(
     text: str, max_text_chars: int, review_id: str, metadata: dict[str, Any]
 ) -> DecodedReview | DecodeFailure:
+    """The review, or its failure by the one rule for odd texts (`text_problem`), for every input format."""
     problem = text_problem(text, max_text_chars)
     if problem is None:
         return DecodedReview(id=review_id, text=text, metadata=metadata)

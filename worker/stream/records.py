@@ -51,7 +51,8 @@ class ResultWriter:
         self._labels = labels
         self._model = model
         self._encode = encode
-        self._label_keys = [encode_basestring(label) + ":" for label in labels]
+        self._label_json = [encode_basestring(label) for label in labels]
+        self._label_keys = [label + ":" for label in self._label_json]
         self._model_json = model.model_dump_json()
         self._topics: dict[str, str] = {}
 
@@ -75,7 +76,7 @@ class ResultWriter:
         timestamp_ms = "null" if source.timestamp_ms is None else source.timestamp_ms
         value = (
             f'{{"schema_name":"sentiment-result","schema_version":1,"id":{encode_basestring(review_id)},'
-            f'"label":{encode_basestring(fields["label"])},"label_id":{fields["label_id"]},'
+            f'"label":{self._label_json[fields["label_id"]]},"label_id":{fields["label_id"]},'
             f'"confidence":{fields["confidence"]!r},"probabilities":{{{probabilities_json}}},'
             f'"model":{self._model_json},"source":{{"topic":{topic},"partition":{source.partition},'
             f'"offset":{source.offset},"timestamp_ms":{timestamp_ms}}},'

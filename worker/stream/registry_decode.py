@@ -31,10 +31,9 @@ from google.protobuf.message_factory import GetMessageClass
 
 from schemas.dead_letter import DeadLetterKind
 from schemas.proto_text import parse_proto
-from schemas.review_input import text_problem
 from worker.config import REGISTRY_FORMATS, WorkerSettings
 from worker.errors import OperationError
-from worker.stream.decode import DecodedReview, DecodeFailure, review_id_of
+from worker.stream.decode import DecodedReview, DecodeFailure, checked_review, review_id_of
 from worker.stream.wire_format import HEADER_BYTES, json_safe, not_wire_format_reason, schema_id_of
 
 _NOT_FOUND = 404
@@ -311,11 +310,7 @@ def review_of_record(
     review_id = review_id_of(raw_id, default_id, id_field, lambda value: f"a {type(value).__name__}")
     if isinstance(review_id, DecodeFailure):
         return review_id
-    problem = text_problem(text, max_text_chars)
-    if problem is not None:
-        fix = "send the review text" if problem.kind is DeadLetterKind.EMPTY_TEXT else "split long reviews"
-        return DecodeFailure(problem.kind, f"{problem.reason}: {fix}")
-    return DecodedReview(id=review_id, text=text, metadata=json_safe(document))
+    return checked_review(text, max_text_chars, review_id, json_safe(document))
 
 
 def registry_decoder(settings: WorkerSettings) -> RegistryDecoder | None:
