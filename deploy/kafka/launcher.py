@@ -207,10 +207,15 @@ def make_config(
 
 def default_cache_dir(env: Mapping[str, str]) -> Path:
     """``$SENTIMENT_KAFKA_CACHE`` or ``~/.cache/sentiment-worker/kafka-4.1.1``."""
-    override = env.get("SENTIMENT_KAFKA_CACHE")
+    return cache_dir_of(env, "SENTIMENT_KAFKA_CACHE", f"kafka-{KAFKA_VERSION}")
+
+
+def cache_dir_of(env: Mapping[str, str], variable: str, name: str) -> Path:
+    """``$variable`` if set, else ``~/.cache/sentiment-worker/<name>`` (the registry launcher uses it too)."""
+    override = env.get(variable)
     if override:
         return Path(override).expanduser().resolve()
-    return Path.home() / ".cache" / "sentiment-worker" / f"kafka-{KAFKA_VERSION}"
+    return Path.home() / ".cache" / "sentiment-worker" / name
 
 
 # --------------------------------------------------------------------------- jars
@@ -223,10 +228,13 @@ def pom_digest(pom: Path = POM) -> str:
 
 def jars_ready(cache_dir: Path, pom: Path = POM) -> bool:
     """True when ``cache_dir/libs`` holds a complete copy of this pom's dependencies."""
+    return marker_matches(cache_dir, pom) and (cache_dir / "libs").is_dir()
+
+
+def marker_matches(cache_dir: Path, pom: Path) -> bool:
+    """``cache_dir`` holds the marker written after a complete Maven fetch for this very ``pom``."""
     marker = cache_dir / MARKER_NAME
-    return (
-        marker.is_file() and marker.read_text().strip() == pom_digest(pom) and (cache_dir / "libs").is_dir()
-    )
+    return marker.is_file() and marker.read_text().strip() == pom_digest(pom)
 
 
 def maven_command(pom: Path, output_dir: Path) -> list[str]:

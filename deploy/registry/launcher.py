@@ -109,10 +109,7 @@ def make_config(
 
 def default_cache_dir(env: Mapping[str, str]) -> Path:
     """``$SENTIMENT_REGISTRY_CACHE`` or ``~/.cache/sentiment-worker/apicurio-registry-<version>``."""
-    override = env.get("SENTIMENT_REGISTRY_CACHE")
-    if override:
-        return Path(override).expanduser().resolve()
-    return Path.home() / ".cache" / "sentiment-worker" / f"apicurio-registry-{APICURIO_VERSION}"
+    return Path(_kafka.cache_dir_of(env, "SENTIMENT_REGISTRY_CACHE", f"apicurio-registry-{APICURIO_VERSION}"))
 
 
 # --------------------------------------------------------------------------- distribution
@@ -125,12 +122,7 @@ def pom_digest(pom: Path = POM) -> str:
 
 def app_ready(cache_dir: Path, pom: Path = POM) -> bool:
     """True when ``cache_dir/app`` holds a complete unpacked distribution of this pom's release."""
-    marker = cache_dir / MARKER_NAME
-    return (
-        marker.is_file()
-        and marker.read_text().strip() == pom_digest(pom)
-        and (cache_dir / "app" / RUNNER_JAR).is_file()
-    )
+    return bool(_kafka.marker_matches(cache_dir, pom)) and (cache_dir / "app" / RUNNER_JAR).is_file()
 
 
 def maven_command(pom: Path, output_dir: Path, build_dir: Path) -> list[str]:
