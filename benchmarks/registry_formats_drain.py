@@ -25,9 +25,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from schemas.sentiment_result import ModelRef
 from worker.bench.bench import review_texts
 from worker.config import WorkerSettings
+from worker.kafka.app import SentimentWorker
 from worker.model.device import choose_device
 from worker.model.loading import load_classifier
-from worker.stream.app import SentimentWorker
 from worker.tools.registry_values import value_encoder
 
 SAMPLES = Path(__file__).resolve().parents[1] / "deploy" / "samples"

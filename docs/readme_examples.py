@@ -25,9 +25,9 @@ import httpx
 from schemas.sentiment_result import ModelRef
 from worker.cli.common import configure_logging
 from worker.config import WorkerSettings
-from worker.stream.decode import DecodedReview, decode_review
-from worker.stream.producer import SourcePosition
-from worker.stream.records import InputMessage, ResultWriter
+from worker.kafka.decode import DecodedReview, decode_review
+from worker.kafka.producer import SourcePosition
+from worker.kafka.records import InputMessage, ResultWriter
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 README: Final = ROOT / "README.md"

@@ -12,15 +12,15 @@ MODULES=${MUTATION_MODULES:-"offsets partitions backpressure records decode batc
 MIN_SCORE=${MUTATION_MIN_SCORE:-85}
 OUT=$PWD/var/mutation
 declare -A SOURCE=(
-    [offsets]=worker/stream/offsets.py [partitions]=worker/stream/partitions.py
-    [backpressure]=worker/stream/backpressure.py [records]=worker/stream/records.py
-    [decode]=worker/stream/decode.py [batch_plan]=worker/inference/batch_plan.py
+    [offsets]=worker/kafka/offsets.py [partitions]=worker/kafka/partitions.py
+    [backpressure]=worker/kafka/backpressure.py [records]=worker/kafka/records.py
+    [decode]=worker/kafka/decode.py [batch_plan]=worker/inference/batch_plan.py
     [consume_window]=worker/inference/consume_window.py
 )
 declare -A TESTS=(
-    [offsets]=tests/unit/stream/test_offsets.py [partitions]=tests/unit/stream/test_partitions.py
-    [backpressure]=tests/unit/stream/test_backpressure.py [records]=tests/unit/stream/test_records.py
-    [decode]=tests/unit/stream/test_decode.py [batch_plan]=tests/unit/inference/test_batch_plan.py
+    [offsets]=tests/unit/kafka/test_offsets.py [partitions]=tests/unit/kafka/test_partitions.py
+    [backpressure]=tests/unit/kafka/test_backpressure.py [records]=tests/unit/kafka/test_records.py
+    [decode]=tests/unit/kafka/test_decode.py [batch_plan]=tests/unit/inference/test_batch_plan.py
     [consume_window]=tests/unit/inference/test_batch_plan.py
 )
 

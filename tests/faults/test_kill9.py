@@ -2,7 +2,7 @@
 
 At-least-once: every id comes out, and duplicates only come from the uncommitted tail: outputs that were
 published after the last offset commit, at most `crash_duplicate_bound(settings, rate)` (the README's
-bound, worker/stream/offsets.py): the windows in the pipeline, `(max_queued_windows + 1) x
+bound, worker/kafka/offsets.py): the windows in the pipeline, `(max_queued_windows + 1) x
 max_window_messages`, plus what was acknowledged in the last two commit intervals. The feed is paced at
 `FEED_PER_S` so the rate is known.
 
@@ -31,7 +31,7 @@ from tests.faults.harness import (
 )
 from tests.integration.kafka_io import committed_offsets
 from worker.config import WorkerSettings
-from worker.stream.offsets import crash_duplicate_bound
+from worker.kafka.offsets import crash_duplicate_bound
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
-from worker.stream.app import SentimentWorker
+from worker.kafka.app import SentimentWorker
 
 SAMPLES = Path(__file__).resolve().parents[2] / "deploy" / "samples" / "reviews.jsonl"
 

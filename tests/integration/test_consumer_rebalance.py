@@ -19,8 +19,8 @@ from confluent_kafka import Consumer
 
 from tests.integration.kafka_io import committed_offsets, produce
 from tests.polling import wait_until
-from worker.stream.consumer import ReviewConsumer
-from worker.stream.partitions import PartitionKey
+from worker.kafka.consumer import ReviewConsumer
+from worker.kafka.partitions import PartitionKey
 
 pytestmark = pytest.mark.integration
 PARTITIONS, PER_PARTITION = 4, 10

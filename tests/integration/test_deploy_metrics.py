@@ -21,8 +21,8 @@ from tests.polling import wait_until
 from worker.bench.report import load_recording, record, summarize
 from worker.bench.worker_process import free_port
 from worker.cli import main
+from worker.kafka.app import SentimentWorker
 from worker.metrics import DeviceMemoryCollector
-from worker.stream.app import SentimentWorker
 
 pytestmark = pytest.mark.integration
 # Exported by the worker only on a GPU (see tests/unit/test_metrics_collectors.py).

@@ -21,7 +21,7 @@ from schemas.sentiment_result import ModelRef
 from tests.integration.helpers import make_settings, sample_reviews
 from tests.integration.kafka_io import committed_offsets, produce, read_topic, results_of, review_records
 from tests.polling import wait_until
-from worker.stream.app import SentimentWorker
+from worker.kafka.app import SentimentWorker
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,7 @@ from tests.integration.helpers import make_settings, sample_reviews
 from tests.integration.kafka_io import committed_offsets, end_offsets, produce, read_topic, review_records
 from tests.polling import wait_until
 from worker.bench.worker_process import free_port
-from worker.stream.app import SentimentWorker
+from worker.kafka.app import SentimentWorker
 from worker.tools.lag import GroupLag, format_table, measure_lag
 
 pytestmark = pytest.mark.integration

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from schemas.sentiment_result import ModelRef
 from tests.integration.helpers import make_settings
 from worker.bench.worker_process import free_port
-from worker.stream.app import SentimentWorker
+from worker.kafka.app import SentimentWorker
 from worker.tools.lag import measure_lag
 
 pytestmark = pytest.mark.integration

@@ -21,9 +21,9 @@ from tests.integration.helpers import make_settings
 from tests.integration.kafka_io import committed_offsets, read_topic
 from worker.config import WorkerSettings
 from worker.inference.token_budget import StartupError
-from worker.stream.app import SentimentWorker
-from worker.stream.producer import ResultPublisher
-from worker.stream.run_tracker import RunSummary
+from worker.kafka.app import SentimentWorker
+from worker.kafka.producer import ResultPublisher
+from worker.kafka.run_tracker import RunSummary
 
 pytestmark = pytest.mark.integration
 

@@ -28,7 +28,7 @@ from tests.integration.helpers import make_settings, sample_reviews
 from tests.integration.kafka_io import read_topic, results_of
 from tests.polling import wait_until
 from worker.bench.worker_process import free_port
-from worker.stream.app import SentimentWorker
+from worker.kafka.app import SentimentWorker
 
 pytestmark = pytest.mark.integration
 

@@ -32,9 +32,9 @@ from tests.integration.kafka_io import produce, read_topic
 from tests.polling import wait_until
 from tests.registry_fixtures import run_registry_launcher
 from worker.bench.worker_process import free_port
-from worker.stream.app import SentimentWorker
-from worker.stream.result_encoding import register_result_schema, result_schema
-from worker.stream.wire_format import wire_header
+from worker.kafka.app import SentimentWorker
+from worker.kafka.result_encoding import register_result_schema, result_schema
+from worker.kafka.wire_format import wire_header
 from worker.tools.registry_values import ValueReader, value_encoder
 
 pytestmark = pytest.mark.integration

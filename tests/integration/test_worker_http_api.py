@@ -18,7 +18,7 @@ from tests.integration.kafka_io import produce, read_topic, results_of, review_r
 from tests.integration.serve_helpers import SlowClassifier
 from worker.bench.worker_process import free_port
 from worker.http.serving import WorkerApi
-from worker.stream.app import SentimentWorker
+from worker.kafka.app import SentimentWorker
 from worker.tools.predict import predict_lines
 
 pytestmark = pytest.mark.integration

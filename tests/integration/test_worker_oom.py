@@ -18,7 +18,7 @@ from tests.integration.helpers import make_settings, sample_reviews
 from tests.integration.kafka_io import committed_offsets, produce, read_topic, review_records
 from tests.model_wrappers import OOM_MARKER, OutOfMemoryOn
 from tests.polling import wait_until
-from worker.stream.app import SentimentWorker
+from worker.kafka.app import SentimentWorker
 
 pytestmark = pytest.mark.integration
 WINDOW = 8

@@ -186,7 +186,7 @@ def test_a_window_longer_than_max_poll_interval_keeps_the_partitions(
     from prometheus_client import CollectorRegistry
 
     from schemas.sentiment_result import ModelRef
-    from worker.stream.app import SentimentWorker
+    from worker.kafka.app import SentimentWorker
 
     names = topics(input_partitions=1, output_partitions=1)
     reviews = sample_reviews(14)
@@ -225,7 +225,7 @@ def test_lag_seconds_is_the_age_of_the_oldest_unfinished_message(
     from prometheus_client import CollectorRegistry
 
     from schemas.sentiment_result import ModelRef
-    from worker.stream.app import SentimentWorker
+    from worker.kafka.app import SentimentWorker
 
     names = topics(input_partitions=1, output_partitions=1)
     settings = make_settings(kafka_bootstrap, names, max_batch_size=1, max_window_messages=1)
@@ -288,7 +288,7 @@ def test_auto_token_budget_is_calibrated_at_start_up_then_read_from_the_cache(
     from prometheus_client import CollectorRegistry
 
     from schemas.sentiment_result import ModelRef
-    from worker.stream.app import SentimentWorker
+    from worker.kafka.app import SentimentWorker
 
     names = topics()
     produce(kafka_bootstrap, names["reviews"], review_records(sample_reviews(10)))

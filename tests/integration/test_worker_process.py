@@ -27,7 +27,7 @@ from tests.integration.kafka_io import (
     review_records,
 )
 from worker.bench.worker_process import free_port
-from worker.stream.app import SentimentWorker
+from worker.kafka.app import SentimentWorker
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

@@ -92,7 +92,7 @@ ERRORS = error_classes()
 
 def test_the_source_walk_finds_the_errors_direct_and_inherited() -> None:
     assert ERRORS["StartupError"] == "worker.inference.token_budget"
-    assert ERRORS["AuthorizationError"] == "worker.stream.authorization"  # derives from StartupError
+    assert ERRORS["AuthorizationError"] == "worker.kafka.authorization"  # derives from StartupError
     assert ERRORS["ConversionError"] == "worker.training.base_model_convert"  # from BaseModelError
     assert "ItemError" not in ERRORS  # a pydantic model of the HTTP API, not an exception
 

@@ -63,7 +63,7 @@ def register(subparsers: Subparsers) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     # The run path loads Paddle: imported here so that `--help` and the light commands start fast.
     from worker.http.serving import WorkerApi
-    from worker.stream.app import SentimentWorker
+    from worker.kafka.app import SentimentWorker
 
     if args.processes < 1:
         raise ConfigurationError(f"--processes must be at least 1, got {args.processes}")

@@ -1,5 +1,5 @@
 """The HTTP serving of the model (`sentiment-worker serve`, and `run` with http_api), through the same
-engine as the Kafka worker (`worker.inference`); it never imports the run path (`worker.stream`), nor the
+engine as the Kafka worker (`worker.inference`); it never imports the run path (`worker.kafka`), nor the
 run path it.
 
 Modules: `admission` (requests admitted to the engine, bounded), `api` (the FastAPI app and the

@@ -114,7 +114,7 @@ class ServeSummary:
 
 class SentimentApi:
     """The HTTP front door (`serve`): the model behind `POST /v1/sentiment` until stopped; `address` is set
-    once it listens. (The Kafka front door is `worker.stream.SentimentWorker`; `WorkerApi` puts this API on
+    once it listens. (The Kafka front door is `worker.kafka.SentimentWorker`; `WorkerApi` puts this API on
     the worker's own port.)"""
 
     def __init__(

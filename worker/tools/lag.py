@@ -23,7 +23,7 @@ except ImportError:  # pragma: no cover
     from confluent_kafka.admin import ConsumerGroupTopicPartitions  # type: ignore[no-redef,attr-defined]
 
 from worker.errors import ConfigurationError, OperationError
-from worker.stream.timestamps import timestamps_at
+from worker.kafka.timestamps import timestamps_at
 
 _NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: the group has committed nothing for the partition
 

@@ -10,8 +10,8 @@ from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from worker.config import REGISTRY_FORMATS, WorkerSettings
-from worker.stream.registry_decode import registry_trouble
-from worker.stream.result_encoding import result_schema, result_subject
+from worker.kafka.registry_decode import registry_trouble
+from worker.kafka.result_encoding import result_schema, result_subject
 from worker.tools.checks import Check
 
 REGISTRY_FIX = "start it (`make registry-up`) or set SENTIMENT_SCHEMA_REGISTRY_URL to one that runs"

@@ -21,13 +21,13 @@ from google.protobuf.message_factory import GetMessageClass
 from schemas.proto_text import parse_proto
 from worker.config import REGISTRY_FORMATS, WorkerSettings
 from worker.errors import ConfigurationError, OperationError
-from worker.stream.registry_decode import (
+from worker.kafka.registry_decode import (
     FORMAT_OF_SCHEMA_TYPE,
     RegistryDecoder,
     RegistryUnavailable,
     registry_trouble,
 )
-from worker.stream.wire_format import schema_id_of, wire_header
+from worker.kafka.wire_format import schema_id_of, wire_header
 
 SCHEMA_SUFFIXES = {".avsc": "avro", ".json": "json_schema", ".proto": "protobuf"}
 """The schema file's name → the value format `produce --schema` infers when --format does not say."""

@@ -2,7 +2,7 @@
 a review per row) and JSONL (a JSON object per line), the text and id taken from the columns or fields named.
 
 Every data row becomes a `FileReview` or a `BadRow` (its line, kind and reason): a row is bad by the rules the
-worker decodes a message with (`worker.stream.decode`, whose text rule is `schemas.review_input.text_problem`:
+worker decodes a message with (`worker.kafka.decode`, whose text rule is `schemas.review_input.text_problem`:
 no visible character is `empty_text`, too many characters `text_too_long`), plus what only a file can get
 wrong (a CSV row with the wrong number of fields is `invalid_csv`, a byte that is not UTF-8 `invalid_utf8`).
 A blank line or row is `empty_text` in every format. What makes the whole file unreadable (it cannot be
@@ -22,7 +22,7 @@ from typing import Any, BinaryIO, Final, Literal
 from schemas.dead_letter import DeadLetterKind
 from schemas.review_input import has_visible_character, text_problem
 from worker.errors import ConfigurationError
-from worker.stream.decode import DecodedReview, decode_review
+from worker.kafka.decode import DecodedReview, decode_review
 
 FileFormat = Literal["auto", "jsonl", "csv", "txt"]
 

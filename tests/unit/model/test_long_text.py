@@ -14,6 +14,9 @@ from schemas.dead_letter import DeadLetterKind
 from worker.config import WorkerSettings
 from worker.inference.engine import Engine, EngineOptions
 from worker.inference.labelling import InferenceFailure
+from worker.kafka.producer import SourcePosition
+from worker.kafka.records import InputMessage
+from worker.kafka.windows import DecodeOptions, prepare_window
 from worker.model.device import choose_device
 from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier
 from worker.model.long_text import (
@@ -24,9 +27,6 @@ from worker.model.long_text import (
     merge_chunk_outputs,
     single_layout,
 )
-from worker.stream.producer import SourcePosition
-from worker.stream.records import InputMessage
-from worker.stream.windows import DecodeOptions, prepare_window
 
 CLS, SEP = 900, 901
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from worker.cli.produce import summary
-from worker.stream.decode import DecodedReview, InputFormat, decode_review
+from worker.kafka.decode import DecodedReview, InputFormat, decode_review
 from worker.tools.produce import (
     DeliveryTally,
     FeedRecord,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from threading import Event
 
-from worker.stream.run_tracker import RunSummary, RunTracker
+from worker.kafka.run_tracker import RunSummary, RunTracker
 
 
 def test_rate_is_over_labelling_time_not_the_whole_run() -> None:

@@ -10,8 +10,8 @@ from pydantic import ValidationError
 
 from schemas import DeadLetterKind, ReviewInput
 from worker.config import WorkerSettings
-from worker.stream.decode import DecodedReview, DecodeFailure, InputFormat, decode_review
-from worker.stream.windows import DecodeOptions
+from worker.kafka.decode import DecodedReview, DecodeFailure, InputFormat, decode_review
+from worker.kafka.windows import DecodeOptions
 
 DEFAULT_ID = "reviews/0/17"
 

@@ -29,13 +29,13 @@ from schemas.registry_schemas import (
 )
 from schemas.sentiment_result import ModelRef, SentimentResult, SourceRef
 from tests.polling import wait_until
-from tests.unit.stream.fake_kafka import FakePublisher, fake_clients
-from tests.unit.stream.test_app import MODEL, TOPIC, FakeLengthClassifier, settings
-from worker.stream.app import SentimentWorker
-from worker.stream.decode import DecodedReview, DecodeFailure
-from worker.stream.producer import SourcePosition
-from worker.stream.records import InputMessage
-from worker.stream.registry_decode import (
+from tests.unit.kafka.fake_kafka import FakePublisher, fake_clients
+from tests.unit.kafka.test_app import MODEL, TOPIC, FakeLengthClassifier, settings
+from worker.kafka.app import SentimentWorker
+from worker.kafka.decode import DecodedReview, DecodeFailure
+from worker.kafka.producer import SourcePosition
+from worker.kafka.records import InputMessage
+from worker.kafka.registry_decode import (
     RegistryDecoder,
     RegistryUnavailable,
     _message_indexes,
@@ -43,16 +43,16 @@ from worker.stream.registry_decode import (
     registry_trouble,
     review_of_record,
 )
-from worker.stream.result_encoding import (
+from worker.kafka.result_encoding import (
     avro_encoder,
     json_schema_encoder,
     protobuf_encoder,
     protobuf_result_class,
     result_subject,
 )
-from worker.stream.run_tracker import RunSummary
-from worker.stream.windows import DecodeOptions, prepare_window
-from worker.stream.wire_format import json_safe, not_wire_format_reason, schema_id_of, wire_header
+from worker.kafka.run_tracker import RunSummary
+from worker.kafka.windows import DecodeOptions, prepare_window
+from worker.kafka.wire_format import json_safe, not_wire_format_reason, schema_id_of, wire_header
 
 CLOSED_PORT_URL = "http://127.0.0.1:1"  # nothing listens there: a registry that cannot be reached
 

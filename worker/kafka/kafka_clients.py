@@ -14,11 +14,11 @@ from confluent_kafka import KafkaError, KafkaException
 
 from worker.config import WorkerSettings
 from worker.inference.token_budget import StartupError
-from worker.stream.authorization import is_authorization_error, refusal
-from worker.stream.consumer import ReviewConsumer
-from worker.stream.partitions import PartitionKey
-from worker.stream.producer import PRODUCER_MAX_MESSAGE_BYTES, ResultPublisher
-from worker.stream.records import dead_letter_overhead_bytes
+from worker.kafka.authorization import is_authorization_error, refusal
+from worker.kafka.consumer import ReviewConsumer
+from worker.kafka.partitions import PartitionKey
+from worker.kafka.producer import PRODUCER_MAX_MESSAGE_BYTES, ResultPublisher
+from worker.kafka.records import dead_letter_overhead_bytes
 
 RebalanceCallback = Callable[[list[PartitionKey]], None]
 

@@ -15,9 +15,9 @@ from confluent_kafka import KafkaError
 from schemas.dead_letter import HEADER_PREFIX, MAX_REASON_CHARS, DeadLetterKind, build_dead_letter_headers
 from schemas.sentiment_result import ModelRef, SentimentResult, SourceRef
 from worker.inference.label_fields import LabelFields, label_fields
-from worker.stream.decode import DecodedReview
-from worker.stream.producer import OutboundRecord, SourcePosition, record_size
-from worker.stream.result_encoding import ResultEncoder
+from worker.kafka.decode import DecodedReview
+from worker.kafka.producer import OutboundRecord, SourcePosition, record_size
+from worker.kafka.result_encoding import ResultEncoder
 
 log = logging.getLogger(__name__)
 

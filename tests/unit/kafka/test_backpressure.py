@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.stream.backpressure import Backpressure, PollDecision
+from worker.kafka.backpressure import Backpressure, PollDecision
 
 CONSUME = PollDecision(consume=True, pause=False)
 WAIT = PollDecision(consume=False, pause=False)

@@ -16,9 +16,8 @@ from prometheus_client import CollectorRegistry
 
 from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
-from worker.metrics import create_metrics
-from worker.stream.authorization import AuthorizationError
-from worker.stream.committers import (
+from worker.kafka.authorization import AuthorizationError
+from worker.kafka.committers import (
     AtLeastOnceCommitter,
     CommitOptions,
     Committer,
@@ -26,17 +25,18 @@ from worker.stream.committers import (
     ExactlyOnceCommitter,
     committer_for,
 )
-from worker.stream.consumer import ReviewConsumer
-from worker.stream.partitions import PartitionBook, PartitionKey
-from worker.stream.producer import (
+from worker.kafka.consumer import ReviewConsumer
+from worker.kafka.partitions import PartitionBook, PartitionKey
+from worker.kafka.producer import (
     AbortedTransaction,
     Delivery,
     OutboundRecord,
     ResultPublisher,
     SourcePosition,
 )
-from worker.stream.records import OutboundRecords
-from worker.stream.run_tracker import RunTracker
+from worker.kafka.records import OutboundRecords
+from worker.kafka.run_tracker import RunTracker
+from worker.metrics import create_metrics
 
 T = "reviews"
 

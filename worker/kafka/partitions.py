@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from worker.stream.lag_clock import LagClock
-from worker.stream.offsets import OffsetTracker, PartitionKey
+from worker.kafka.lag_clock import LagClock
+from worker.kafka.offsets import OffsetTracker, PartitionKey
 
 __all__ = ["NOT_OWNED", "PartitionBook", "PartitionKey", "format_offsets", "format_partitions"]
 

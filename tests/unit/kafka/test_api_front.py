@@ -8,7 +8,7 @@ import pytest
 
 from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
-from worker.stream.app import SentimentWorker
+from worker.kafka.app import SentimentWorker
 
 MODEL = ModelRef(name="tiny", version="1")
 

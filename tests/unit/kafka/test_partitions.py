@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.stream.partitions import NOT_OWNED, PartitionBook, format_offsets, format_partitions
+from worker.kafka.partitions import NOT_OWNED, PartitionBook, format_offsets, format_partitions
 
 A = ("reviews", 0)
 B = ("reviews", 1)

@@ -11,10 +11,10 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 
 from worker.config import WorkerSettings
-from worker.stream.consumer import OffsetsFor, PartitionBacklog
-from worker.stream.kafka_clients import KafkaClients, Rebalance
-from worker.stream.partitions import PartitionKey
-from worker.stream.producer import Delivery, OutboundRecord
+from worker.kafka.consumer import OffsetsFor, PartitionBacklog
+from worker.kafka.kafka_clients import KafkaClients, Rebalance
+from worker.kafka.partitions import PartitionKey
+from worker.kafka.producer import Delivery, OutboundRecord
 
 
 class FakeMessage:

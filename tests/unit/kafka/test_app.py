@@ -14,14 +14,14 @@ import pytest
 from confluent_kafka import KafkaError
 
 from schemas.sentiment_result import ModelRef
-from tests.unit.stream.fake_kafka import FakeConsumer, FakePublisher, fake_clients
+from tests.unit.kafka.fake_kafka import FakeConsumer, FakePublisher, fake_clients
 from worker.config import WorkerSettings
 from worker.inference.token_budget import StartupError
-from worker.stream.app import SentimentWorker
-from worker.stream.committers import DeliveryFailedError
-from worker.stream.kafka_clients import KafkaClients
-from worker.stream.partitions import PartitionKey
-from worker.stream.producer import Delivery, OutboundRecord
+from worker.kafka.app import SentimentWorker
+from worker.kafka.committers import DeliveryFailedError
+from worker.kafka.kafka_clients import KafkaClients
+from worker.kafka.partitions import PartitionKey
+from worker.kafka.producer import Delivery, OutboundRecord
 
 TOPIC, RESULTS, DLQ = "reviews", "results", "dlq"
 MODEL = ModelRef(name="fake", version="1")
@@ -259,10 +259,10 @@ def test_a_draining_worker_says_its_progress(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Issue 40: nothing showed progress while a backlog drained."""
-    monkeypatch.setattr("worker.stream.app._BROKER_CHECK_EVERY_S", 0.0)  # a line every turn with news
+    monkeypatch.setattr("worker.kafka.app._BROKER_CHECK_EVERY_S", 0.0)  # a line every turn with news
     log = review_log(partitions=1, per_partition=40)
     clients, _ = fake_clients(TOPIC, log, FakePublisher())
-    with caplog.at_level("INFO", logger="worker.stream.app"):
+    with caplog.at_level("INFO", logger="worker.kafka.app"):
         SentimentWorker(settings(), FakeLengthClassifier(), MODEL, clients=clients).run(
             max_messages=40, idle_exit_s=5
         )

@@ -14,9 +14,9 @@ from confluent_kafka import KafkaError
 from schemas import DeadLetterKind
 from schemas.dead_letter import parse_dead_letter_headers
 from schemas.sentiment_result import ModelRef
-from worker.stream.decode import DecodedReview
-from worker.stream.producer import OutboundRecord, SourcePosition, record_size
-from worker.stream.records import InputMessage, OutboundRecords
+from worker.kafka.decode import DecodedReview
+from worker.kafka.producer import OutboundRecord, SourcePosition, record_size
+from worker.kafka.records import InputMessage, OutboundRecords
 
 OUT, DLQ = "results", "dlq"
 
@@ -236,7 +236,7 @@ def test_a_result_value_is_exactly_what_the_result_schema_model_writes(
     review_id: str, probabilities: list[float], timestamp_ms: int | None, metadata: dict[str, object]
 ) -> None:
     from schemas.sentiment_result import SentimentResult, SourceRef
-    from worker.stream.records import ResultWriter
+    from worker.kafka.records import ResultWriter
 
     model = ModelRef(name="ernie-3.0-mini-zh-sentiment", version="abc@1")
     source = SourcePosition("reviews", 3, 1234, timestamp_ms)

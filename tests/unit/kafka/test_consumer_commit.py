@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-import worker.stream.consumer as consumer_module
-from worker.stream.consumer import PartitionKey, ReviewConsumer
+import worker.kafka.consumer as consumer_module
+from worker.kafka.consumer import PartitionKey, ReviewConsumer
 
 T = "reviews"
 

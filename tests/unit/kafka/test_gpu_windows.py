@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from schemas.sentiment_result import ModelRef
-from tests.unit.stream.fake_kafka import FakePublisher, fake_clients
+from tests.unit.kafka.fake_kafka import FakePublisher, fake_clients
 from worker.config import WorkerSettings
+from worker.kafka.app import SentimentWorker
 from worker.model.device import DeviceChoice
-from worker.stream.app import SentimentWorker
 
 TOPIC, RESULTS, DLQ = "reviews", "results", "dlq"
 MODEL = ModelRef(name="fake", version="1")

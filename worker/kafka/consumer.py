@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from worker.stream.offsets import PartitionKey
+from worker.kafka.offsets import PartitionKey
 
 log = logging.getLogger(__name__)
 

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 from worker.config import REGISTRY_FORMATS, WorkerSettings
 from worker.inference.labelling import InferenceFailure, Output
-from worker.stream.decode import DecodedReview, DecodeFailure, InputFormat, decode_review
-from worker.stream.partitions import PartitionBook
-from worker.stream.producer import OutboundRecord
-from worker.stream.records import InputMessage, OutboundRecords
-from worker.stream.registry_decode import RegistryDecoder
+from worker.kafka.decode import DecodedReview, DecodeFailure, InputFormat, decode_review
+from worker.kafka.partitions import PartitionBook
+from worker.kafka.producer import OutboundRecord
+from worker.kafka.records import InputMessage, OutboundRecords
+from worker.kafka.registry_decode import RegistryDecoder
 
 
 @dataclass(frozen=True)

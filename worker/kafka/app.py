@@ -27,21 +27,21 @@ from worker.inference.consume_window import ConsumeWindow
 from worker.inference.engine import Engine, EngineOptions, Labelled
 from worker.inference.in_order import InOrder
 from worker.inference.labelling import Classifier
+from worker.kafka import kafka_clients
+from worker.kafka.authorization import consume_refusal, is_authorization_error
+from worker.kafka.backpressure import Backpressure
+from worker.kafka.committers import CommitOptions, Committer, committer_for
+from worker.kafka.consumer import ReviewConsumer, handle_consume_error
+from worker.kafka.kafka_clients import KafkaClients, Rebalance
+from worker.kafka.lag_gauges import LagGauges
+from worker.kafka.partitions import PartitionBook, PartitionKey, format_partitions
+from worker.kafka.producer import ResultPublisher, SourcePosition
+from worker.kafka.records import InputMessage, OutboundRecords
+from worker.kafka.registry_decode import RegistryUnavailable, registry_decoder
+from worker.kafka.result_encoding import ResultEncoder, registered_result_encoder
+from worker.kafka.run_tracker import RunSummary, RunTracker
+from worker.kafka.windows import DecodeOptions, PreparedWindow, prepare_window, window_records
 from worker.metrics import WorkerMetrics, create_metrics
-from worker.stream import kafka_clients
-from worker.stream.authorization import consume_refusal, is_authorization_error
-from worker.stream.backpressure import Backpressure
-from worker.stream.committers import CommitOptions, Committer, committer_for
-from worker.stream.consumer import ReviewConsumer, handle_consume_error
-from worker.stream.kafka_clients import KafkaClients, Rebalance
-from worker.stream.lag_gauges import LagGauges
-from worker.stream.partitions import PartitionBook, PartitionKey, format_partitions
-from worker.stream.producer import ResultPublisher, SourcePosition
-from worker.stream.records import InputMessage, OutboundRecords
-from worker.stream.registry_decode import RegistryUnavailable, registry_decoder
-from worker.stream.result_encoding import ResultEncoder, registered_result_encoder
-from worker.stream.run_tracker import RunSummary, RunTracker
-from worker.stream.windows import DecodeOptions, PreparedWindow, prepare_window, window_records
 
 log = logging.getLogger(__name__)
 
@@ -328,7 +328,7 @@ class SentimentWorker:
 
     def _consume_or_wait(self) -> list[Message]:
         """Messages consumed this turn: up to the window's room (and the run's), unless the engine is busy
-        enough that backpressure says wait for it (see worker/stream/backpressure.py)."""
+        enough that backpressure says wait for it (see worker/kafka/backpressure.py)."""
         windows = self._started.windows
         room = self._window.max_messages - len(self._window)
         run_room = self._run.room(self._book.offsets.unacknowledged())

@@ -2,7 +2,7 @@
 
 Delivery callbacks run inside `poll()`/`flush()` on the caller's thread; they only record what happened
 (`take_deliveries()`). What a delivery means (acknowledged, too large and replaced, failed) is the
-committer's to decide (`worker.stream.committers`).
+committer's to decide (`worker.kafka.committers`).
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ The HTTP serving of the same model is `worker.http`: this package never imports 
 hands the worker its API, `app.WorkerApi`).
 """
 
-from worker.stream.app import SentimentWorker
-from worker.stream.partitions import PartitionBook, PartitionKey
-from worker.stream.run_tracker import RunSummary, RunTracker
+from worker.kafka.app import SentimentWorker
+from worker.kafka.partitions import PartitionBook, PartitionKey
+from worker.kafka.run_tracker import RunSummary, RunTracker
 
 __all__ = [
     "PartitionBook",

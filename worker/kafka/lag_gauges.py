@@ -5,10 +5,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from worker.kafka.consumer import PartitionBacklog, ReviewConsumer
+from worker.kafka.partitions import PartitionBook, PartitionKey
+from worker.kafka.timestamps import timestamps_at
 from worker.metrics import WorkerMetrics
-from worker.stream.consumer import PartitionBacklog, ReviewConsumer
-from worker.stream.partitions import PartitionBook, PartitionKey
-from worker.stream.timestamps import timestamps_at
 
 _WAITING_TIMESTAMP_TIMEOUT_S = 2.0
 

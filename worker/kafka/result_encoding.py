@@ -28,12 +28,12 @@ from schemas.registry_schemas import (
 from schemas.sentiment_result import SentimentResult
 from worker.config import WorkerSettings
 from worker.errors import ConfigurationError
-from worker.stream.registry_decode import registry_trouble
-from worker.stream.wire_format import wire_header
+from worker.kafka.registry_decode import registry_trouble
+from worker.kafka.wire_format import wire_header
 
 ResultEncoder = Callable[[SentimentResult], bytes]
 """A result → the value bytes of its record on the results topic (a registry format; JSON results are
-written directly by `worker.stream.records.ResultWriter`)."""
+written directly by `worker.kafka.records.ResultWriter`)."""
 
 
 def result_subject(strategy: str, output_topic: str) -> str:

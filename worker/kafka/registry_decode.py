@@ -33,8 +33,8 @@ from schemas.dead_letter import DeadLetterKind
 from schemas.proto_text import parse_proto
 from worker.config import REGISTRY_FORMATS, WorkerSettings
 from worker.errors import OperationError
-from worker.stream.decode import DecodedReview, DecodeFailure, checked_review, review_id_of
-from worker.stream.wire_format import HEADER_BYTES, json_safe, not_wire_format_reason, schema_id_of
+from worker.kafka.decode import DecodedReview, DecodeFailure, checked_review, review_id_of
+from worker.kafka.wire_format import HEADER_BYTES, json_safe, not_wire_format_reason, schema_id_of
 
 _NOT_FOUND = 404
 _SCHEMA_NOT_FOUND_CODE = 40403

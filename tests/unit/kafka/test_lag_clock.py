@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.stream.lag_clock import LagClock
+from worker.kafka.lag_clock import LagClock
 
 KEY = ("reviews", 0)
 HOUR_MS = 3_600_000

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from worker.config import WorkerSettings
-from worker.stream.offsets import OffsetTracker, crash_duplicate_bound
+from worker.kafka.offsets import OffsetTracker, crash_duplicate_bound
 
 T = "reviews"
 

@@ -28,14 +28,14 @@ from confluent_kafka import KafkaError, KafkaException
 
 from worker.config import WorkerSettings
 from worker.errors import OperationError
+from worker.kafka import kafka_clients
+from worker.kafka.authorization import is_authorization_error, publish_refusal
+from worker.kafka.consumer import ReviewConsumer
+from worker.kafka.partitions import PartitionBook, PartitionKey, format_offsets, format_partitions
+from worker.kafka.producer import Delivery, OutboundRecord, ResultPublisher, record_size
+from worker.kafka.records import OutboundRecords
+from worker.kafka.run_tracker import RunTracker
 from worker.metrics import WorkerMetrics, observe_all
-from worker.stream import kafka_clients
-from worker.stream.authorization import is_authorization_error, publish_refusal
-from worker.stream.consumer import ReviewConsumer
-from worker.stream.partitions import PartitionBook, PartitionKey, format_offsets, format_partitions
-from worker.stream.producer import Delivery, OutboundRecord, ResultPublisher, record_size
-from worker.stream.records import OutboundRecords
-from worker.stream.run_tracker import RunTracker
 
 __all__ = [
     "AtLeastOnceCommitter",

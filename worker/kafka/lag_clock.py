@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from worker.stream.offsets import PartitionKey
+from worker.kafka.offsets import PartitionKey
 
 
 class LagClock:
