@@ -4,13 +4,11 @@
 Modules: `engine` (one queue, token-budget batches on the model lanes, per-item failures), `in_order` (items
 submitted and collected in submission order, bounded), `labelling` (what the engine labels with: the
 classifier, one batch split on failure, the measurements), `batch_plan` (token-budget, length-grouped
-batches), `batch_shape` (how batches and windows are bounded on the device: by tokens on a GPU),
-`consume_window` (when a window of items is due), `label_fields` (a text's label, confidence and
-probabilities, as every result carries them), `token_budget` (the one choice of the budget) and `tuning/`
-(its calibration).
+batches), `batch_shape` (how batches are bounded on the device: by tokens on a GPU), `label_fields` (a
+text's label, confidence and probabilities, as every result carries them), `token_budget` (the one choice of
+the budget) and `tuning/` (its calibration).
 """
 
-from worker.inference.consume_window import ConsumeWindow
 from worker.inference.engine import Engine, EngineClosed, EngineOptions, Labelled
 from worker.inference.in_order import InOrder
 from worker.inference.label_fields import LabelFields, label_fields
@@ -20,7 +18,6 @@ from worker.inference.token_budget import BudgetChoice, StartupError, choose_tok
 __all__ = [
     "BudgetChoice",
     "Classifier",
-    "ConsumeWindow",
     "Engine",
     "EngineClosed",
     "EngineOptions",

@@ -1,9 +1,9 @@
-"""The batch plan: a window's items split into token-budget, length-sorted inference batches.
+"""The batch plan: a group of submitted texts split into token-budget, length-sorted inference batches.
 
-Pure logic (no Kafka, no Paddle). The consume window (`consume_window.py`) decides *when* to run inference;
-`plan_batches` decides *how* to split the window's items into model calls so that padding is small and each
-call fits a token budget. Grouping by length reorders items only inside the window: the caller emits results
-in window input order, so publishing order within a partition is never changed.
+Pure logic (no Kafka, no Paddle). The front doors decide *when* texts are submitted (the Kafka door's consume
+window, an HTTP request); `plan_batches` decides *how* to split a group's texts into model calls so that
+padding is small and each call fits a token budget. Grouping by length reorders texts only inside the group:
+every submission gets its outputs in input order, so publishing order within a partition is never changed.
 """
 
 from __future__ import annotations

@@ -1,20 +1,19 @@
-"""The shape of inference batches and Kafka windows for the device the model runs on (pure logic).
+"""The shape of inference batches for the device the model runs on (pure logic), and the mean text length the
+Kafka door's window shape (`worker.kafka.window_shape`) reads.
 
 On CPU the measured defaults hold: a batch has at most `max_batch_size` texts within the token budget, a
-window at most `max_window_messages` messages. On a GPU a count is the wrong bound (measured with this
-model on an H200: batches capped at 32 texts and 4,096 tokens label ~5,900 reviews/s, batches bounded only
-by a budget of 65,536 tokens ~42,000/s), so there, unless the user sets them:
+window at most `max_window_messages` messages. On a GPU a count is the wrong bound (measured with this model
+on an H200: batches capped at 32 texts and 4,096 tokens label ~5,900 reviews/s, batches bounded only by a
+budget of 65,536 tokens ~42,000/s), so there, unless the user sets them:
 - a batch is bounded by the token budget alone (`batch_size_cap` is None; with TensorRT it stays
   `max_batch_size`, the largest batch its engine is built for);
-- a window grows to about one batch's worth of texts (`WindowShape.cap`): the token budget over the mean
-  tokens per text labelled so far, at least `max_window_messages`; `max_wait_ms` still bounds how long its
-  first message waits, so a trickle leaves as before and a backlog fills GPU-sized batches.
+- a Kafka window grows to about one batch's worth of texts (`worker.kafka.window_shape.WindowShape`): the
+  token budget over the mean tokens per text labelled so far, at least `max_window_messages`;
+  `max_wait_ms` still bounds how long its first message waits, so a trickle leaves as before and a backlog
+  fills GPU-sized batches.
 """
 
 from __future__ import annotations
-
-import math
-from dataclasses import dataclass
 
 from worker.config import WorkerSettings
 from worker.inference.labelling import Classifier
@@ -40,34 +39,6 @@ def batch_size_cap(settings: WorkerSettings, classifier: Classifier | object) ->
     if not on_gpu(classifier) or is_set(settings, "max_batch_size") or settings.use_tensorrt:
         return settings.max_batch_size
     return None
-
-
-@dataclass(frozen=True)
-class WindowShape:
-    """How many messages a Kafka window gathers at most (besides `max_wait_ms` and its bytes bound)."""
-
-    max_messages: int
-    """`max_window_messages`: the cap, or with `fills_token_budget` the least cap."""
-    fills_token_budget: bool = False
-    """GPU default: the cap grows to about one batch of the token budget."""
-
-    def __post_init__(self) -> None:
-        if self.max_messages < 1:
-            raise ValueError(f"max_messages must be >= 1, got {self.max_messages}")
-
-    @classmethod
-    def for_device(cls, settings: WorkerSettings, classifier: Classifier | object) -> WindowShape:
-        """`max_window_messages` as it is on CPU or when set; on a GPU otherwise filling the token budget."""
-        fills = on_gpu(classifier) and not is_set(settings, "max_window_messages")
-        return cls(settings.max_window_messages, fills)
-
-    def cap(self, token_budget: int, tokens_per_text: float | None) -> int:
-        """The window's message cap now: `max_messages`, or (filling the token budget) enough texts of
-        `tokens_per_text` tokens (the mean labelled so far; None before the first) to fill `token_budget`
-        padded tokens, if that is more."""
-        if not self.fills_token_budget or not tokens_per_text or tokens_per_text <= 0:
-            return self.max_messages
-        return max(self.max_messages, math.ceil(token_budget / tokens_per_text))
 
 
 class TextLengths:

@@ -2,7 +2,8 @@
 `app.SentimentWorker` is the one place that wires these stages and owns their lifecycle; tokenization, the
 batch plan and the model lanes are the engine's (`worker.inference`), which the window is submitted to.
 
-Modules, in the order a message meets them: `consumer` (group member, rebalances, commits), `decode`
+Modules, in the order a message meets them: `consumer` (group member, rebalances, commits),
+`consume_window` (when a window is due) and `window_shape` (its size on the device), `decode`
 (bytes → review or dead-letter reason; `registry_decode` and `wire_format` for Avro, JSON Schema and
 Protobuf values through a Schema Registry), `windows` (a window's records in input order), `records` and
 `producer` (results, dead letters, delivery reports; `result_encoding`: a result's bytes in the output

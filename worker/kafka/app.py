@@ -22,8 +22,6 @@ from prometheus_client import CollectorRegistry
 from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
 from worker.health import HealthServer, HealthState
-from worker.inference.batch_shape import WindowShape
-from worker.inference.consume_window import ConsumeWindow
 from worker.inference.engine import Engine, EngineOptions, Labelled
 from worker.inference.in_order import InOrder
 from worker.inference.labelling import Classifier
@@ -31,6 +29,7 @@ from worker.kafka import kafka_clients
 from worker.kafka.authorization import consume_refusal, is_authorization_error
 from worker.kafka.backpressure import Backpressure
 from worker.kafka.committers import CommitOptions, Committer, committer_for
+from worker.kafka.consume_window import ConsumeWindow
 from worker.kafka.consumer import ReviewConsumer, handle_consume_error
 from worker.kafka.kafka_clients import KafkaClients, Rebalance
 from worker.kafka.lag_gauges import LagGauges
@@ -40,6 +39,7 @@ from worker.kafka.records import InputMessage, OutboundRecords
 from worker.kafka.registry_decode import RegistryUnavailable, registry_decoder
 from worker.kafka.result_encoding import ResultEncoder, registered_result_encoder
 from worker.kafka.run_tracker import RunSummary, RunTracker
+from worker.kafka.window_shape import WindowShape
 from worker.kafka.windows import DecodeOptions, PreparedWindow, prepare_window, window_records
 from worker.metrics import WorkerMetrics, create_metrics
 
@@ -584,11 +584,10 @@ class SentimentWorker:
     # ----- helpers -----
     def _new_window(self) -> ConsumeWindow[InputMessage]:
         s = self._settings
-        # The window's "tokens" are value bytes here: a bound on the memory a window holds.
         return ConsumeWindow(
             max_messages=self._window_shape.max_messages,
             max_wait_ms=s.max_wait_ms,
-            max_tokens=_MAX_WINDOW_BYTES,
+            max_bytes=_MAX_WINDOW_BYTES,
             clock=self._clock,
         )
 

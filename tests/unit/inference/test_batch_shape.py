@@ -5,7 +5,6 @@ splits. The real GPU path: the `gpu`-marked tests in test_tuning.py."""
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,8 +15,7 @@ import pytest
 from tests.polling import wait_until
 from worker.config import WorkerSettings
 from worker.inference.batch_plan import plan_batches
-from worker.inference.batch_shape import TextLengths, WindowShape, batch_size_cap
-from worker.inference.consume_window import ConsumeWindow
+from worker.inference.batch_shape import TextLengths, batch_size_cap
 from worker.inference.engine import Engine, EngineOptions
 from worker.inference.token_budget import BudgetChoice, choose_token_budget
 from worker.inference.tuning import MIB
@@ -197,48 +195,6 @@ def test_the_warm_up_is_not_taken_for_the_traffic_s_length() -> None:
         assert engine.tokens_per_text is None
         engine.submit(["好" * 48, "好" * 50]).result(10)
         assert engine.tokens_per_text == pytest.approx(51.0)
-
-
-# ----- the windows -----
-def test_a_gpu_window_grows_to_fill_one_batch_at_the_mean_length(tmp_path: Path) -> None:
-    shape = WindowShape.for_device(gpu_settings(tmp_path), FakeDeviceClassifier(GPU))
-    assert shape == WindowShape(256, fills_token_budget=True)
-    assert shape.cap(65_536, None) == 256  # nothing labelled yet: the configured window
-    assert shape.cap(65_536, 50.0) == math.ceil(65_536 / 50)  # 1,311 reviews fill a batch
-    assert shape.cap(4096, 50.0) == 256  # never below max_window_messages
-
-
-def test_a_window_size_that_is_set_or_on_cpu_stays_as_it_is(tmp_path: Path) -> None:
-    gpu_set = WindowShape.for_device(
-        gpu_settings(tmp_path, max_window_messages=500), FakeDeviceClassifier(GPU)
-    )
-    cpu = WindowShape.for_device(WorkerSettings(), FakeDeviceClassifier(CPU))
-    assert (gpu_set.cap(65_536, 50.0), cpu.cap(65_536, 50.0)) == (500, 256)
-
-
-def test_a_trickle_leaves_a_gpu_sized_window_within_max_wait_ms() -> None:
-    now = [100.0]
-    window: ConsumeWindow[int] = ConsumeWindow(
-        max_messages=256, max_wait_ms=50, max_tokens=1 << 26, clock=lambda: now[0]
-    )
-    window.max_messages = WindowShape(256, fills_token_budget=True).cap(65_536, 50.0)
-    for item in range(3):
-        window.add(item, 200)
-    now[0] += 0.049
-    assert not window.is_due() and window.remaining_wait_s() == pytest.approx(0.001)
-    now[0] += 0.001
-    assert window.is_due() and window.take() == [0, 1, 2]
-
-
-def test_a_window_whose_cap_falls_below_what_it_holds_is_full() -> None:
-    window: ConsumeWindow[int] = ConsumeWindow(max_messages=1311, max_wait_ms=50, max_tokens=1 << 26)
-    for item in range(300):
-        window.add(item, 200)
-    assert not window.is_full()
-    window.max_messages = 256  # the budget was lowered by an out-of-memory event
-    assert window.is_full() and window.is_due()
-    with pytest.raises(ValueError, match="max_messages must be >= 1"):
-        window.max_messages = 0
 
 
 def test_text_lengths_follow_the_recent_traffic() -> None:
