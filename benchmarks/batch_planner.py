@@ -21,9 +21,9 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 from worker.bench.bench import review_texts
-from worker.cli.common import load_model
 from worker.config import WorkerSettings
 from worker.inference.labelling import Classifier, label_texts
+from worker.labelling.loading import load_model
 
 WINDOWS = (32, 64, 256)
 

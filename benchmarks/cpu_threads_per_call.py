@@ -19,8 +19,8 @@ import os
 from batch_planner import alternate, command_line, label_in_windows
 
 from worker.bench.bench import review_texts
-from worker.cli.common import load_model
 from worker.config import WorkerSettings
+from worker.labelling.loading import load_model
 
 WINDOWS = (32, 256)
 

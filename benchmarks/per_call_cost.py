@@ -18,9 +18,9 @@ import time
 from collections.abc import Sequence
 
 from worker.bench.bench import review_texts
-from worker.cli.common import load_model
 from worker.config import WorkerSettings
 from worker.inference.labelling import Classifier
+from worker.labelling.loading import load_model
 
 
 def median_ms(classifier: Classifier, batches: Sequence[Sequence[Sequence[int]]]) -> float:

@@ -23,11 +23,11 @@ from typing import Any, Final
 import httpx
 
 from schemas.sentiment_result import ModelRef
-from worker.cli.common import configure_logging
 from worker.config import WorkerSettings
 from worker.kafka.decode import DecodedReview, decode_review
 from worker.kafka.producer import SourcePosition
 from worker.kafka.records import InputMessage, ResultWriter
+from worker.runtime.logs import configure_logging
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 README: Final = ROOT / "README.md"

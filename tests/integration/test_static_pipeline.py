@@ -15,7 +15,7 @@ from schemas.sentiment_result import SentimentResult
 from tests.integration.helpers import assert_partition_order, make_settings, run_worker, sample_reviews
 from tests.integration.kafka_io import produce, read_topic, results_of, review_records
 from worker.cli import main
-from worker.cli.common import load_model
+from worker.labelling.loading import load_model
 from worker.model.static_backend import StaticClassifier
 
 pytestmark = pytest.mark.integration

@@ -7,7 +7,8 @@ import argparse
 import os
 from pathlib import Path
 
-from worker.cli.common import EXIT_OK, Subparsers, configure_logging
+from worker.cli.common import EXIT_OK, Subparsers
+from worker.runtime.logs import configure_logging
 
 
 def register(subparsers: Subparsers) -> None:

@@ -8,8 +8,9 @@ import json
 import sys
 from pathlib import Path
 
-from worker.cli.common import EXIT_FAILED, EXIT_OK, Subparsers, configure_logging
+from worker.cli.common import EXIT_FAILED, EXIT_OK, Subparsers
 from worker.errors import ConfigurationError
+from worker.runtime.logs import configure_logging
 
 
 def register(subparsers: Subparsers) -> None:

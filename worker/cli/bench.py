@@ -11,18 +11,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from worker.cli.common import (
-    EXIT_FAILED,
-    EXIT_OK,
-    Subparsers,
-    add_settings_flags,
-    configure_logging,
-    install_stop_handlers,
-    load_model,
-    rest_idle_threads,
-    settings_from_args,
-)
+from worker.cli.common import EXIT_FAILED, EXIT_OK, Subparsers, add_settings_flags, settings_from_args
 from worker.errors import ConfigurationError, OperationError
+from worker.labelling.loading import load_model
+from worker.runtime.logs import configure_logging
+from worker.runtime.process import install_stop_handlers, rest_idle_threads
 
 if TYPE_CHECKING:
     from worker.bench.bench import BenchOptions

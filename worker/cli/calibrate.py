@@ -8,14 +8,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from worker.cli.common import (
-    EXIT_OK,
-    Subparsers,
-    configure_logging,
-    load_model,
-    settings_for_model,
-    use_all_cores,
-)
+from worker.cli.common import EXIT_OK, Subparsers, settings_for_model
+from worker.labelling.loading import load_model
+from worker.runtime.logs import configure_logging
+from worker.runtime.process import use_all_cores
 
 
 def register(subparsers: Subparsers) -> None:

@@ -10,9 +10,9 @@ from worker.cli.common import (
     SETTING_FLAGS,
     Subparsers,
     add_settings_flags,
-    configure_logging,
     settings_from_args,
 )
+from worker.runtime.logs import configure_logging
 
 
 def register(subparsers: Subparsers) -> None:

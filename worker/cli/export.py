@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from worker.cli.common import EXIT_OK, Subparsers, configure_logging
+from worker.cli.common import EXIT_OK, Subparsers
+from worker.runtime.logs import configure_logging
 
 
 def register(subparsers: Subparsers) -> None:

@@ -7,8 +7,9 @@ import argparse
 import json
 from pathlib import Path
 
-from worker.cli.common import EXIT_OK, Subparsers, configure_logging
+from worker.cli.common import EXIT_OK, Subparsers
 from worker.errors import ConfigurationError
+from worker.runtime.logs import configure_logging
 
 
 def register(subparsers: Subparsers) -> None:

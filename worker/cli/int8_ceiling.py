@@ -9,8 +9,10 @@ import os
 import sys
 from pathlib import Path
 
-from worker.cli.common import EXIT_OK, Subparsers, configure_logging, use_all_cores
+from worker.cli.common import EXIT_OK, Subparsers
 from worker.errors import ConfigurationError
+from worker.runtime.logs import configure_logging
+from worker.runtime.process import use_all_cores
 
 
 def register(subparsers: Subparsers) -> None:

@@ -35,8 +35,9 @@ from worker.cli import (
     train,
     tune,
 )
-from worker.cli.common import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED, quiet_libraries
+from worker.cli.common import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED
 from worker.errors import ConfigurationError, OperationError, WorkerError
+from worker.runtime.logs import quiet_libraries
 
 log = logging.getLogger("worker")
 

@@ -8,16 +8,11 @@ import json
 import sys
 from pathlib import Path
 
-from worker.cli.common import (
-    EXIT_OK,
-    Subparsers,
-    configure_logging,
-    env_config_file,
-    load_settings,
-    use_all_cores,
-)
+from worker.cli.common import EXIT_OK, Subparsers, env_config_file, load_settings
 from worker.config import WorkerSettings
 from worker.errors import ConfigurationError
+from worker.runtime.logs import configure_logging
+from worker.runtime.process import use_all_cores
 
 
 def broker_settings(bootstrap_servers: str) -> WorkerSettings:

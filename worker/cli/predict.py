@@ -11,17 +11,11 @@ import sys
 from pathlib import Path
 from typing import BinaryIO
 
-from worker.cli.common import (
-    EXIT_OK,
-    Subparsers,
-    add_column_flags,
-    add_settings_flags,
-    configure_logging,
-    freeze_loaded_heap,
-    load_model,
-    settings_from_args,
-)
+from worker.cli.common import EXIT_OK, Subparsers, add_column_flags, add_settings_flags, settings_from_args
 from worker.errors import ConfigurationError
+from worker.labelling.loading import load_model
+from worker.runtime.logs import configure_logging
+from worker.runtime.process import freeze_loaded_heap
 
 
 def register(subparsers: Subparsers) -> None:

@@ -7,15 +7,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from worker.cli.common import (
-    EXIT_FAILED,
-    EXIT_OK,
-    Subparsers,
-    configure_logging,
-    evaluate_model,
-    use_all_cores,
-)
+from worker.cli.common import EXIT_FAILED, EXIT_OK, Subparsers, evaluate_model
 from worker.errors import ConfigurationError
+from worker.runtime.logs import configure_logging
+from worker.runtime.process import use_all_cores
 
 
 def register(subparsers: Subparsers) -> None:

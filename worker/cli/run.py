@@ -16,16 +16,18 @@ from worker.cli.common import (
     SETTING_FLAGS,
     Subparsers,
     add_settings_flags,
-    configure_logging,
-    freeze_loaded_heap,
-    install_stop_handlers,
-    load_model,
-    name_os_threads,
-    rest_idle_threads,
     settings_from_args,
 )
 from worker.errors import ConfigurationError, OperationError
-from worker.tools.processes import (
+from worker.labelling.loading import load_model
+from worker.runtime.logs import configure_logging
+from worker.runtime.process import (
+    freeze_loaded_heap,
+    install_stop_handlers,
+    name_os_threads,
+    rest_idle_threads,
+)
+from worker.runtime.processes import (
     Supervisor,
     combine_summaries,
     die_with_parent,

@@ -5,19 +5,16 @@ from __future__ import annotations
 import argparse
 import json
 
-from worker.cli.common import (
-    EXIT_OK,
-    Subparsers,
-    add_settings_flags,
-    configure_logging,
+from worker.cli.common import EXIT_OK, Subparsers, add_settings_flags, settings_from_args
+from worker.errors import ConfigurationError
+from worker.labelling.loading import load_model
+from worker.runtime.logs import configure_logging
+from worker.runtime.process import (
     freeze_loaded_heap,
     install_stop_handlers,
-    load_model,
     name_os_threads,
     rest_idle_threads,
-    settings_from_args,
 )
-from worker.errors import ConfigurationError
 
 
 def register(subparsers: Subparsers) -> None:

@@ -7,13 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from worker.cli.common import (
-    EXIT_FAILED,
-    EXIT_OK,
-    Subparsers,
-    configure_logging,
-    use_all_cores,
-)
+from worker.cli.common import EXIT_FAILED, EXIT_OK, Subparsers
+from worker.runtime.logs import configure_logging
+from worker.runtime.process import use_all_cores
 
 # (flag name, type, help) for the TrainOptions fields settable from the command line
 _TRAIN_FLAGS: list[tuple[str, Callable[[str], Any], str]] = [

@@ -6,16 +6,11 @@ import argparse
 import json
 from pathlib import Path
 
-from worker.cli.common import (
-    EXIT_OK,
-    Subparsers,
-    add_settings_flags,
-    configure_logging,
-    load_model,
-    settings_from_args,
-)
+from worker.cli.common import EXIT_OK, Subparsers, add_settings_flags, settings_from_args
 from worker.errors import ConfigurationError
 from worker.inference.tuning.calibration import DEFAULT_CACHE_DIR
+from worker.labelling.loading import load_model
+from worker.runtime.logs import configure_logging
 
 
 def register(subparsers: Subparsers) -> None:

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from worker.bench.worker_process import WorkerProcess, child_env
-from worker.cli.common import load_model
 from worker.config import WorkerSettings
 from worker.errors import ConfigurationError
+from worker.labelling.loading import load_model
 from worker.model.backend_choice import BackendMeasurement, BackendResult, cpu_identity
 from worker.model.device import choose_device
 from worker.model.identity_backend import IDENTITY_MODEL_NAME, IdentityClassifier

@@ -98,7 +98,7 @@ def test_dynamic_batch_and_sequence_dims(ort: Any) -> None:
 def test_intra_op_threads_sleep_between_batches_under_the_passive_wait_policy(
     tiny_onnx_dir: Path, monkeypatch: pytest.MonkeyPatch, policy: str | None, spinning: str | None
 ) -> None:
-    """`run` and `serve` set OMP_WAIT_POLICY=PASSIVE (cli.common.rest_idle_threads): ORT's threads follow it;
+    """`run` and `serve` set OMP_WAIT_POLICY=PASSIVE (`rest_idle_threads`): ORT's threads follow it;
     otherwise ORT keeps its own default (spinning)."""
     if policy is None:
         monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)

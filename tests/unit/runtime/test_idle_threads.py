@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from worker.cli import bench, run, serve
-from worker.cli.common import IDLE_THREAD_DEFAULTS, rest_idle_threads
 from worker.cli.main import build_parser
 from worker.errors import ConfigurationError
+from worker.runtime.process import IDLE_THREAD_DEFAULTS, rest_idle_threads
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from worker.cli import run
 from worker.cli.main import build_parser
 from worker.config import WorkerSettings
 from worker.errors import ConfigurationError
-from worker.tools.processes import Supervisor, combine_summaries, plan_lines, process_settings
+from worker.runtime.processes import Supervisor, combine_summaries, plan_lines, process_settings
 
 
 def settings(**values: object) -> WorkerSettings:

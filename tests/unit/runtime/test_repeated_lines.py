@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from worker.cli.common import NormalRetries, RepeatedLines, configure_logging
+from worker.runtime.logs import NormalRetries, RepeatedLines, configure_logging
 
 
 def _record(message: str, level: int = logging.WARNING) -> logging.LogRecord:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from worker.cli.common import name_os_threads
+from worker.runtime.process import name_os_threads
 
 
 def kernel_name(native_id: int) -> str:

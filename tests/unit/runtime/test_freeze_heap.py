@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 PROBE = """
 import gc, weakref
-from worker.cli.common import freeze_loaded_heap
+from worker.runtime.process import freeze_loaded_heap
 
 class Node:
     pass
