@@ -20,9 +20,11 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
+from worker.inference.labelling import label_texts
+
 from worker.bench.bench import review_texts
 from worker.config import WorkerSettings
-from worker.inference.labelling import Classifier, label_texts
+from worker.inference.classifier import Classifier
 from worker.labelling.loading import load_model
 
 WINDOWS = (32, 64, 256)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from worker.bench.bench import review_texts
 from worker.config import WorkerSettings
-from worker.inference.labelling import Classifier
+from worker.inference.classifier import Classifier
 from worker.labelling.loading import load_model
 
 

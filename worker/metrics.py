@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 from worker.config import DEFAULT_LOW_CONFIDENCE
 
 if TYPE_CHECKING:
-    from worker.inference.labelling import WindowStats
+    from worker.inference.model_calls import GroupStats
 
 _LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 _SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -92,7 +92,7 @@ class WorkerMetrics:
         if low:
             self.low_confidence_predictions.labels(model_version).inc(low)
 
-    def observe_window(self, stats: WindowStats, token_budget: int) -> None:
+    def observe_group(self, stats: GroupStats, token_budget: int) -> None:
         """Records one labelled window: its batches, tokenization time, padding and OOM splits."""
         self.token_budget.set(token_budget)
         self.out_of_memory_events.inc(stats.out_of_memory_events)

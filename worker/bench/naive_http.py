@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel, StrictStr
 
 from schemas.sentiment_result import ModelRef
-from worker.inference.labelling import Classifier
+from worker.inference.classifier import Classifier
 
 NAIVE_PAD_TO = 128
 NAIVE_PATH = "/predict"

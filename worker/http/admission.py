@@ -18,8 +18,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 
 from worker.errors import OperationError
+from worker.inference.classifier import Output
 from worker.inference.engine import Engine, EngineClosed, Labelled
-from worker.inference.labelling import Output
 from worker.metrics import HttpMetrics
 
 log = logging.getLogger(__name__)

@@ -44,8 +44,8 @@ from worker.health import HealthState, endpoint_answer
 from worker.http.admission import AdmissionClosed, Overloaded, RequestAdmission, RequestOutcome
 from worker.http.page import FAVICON_MEDIA_TYPE, favicon_ico, render_page
 from worker.http.validation import Refusal, RequestItem, RequestLimits, validate_body
+from worker.inference.classifier import InferenceFailure
 from worker.inference.label_fields import label_fields
-from worker.inference.labelling import InferenceFailure
 from worker.metrics import HttpMetrics, WorkerMetrics
 
 Scope = MutableMapping[str, Any]

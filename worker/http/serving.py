@@ -24,8 +24,8 @@ from worker.http.admission import RequestAdmission
 from worker.http.api import ApiState, build_app
 from worker.http.connections import ConnectionLimits
 from worker.http.server import HttpServer
+from worker.inference.classifier import Classifier
 from worker.inference.engine import Engine, EngineOptions
-from worker.inference.labelling import Classifier
 from worker.metrics import WorkerMetrics, create_http_metrics, create_metrics
 
 log = logging.getLogger(__name__)
@@ -166,7 +166,7 @@ class SentimentApi:
             if self._on_listening is not None:
                 self._on_listening(self.address)
             options = EngineOptions.from_settings(s, self._classifier)
-            engine = Engine(self._classifier, options, on_labelled=self._metrics.observe_window)
+            engine = Engine(self._classifier, options, on_labelled=self._metrics.observe_group)
             stack.enter_context(engine)  # started and warm; closed on the way out
             attach_admission(
                 stack,

@@ -16,7 +16,7 @@ budget of 65,536 tokens ~42,000/s), so there, unless the user sets them:
 from __future__ import annotations
 
 from worker.config import WorkerSettings
-from worker.inference.labelling import Classifier
+from worker.inference.classifier import Classifier
 
 LENGTH_MEMORY_TEXTS = 20_000
 """`TextLengths` weighs about the last this many texts (older ones fade by halves)."""

@@ -35,15 +35,8 @@ from worker.config import WorkerSettings
 from worker.errors import OperationError
 from worker.inference.batch_plan import plan_batches
 from worker.inference.batch_shape import TextLengths, batch_size_cap
-from worker.inference.labelling import (
-    Classifier,
-    InferenceFailure,
-    Output,
-    TokenBudget,
-    WindowStats,
-    predict_splitting,
-    sequences_for,
-)
+from worker.inference.classifier import Classifier, InferenceFailure, Output, sequences_for
+from worker.inference.model_calls import GroupStats, TokenBudget, predict_splitting
 from worker.inference.token_budget import choose_token_budget
 from worker.inference.tuning.probes import MemoryProbe
 from worker.model.long_text import merge_chunk_outputs
@@ -64,7 +57,7 @@ class Labelled:
     replaced it), and where its time went."""
 
     outputs: list[Output]
-    stats: WindowStats
+    stats: GroupStats
     """Measurements of the work these texts were labelled in (shared with the submissions taken with them)."""
     queued_seconds: float
     """From `submit` to the queue thread taking it."""
@@ -90,7 +83,7 @@ class _Group:
     per_text: list[int | InferenceFailure]  # each text's number of sequences, or why it has none
     ids: list[list[int]]
     outputs: list[Output | None]
-    stats: WindowStats = field(default_factory=WindowStats)
+    stats: GroupStats = field(default_factory=GroupStats)
     batches_left: int = 0
 
 
@@ -132,7 +125,7 @@ class Engine:
         classifier: Classifier,
         options: EngineOptions,
         *,
-        on_labelled: Callable[[WindowStats, int], None] | None = None,
+        on_labelled: Callable[[GroupStats, int], None] | None = None,
         clock: Callable[[], float] = time.perf_counter,
         name: str = "engine",
     ) -> None:
@@ -150,7 +143,7 @@ class Engine:
         self._lane_inbox: queue.SimpleQueue[tuple[_Group, list[int], list[int]] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._cond = threading.Condition()
-        self._stats_lock = threading.Lock()  # WindowStats and TokenBudget, updated by lanes side by side
+        self._stats_lock = threading.Lock()  # GroupStats and TokenBudget, updated by lanes side by side
         self._pending: deque[_Submission] = deque()
         self._pending_texts = 0
         self._waiting_batches = 0  # queued on the lanes, not started
@@ -200,7 +193,7 @@ class Engine:
         gather_until = None if gather_ms is None else now + gather_ms / 1000.0
         submission = _Submission(list(texts), Future(), now, gather_until)
         if not submission.texts:
-            submission.future.set_result(Labelled([], WindowStats(), 0.0))
+            submission.future.set_result(Labelled([], GroupStats(), 0.0))
             return submission.future
         with self._cond:
             if self._closing or self._thread is None:

@@ -12,7 +12,7 @@ from typing import Literal
 from worker.config import WorkerSettings
 from worker.errors import ConfigurationError
 from worker.inference.batch_shape import is_set, on_gpu
-from worker.inference.labelling import Classifier
+from worker.inference.classifier import Classifier
 from worker.inference.tuning import TuningError, resolve_token_budget
 from worker.inference.tuning.probes import MemoryProbe, memory_is_measured
 

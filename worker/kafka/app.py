@@ -22,9 +22,9 @@ from prometheus_client import CollectorRegistry
 from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
 from worker.health import HealthServer, HealthState
+from worker.inference.classifier import Classifier
 from worker.inference.engine import Engine, EngineOptions, Labelled
 from worker.inference.in_order import InOrder
-from worker.inference.labelling import Classifier
 from worker.kafka import kafka_clients
 from worker.kafka.authorization import consume_refusal, is_authorization_error
 from worker.kafka.backpressure import Backpressure
@@ -179,7 +179,7 @@ class SentimentWorker:
         committer_type.prepare(publisher, s)  # exactly_once: registers the transactional id
         self._health.broker_reachable = True
         options = EngineOptions.from_settings(s, self._classifier)
-        engine = Engine(self._classifier, options, on_labelled=self._metrics.observe_window)
+        engine = Engine(self._classifier, options, on_labelled=self._metrics.observe_group)
         stack.enter_context(engine)  # started and warm; closed on the way out
         self._health.model_warm = True
         if api is not None:

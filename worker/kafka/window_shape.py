@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from worker.config import WorkerSettings
 from worker.inference.batch_shape import is_set, on_gpu
-from worker.inference.labelling import Classifier
+from worker.inference.classifier import Classifier
 
 
 @dataclass(frozen=True)

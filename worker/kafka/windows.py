@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from worker.config import REGISTRY_FORMATS, WorkerSettings
-from worker.inference.labelling import InferenceFailure, Output
+from worker.inference.classifier import InferenceFailure, Output
 from worker.kafka.decode import DecodedReview, DecodeFailure, InputFormat, decode_review
 from worker.kafka.partitions import PartitionBook
 from worker.kafka.producer import OutboundRecord

@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from typing import Any, TextIO
 
+from worker.inference.classifier import Classifier, InferenceFailure, Output
 from worker.inference.engine import Engine, EngineOptions
 from worker.inference.in_order import InOrder
 from worker.inference.label_fields import label_fields
-from worker.inference.labelling import Classifier, InferenceFailure, Output
 from worker.tools.review_files import BadRow, FileReview, Row, text_lines
 
 _CHUNK_ROWS = 512

@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry
 
 from tests.polling import wait_until
 from worker.http.admission import AdmissionClosed, Overloaded, RequestAdmission
+from worker.inference.classifier import InferenceFailure
 from worker.inference.engine import Engine, EngineOptions
-from worker.inference.labelling import InferenceFailure
 from worker.metrics import create_http_metrics
 
 

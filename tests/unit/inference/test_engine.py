@@ -14,8 +14,9 @@ import pytest
 
 from schemas.dead_letter import DeadLetterKind
 from tests.polling import wait_until
+from worker.inference.classifier import InferenceFailure
 from worker.inference.engine import Engine, EngineClosed, EngineOptions, Labelled
-from worker.inference.labelling import InferenceFailure, TokenBudget, WindowStats, is_out_of_memory
+from worker.inference.model_calls import GroupStats, TokenBudget, is_out_of_memory
 
 
 class FakeLengthClassifier:
@@ -359,7 +360,7 @@ def test_close_labels_everything_submitted_and_refuses_what_comes_after(
 
 
 def test_each_group_is_reported_once_with_its_measurements() -> None:
-    reports: list[tuple[WindowStats, int]] = []
+    reports: list[tuple[GroupStats, int]] = []
     fake = FakeLengthClassifier()
     engine = Engine(fake, EngineOptions(4, 4096), on_labelled=lambda s, b: reports.append((s, b)))
     with engine.start(warm_up=False):
@@ -394,7 +395,7 @@ def test_submitting_before_start_or_after_close_is_refused() -> None:
 
 
 def test_the_warm_up_labels_before_start_returns_and_is_not_reported() -> None:
-    reports: list[WindowStats] = []
+    reports: list[GroupStats] = []
     fake = FakeLengthClassifier()
     engine = Engine(fake, EngineOptions(4, 4096), on_labelled=lambda s, _b: reports.append(s))
     with engine.start():

@@ -12,8 +12,8 @@ import pytest
 
 from schemas.dead_letter import DeadLetterKind
 from worker.config import WorkerSettings
+from worker.inference.classifier import InferenceFailure
 from worker.inference.engine import Engine, EngineOptions
-from worker.inference.labelling import InferenceFailure
 from worker.kafka.producer import SourcePosition
 from worker.kafka.records import InputMessage
 from worker.kafka.windows import DecodeOptions, prepare_window

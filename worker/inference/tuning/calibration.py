@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from worker.config import WorkerSettings
-from worker.inference.labelling import Classifier
+from worker.inference.classifier import Classifier
 from worker.inference.tuning.memory_model import resolve_budget
 from worker.inference.tuning.probes import (
     ClassifierThroughputProbe,

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
-from worker.inference.labelling import Classifier
+from worker.inference.classifier import Classifier
 
 
 class MemoryProbe(Protocol):

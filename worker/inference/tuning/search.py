@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from worker.inference.labelling import is_out_of_memory
+from worker.inference.model_calls import is_out_of_memory
 from worker.inference.tuning.memory_model import MemoryProbeResult, fit_memory, resolve_budget
 from worker.inference.tuning.probes import MemoryProbe, ThroughputProbe
 from worker.inference.tuning.result import MIB, TuningError

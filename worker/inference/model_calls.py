@@ -1,6 +1,5 @@
-"""What the engine labels with and reports: the classifier it needs, a text's tokens, one batch on the model
-(split in halves on failure, out of memory lowering the token budget), and the measurements of the work.
-The engine (`engine.py`) is the only caller."""
+"""One batch on the model, split in halves on failure (out of memory lowering the running token budget), and
+the measurements of the work. The engine (`engine.py`) is the only caller."""
 
 from __future__ import annotations
 
@@ -8,36 +7,11 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
-
-import numpy as np
 
 from schemas.dead_letter import DeadLetterKind
-from worker.model.long_text import flatten_chunks
+from worker.inference.classifier import Classifier, InferenceFailure, Output
 
 log = logging.getLogger(__name__)
-
-
-class Classifier(Protocol):
-    """What the engine needs of a model (see worker.model.SentimentClassifier)."""
-
-    labels: list[str]
-    call_overhead_tokens: int | None
-    """One model call's fixed cost in padded tokens, for the batch planner (None: fewest batches)."""
-    parallel_calls: int
-    """How many `predict_ids` calls may run side by side: a window's batches run on that many threads."""
-
-    def token_ids(self, texts: Sequence[str]) -> list[list[int]]: ...
-
-    def predict_ids(self, batch: Sequence[Sequence[int]]) -> np.ndarray: ...
-
-
-@dataclass(frozen=True)
-class InferenceFailure:
-    """Why one text got no prediction; becomes a dead letter."""
-
-    kind: DeadLetterKind
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -48,8 +22,9 @@ class BatchStats:
 
 
 @dataclass
-class WindowStats:
-    """Measurements of one window, for metrics and benchmarks."""
+class GroupStats:
+    """Measurements of one group of submissions labelled together (a Kafka window, HTTP requests gathered
+    together, a `predict` chunk), for metrics and benchmarks."""
 
     tokenize_seconds: float = 0.0
     real_tokens: int = 0
@@ -97,31 +72,13 @@ class TokenBudget:
             self.lowered += 1
 
 
-def sequences_for(classifier: Classifier, texts: Sequence[str]) -> tuple[list[list[int]], list[int] | None]:
-    """The token-id sequences to label for `texts`, and how many belong to each text when a classifier in
-    long_text=chunk mode splits long texts into windows (None: exactly one per text, in order)."""
-    if not texts:
-        return [], None
-    chunker: Callable[[Sequence[str]], list[list[list[int]]]] | None = getattr(
-        classifier, "token_id_chunks", None
-    )
-    if chunker is None:
-        return classifier.token_ids(texts), None
-    flat, counts = flatten_chunks(chunker(texts))
-    return flat, (counts if len(flat) != len(texts) else None)
-
-
-Output = np.ndarray | InferenceFailure
-"""One text's (or sequence's) outcome: its probability row, or why it has none."""
-
-
 def predict_splitting(
     classifier: Classifier,
     ids: Sequence[Sequence[int]],
     lengths: list[int],
     batch: list[int],
     outputs: list[Output | None],
-    stats: WindowStats,
+    stats: GroupStats,
     budget: TokenBudget,
     lock: threading.Lock,
     clock: Callable[[], float],
