@@ -24,7 +24,7 @@ import httpx
 
 from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
-from worker.kafka.decode import DecodedReview, decode_review
+from worker.kafka.decode import Review, decode_review
 from worker.kafka.producer import SourcePosition
 from worker.kafka.records import InputMessage, ResultWriter
 from worker.runtime.logs import configure_logging
@@ -116,7 +116,7 @@ def result_example(classifier: Any, model: ModelRef, input_value: bytes) -> dict
         max_json_depth=s.max_json_depth,
         default_id=message.default_id,
     )
-    if not isinstance(review, DecodedReview):
+    if not isinstance(review, Review):
         raise ValueError(f"the README's input example does not decode: {review}")
     classifier.predict_texts([review.text])  # warm: the example shows a warm model's time
     message = message._replace(consumed_at=time.monotonic())

@@ -22,6 +22,17 @@ EMPTY_TEXT_REASON: Final = (
 
 
 @dataclass(frozen=True, slots=True)
+class Review:
+    """A review to label, as every front door hands it to the Labeller: its id (the input's, or the door's
+    default: topic/partition/offset, a line number), the text as given, and the input's other fields (the
+    result's `metadata`; what a route by field reads)."""
+
+    id: str
+    text: str
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class TextProblem:
     """Why a text is not labelled: `empty_text` or `text_too_long`, and the reason in words."""
 

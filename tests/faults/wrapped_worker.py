@@ -11,9 +11,10 @@ import os
 import sys
 from typing import Any
 
-import worker.cli.run as run_command
+import worker.labelling.labeller as labeller_module
 from tests.model_wrappers import StallOn
 from worker.cli import main
+from worker.labelling.loading import LoadedModel
 
 STALL_LINE = "test model: stalling"
 
@@ -22,16 +23,17 @@ def _announce() -> None:
     print(f"{STALL_LINE} for {os.environ['TEST_MODEL_STALL_S']} s", file=sys.stderr, flush=True)
 
 
-def _wrapped_load_model(settings: Any) -> Any:
+def _wrapped_load_model(settings: Any) -> LoadedModel:
     classifier, ref = _real_load_model(settings)
     stall_s = os.environ.get("TEST_MODEL_STALL_S")
     if stall_s:
         classifier = StallOn(classifier, float(stall_s), on_stall=_announce)
-    return classifier, ref
+    return LoadedModel(classifier, ref)
 
 
-_real_load_model = run_command.load_model
-run_command.load_model = _wrapped_load_model  # cmd_run looks it up in its module at call time
+_real_load_model = labeller_module.load_model
+# Labeller.from_settings looks it up in its module at call time.
+labeller_module.load_model = _wrapped_load_model  # type: ignore[assignment]
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from schemas.sentiment_result import ModelRef
+from tests.labellers import labeller_for
 from worker.config import WorkerSettings
 from worker.kafka.app import SentimentWorker
 
@@ -41,7 +42,10 @@ def make_settings(bootstrap: str, names: dict[str, str], **extra: Any) -> Worker
 
 
 def run_worker(settings: WorkerSettings, classifier: Any, **kwargs: Any) -> Any:
-    worker = SentimentWorker(settings, classifier, ModelRef(name=classifier.name, version=classifier.version))
+    worker = SentimentWorker(
+        settings,
+        labeller_for(classifier, settings, ModelRef(name=classifier.name, version=classifier.version)),
+    )
     return worker.run(**kwargs)
 
 

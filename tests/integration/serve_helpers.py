@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from schemas.sentiment_result import ModelRef
+from tests.labellers import labeller_for
 from worker.config import WorkerSettings
 from worker.http.serving import SentimentApi
 
@@ -36,8 +37,9 @@ def serving(classifier: Any, **settings: Any) -> Iterator[Served]:
     listening: list[tuple[str, int]] = []
     service = SentimentApi(
         WorkerSettings(**values),
-        classifier,
-        ModelRef(name=classifier.name, version=classifier.version),
+        labeller_for(
+            classifier, WorkerSettings(**values), ModelRef(name=classifier.name, version=classifier.version)
+        ),
         registry=registry,
         stop=stop,
         on_listening=listening.append,

@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, TopicPartition
 from tests.integration.helpers import SAMPLES
 from tests.kafka_fixtures import DLQ_CONFIG
 from worker.bench.worker_process import free_port
+from worker.labelling.labeller import Labeller
 from worker.tools.predict import predict_lines
 
 pytestmark = pytest.mark.integration
@@ -61,7 +62,7 @@ def test_predict_a_file_shows_progress_and_equals_the_stdin_path(
     done = cli("predict", str(path), "--model", str(tiny_model_dir), "--device", "cpu")
     assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in done.stdout.splitlines()]
-    expected = list(predict_lines(tiny_classifier, lines))
+    expected = list(predict_lines(Labeller.of(tiny_classifier), lines))
     assert [r["line"] for r in rows] == list(range(1, 1201))
     assert [(r["text"], r["label"]) for r in rows] == [(e["text"], e["label"]) for e in expected]
     assert "100%  1,200 lines" in done.stderr and "lines/s" in done.stderr
@@ -204,7 +205,7 @@ def test_predict_reads_a_csv_by_column_with_ids_and_takes_the_model_like_run(
     ]
     texts = ["外送很快，餐點還是熱的", "Great food, fast delivery!", "😡😡"]
     assert [r["text"] for r in rows if "error" not in r] == texts  # not the header, not the id or shop cells
-    expected = [row["label"] for row in predict_lines(tiny_classifier, texts)]
+    expected = [row["label"] for row in predict_lines(Labeller.of(tiny_classifier), texts)]
     assert [r["label"] for r in rows if "error" not in r] == expected
 
 

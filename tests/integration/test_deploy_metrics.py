@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from schemas.sentiment_result import ModelRef
 from tests.integration.helpers import make_settings, sample_reviews
 from tests.integration.kafka_io import produce, read_topic, review_records
+from tests.labellers import labeller_for
 from tests.monitoring_assets import alert_queries, dashboard_queries
 from tests.polling import wait_until
 from worker.bench.report import load_recording, record, summarize
@@ -53,7 +54,9 @@ def running_worker(
     """A worker in this process with /metrics on a free port; yields (metrics URL, topic names)."""
     names = topics(input_partitions=3)
     settings = make_settings(kafka_bootstrap, names).model_copy(update={"http_port": free_port()})
-    worker = SentimentWorker(settings, tiny_classifier, ModelRef(name="tiny", version="1"))
+    worker = SentimentWorker(
+        settings, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
+    )
     thread = threading.Thread(target=worker.run, kwargs={"idle_exit_s": 120})
     thread.start()
     deadline = time.monotonic() + 60

@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from schemas.sentiment_result import ModelRef
 from tests.integration.helpers import make_settings, sample_reviews
 from tests.integration.kafka_io import committed_offsets, end_offsets, produce, read_topic, review_records
+from tests.labellers import labeller_for
 from tests.polling import wait_until
 from worker.bench.worker_process import free_port
 from worker.kafka.app import SentimentWorker
@@ -171,7 +172,9 @@ def test_running_worker_owns_every_partition_and_its_metrics_match_lag_when_caug
     assert all(p.lag_seconds is not None and p.lag_seconds > 0 for p in before.partitions if p.lag_messages)
 
     settings = make_settings(kafka_bootstrap, names).model_copy(update={"http_port": free_port()})
-    worker = SentimentWorker(settings, tiny_classifier, ModelRef(name="tiny", version="1"))
+    worker = SentimentWorker(
+        settings, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
+    )
     thread = threading.Thread(target=worker.run, kwargs={"idle_exit_s": 120})
     thread.start()
     try:
@@ -216,7 +219,9 @@ def test_an_idle_assigned_partition_exports_zero_lag(
     names = topics(input_partitions=3)
     produce(kafka_bootstrap, names["reviews"], review_records(sample_reviews(10)), partition=0)
     settings = make_settings(kafka_bootstrap, names).model_copy(update={"http_port": free_port()})
-    worker = SentimentWorker(settings, tiny_classifier, ModelRef(name="tiny", version="1"))
+    worker = SentimentWorker(
+        settings, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
+    )
     thread = threading.Thread(target=worker.run, kwargs={"idle_exit_s": 120})
     thread.start()
     try:

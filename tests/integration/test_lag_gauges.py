@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from schemas.sentiment_result import ModelRef
 from tests.integration.helpers import make_settings
+from tests.labellers import labeller_for
 from worker.bench.worker_process import free_port
 from worker.kafka.app import SentimentWorker
 from worker.tools.lag import measure_lag
@@ -125,7 +126,9 @@ def test_lag_gauges_agree_with_the_committed_view_from_readiness_on(
     settings = make_settings(
         kafka_bootstrap, names, http_port=port, max_window_messages=32, commit_interval_ms=200
     )
-    worker = SentimentWorker(settings, tiny_classifier, ModelRef(name="tiny", version="1"))
+    worker = SentimentWorker(
+        settings, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
+    )
     thread = threading.Thread(target=worker.run, kwargs={"idle_exit_s": 120})
     conf = {"bootstrap.servers": kafka_bootstrap}
     url = f"http://127.0.0.1:{port}/metrics"

@@ -19,6 +19,7 @@ from schemas.dead_letter import DeadLetterKind, parse_dead_letter_headers
 from schemas.sentiment_result import ModelRef
 from tests.integration.helpers import make_settings
 from tests.integration.kafka_io import committed_offsets, read_topic
+from tests.labellers import labeller_for
 from worker.config import WorkerSettings
 from worker.inference.token_budget import StartupError
 from worker.kafka.app import SentimentWorker
@@ -68,7 +69,9 @@ def run_bounded(settings: WorkerSettings, classifier: Any) -> tuple[RunSummary, 
     """Runs the worker until both inputs are done; a worker stuck past RUN_BOUND_S is stopped and fails."""
     stop = threading.Event()
     worker = SentimentWorker(
-        settings, classifier, ModelRef(name=classifier.name, version=classifier.version), stop=stop
+        settings,
+        labeller_for(classifier, settings, ModelRef(name=classifier.name, version=classifier.version)),
+        stop=stop,
     )
     outcome: dict[str, Any] = {}
 
@@ -152,7 +155,10 @@ def test_run_refuses_to_start_when_the_dead_letter_topic_cannot_hold_the_largest
     names = default_topics
     settings = make_settings(kafka_bootstrap, names)
     worker = SentimentWorker(
-        settings, tiny_classifier, ModelRef(name=tiny_classifier.name, version=tiny_classifier.version)
+        settings,
+        labeller_for(
+            tiny_classifier, settings, ModelRef(name=tiny_classifier.name, version=tiny_classifier.version)
+        ),
     )
     with pytest.raises(StartupError) as refused:
         worker.run(max_messages=1, idle_exit_s=5)

@@ -26,6 +26,7 @@ from confluent_kafka import Producer
 from schemas.sentiment_result import ModelRef
 from tests.integration.helpers import make_settings, sample_reviews
 from tests.integration.kafka_io import read_topic, results_of
+from tests.labellers import labeller_for
 from tests.polling import wait_until
 from worker.bench.worker_process import free_port
 from worker.kafka.app import SentimentWorker
@@ -120,7 +121,9 @@ def test_prometheus_scrapes_the_worker_and_answers_lag_throughput_and_model_seri
     names = topics(input_partitions=3)
     port = free_port()
     settings = make_settings(kafka_bootstrap, names, http_port=port)
-    worker = SentimentWorker(settings, tiny_classifier, ModelRef(name="tiny", version="7"))
+    worker = SentimentWorker(
+        settings, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="7"))
+    )
     thread = threading.Thread(target=worker.run, kwargs={"idle_exit_s": 120})
     thread.start()
     producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": names["group"] + "-tx"})

@@ -29,6 +29,7 @@ from schemas.registry_schemas import avro_result_schema
 from schemas.sentiment_result import ModelRef
 from tests.integration.helpers import make_settings, sample_reviews
 from tests.integration.kafka_io import produce, read_topic
+from tests.labellers import labeller_for
 from tests.polling import wait_until
 from tests.registry_fixtures import run_registry_launcher
 from worker.bench.worker_process import free_port
@@ -136,7 +137,9 @@ def test_every_input_is_one_result_or_one_dead_letter_in_each_registry_format(
         produce(kafka_bootstrap, names["reviews"], records, partition=partition)
     total = len(expected_ids) + len(expected_kinds)
 
-    worker = SentimentWorker(settings, tiny_classifier, ModelRef(name="tiny", version="1"))
+    worker = SentimentWorker(
+        settings, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
+    )
     summary = worker.run(max_messages=total)
 
     assert (summary.results, summary.dead_letters) == (len(expected_ids), len(expected_kinds))
@@ -188,7 +191,9 @@ def test_the_registry_stopped_mid_stream_and_restarted_loses_nothing_and_dead_le
     earlier = [(r["id"].encode(), first({"id": r["id"], "text": r["text"]})) for r in reviews[:8]]
     later = [(r["id"].encode(), second({"id": r["id"], "text": r["text"], "stars": 4})) for r in reviews[8:]]
     produce(kafka_bootstrap, names["reviews"], earlier)
-    worker = SentimentWorker(settings, tiny_classifier, ModelRef(name="tiny", version="1"))
+    worker = SentimentWorker(
+        settings, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
+    )
     runner = threading.Thread(target=worker.run, kwargs={"max_messages": len(reviews)})
     runner.start()
     try:
@@ -294,7 +299,9 @@ def test_a_java_client_reads_the_avro_results(
     settings = make_settings(
         kafka_bootstrap, names, output_format="avro", schema_registry_url=schema_registry_url
     )
-    worker = SentimentWorker(settings, tiny_classifier, ModelRef(name="tiny", version="1"))
+    worker = SentimentWorker(
+        settings, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
+    )
     assert worker.run(max_messages=len(reviews)).results == len(reviews)
 
     java = shutil.which("java")

@@ -15,6 +15,7 @@ from schemas.http_api import SentimentResponse
 from tests.integration.helpers import SAMPLES
 from tests.integration.serve_helpers import SlowClassifier, scrape, serving
 from worker.config import DEFAULT_LOW_CONFIDENCE
+from worker.labelling.labeller import Labeller
 from worker.tools.predict import predict_lines
 
 API = "/v1/sentiment"
@@ -35,7 +36,7 @@ def test_concurrent_requests_share_batches_and_come_back_in_request_order(tiny_c
         texts = [TEXTS[(i * 3 + k) % len(TEXTS)] for k in range(1 + i % 3)]
         bodies.append({"texts": texts, "ids": [f"req{i}-{k}" for k in range(len(texts))]})
     expected = {
-        row["text"]: row for row in predict_lines(tiny_classifier, TEXTS)
+        row["text"]: row for row in predict_lines(Labeller.of(tiny_classifier), TEXTS)
     }  # what `predict` prints for them
     with serving(tiny_classifier, http_max_wait_ms=300, max_batch_size=32) as served:
         responses = asyncio.run(post_all(served.url, bodies))
@@ -83,7 +84,7 @@ def test_one_text_and_the_openapi_document(tiny_classifier: Any) -> None:
     assert one.status_code == 200
     result = one.json()["results"]
     assert len(result) == 1 and result[0]["id"] == "42"
-    assert result[0]["label"] == next(predict_lines(tiny_classifier, TEXTS[:1]))["label"]
+    assert result[0]["label"] == next(predict_lines(Labeller.of(tiny_classifier), TEXTS[:1]))["label"]
     operation = openapi["paths"][API]["post"]
     assert operation["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(
         "/SentimentRequest"
@@ -205,7 +206,7 @@ def test_a_bad_text_in_a_batch_gets_its_own_error_and_the_others_their_labels(
         ("d", "text_too_long"),
         ("e", None),
     ]
-    expected = [row["label"] for row in predict_lines(tiny_classifier, [TEXTS[0], TEXTS[1]])]
+    expected = [row["label"] for row in predict_lines(Labeller.of(tiny_classifier), [TEXTS[0], TEXTS[1]])]
     assert [results[0]["label"], results[4]["label"]] == expected
     assert results[1]["label"] is None and "no visible character" in results[1]["error"]["reason"]
     only_bad = httpx.post(served_small + API, json={"texts": ["", " "]})
@@ -382,7 +383,7 @@ def test_stopping_answers_every_accepted_request(tiny_classifier: Any) -> None:
         responses = asyncio.run(stop_while_busy(served.url, served))
     assert [r.status_code for r in responses] == [200] * len(bodies)
     assert [r.json()["results"][0]["label"] for r in responses] == [
-        row["label"] for row in predict_lines(tiny_classifier, TEXTS[:6])
+        row["label"] for row in predict_lines(Labeller.of(tiny_classifier), TEXTS[:6])
     ]
 
 
@@ -390,7 +391,7 @@ def test_a_poison_request_among_good_ones_on_a_busy_model_fails_alone(tiny_class
     """Issue 41's mixed load: while the model is busy, five good requests and one carrying a lone surrogate
     (which the tokenizer cannot take) arrive together, three times over: every good one gets 200 with its
     labels, the poison one alone gets 422 with a reason."""
-    expected = {row["text"]: row["label"] for row in predict_lines(tiny_classifier, TEXTS)}
+    expected = {row["text"]: row["label"] for row in predict_lines(Labeller.of(tiny_classifier), TEXTS)}
     slow = SlowClassifier(tiny_classifier, delay_s=0.2)
     poison = '{"texts": ["\\ud800"]}'
     with serving(slow, http_max_wait_ms=50) as served:

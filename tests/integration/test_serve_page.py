@@ -20,6 +20,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.integration.helpers import SAMPLES
 from tests.integration.serve_helpers import serving
+from worker.labelling.labeller import Labeller
 from worker.tools.predict import predict_lines
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "var" / "test-artifacts"
@@ -46,7 +47,7 @@ def browser() -> Iterator[Any]:
 
 
 def test_a_person_pastes_reviews_and_reads_the_labels(browser: Any, tiny_classifier: Any) -> None:
-    expected = [row["label"] for row in predict_lines(tiny_classifier, TEXTS)]
+    expected = [row["label"] for row in predict_lines(Labeller.of(tiny_classifier), TEXTS)]
     with serving(tiny_classifier) as served:
         browser.get(served.url + "/")
         box = browser.find_element(By.ID, "reviews")
@@ -97,7 +98,7 @@ def test_the_page_shows_a_refusal(browser: Any, tiny_classifier: Any) -> None:
         table_shown = browser.find_element(By.ID, "results").is_displayed()
         model_after_refusal = browser.find_element(By.ID, "model").text
     assert "unauthorized" in refused
-    assert labels == [next(predict_lines(tiny_classifier, TEXTS[:1]))["label"]]
+    assert labels == [next(predict_lines(Labeller.of(tiny_classifier), TEXTS[:1]))["label"]]
     assert rows_after_refusal == [] and not table_shown and model_after_refusal == "—"
 
 
@@ -108,7 +109,9 @@ def test_every_valid_line_is_labelled_and_each_bad_one_gets_its_own_error(
     long_review = (TEXTS[1] * 40)[:250]  # labelled, shown folded to 200 characters
     too_long = "好" * (limit + 1)  # refused by its own row: the other lines are still labelled
     lines = [TEXTS[0], "", long_review, too_long, TEXTS[2]]
-    expected = [row["label"] for row in predict_lines(tiny_classifier, [TEXTS[0], long_review, TEXTS[2]])]
+    expected = [
+        row["label"] for row in predict_lines(Labeller.of(tiny_classifier), [TEXTS[0], long_review, TEXTS[2]])
+    ]
     with serving(tiny_classifier, max_text_chars=limit, http_max_texts=2) as served:
         browser.get(served.url + "/")
         # Set at once: typing 500 characters through chromedriver is slow and not what is tested.

@@ -16,9 +16,11 @@ from schemas.sentiment_result import ModelRef
 from tests.integration.helpers import make_settings, sample_reviews
 from tests.integration.kafka_io import produce, read_topic, results_of, review_records
 from tests.integration.serve_helpers import SlowClassifier
+from tests.labellers import labeller_for
 from worker.bench.worker_process import free_port
 from worker.http.serving import WorkerApi
 from worker.kafka.app import SentimentWorker
+from worker.labelling.labeller import Labeller
 from worker.tools.predict import predict_lines
 
 pytestmark = pytest.mark.integration
@@ -56,8 +58,7 @@ def test_the_worker_serves_the_api_while_it_consumes(
     stop = threading.Event()
     worker = SentimentWorker(
         settings,
-        model,
-        ModelRef(name=model.name, version=model.version),
+        labeller_for(model, settings, ModelRef(name=model.name, version=model.version)),
         registry=CollectorRegistry(),
         stop=stop,
         api=WorkerApi(),
@@ -95,7 +96,7 @@ def test_the_worker_serves_the_api_while_it_consumes(
         thread.join(60)
     assert not thread.is_alive(), "the worker did not stop within 60 s of its stop event"
     assert [r.status_code for r in responses] == [200] * len(texts)
-    expected = [row["label"] for row in predict_lines(tiny_classifier, texts)]
+    expected = [row["label"] for row in predict_lines(Labeller.of(tiny_classifier), texts)]
     assert [r.json()["results"][0]["label"] for r in responses] == expected
     assert summary and (summary[0].results, summary[0].dead_letters) == (60, 0)
     assert sorted(r["id"] for r in out) == sorted(r["id"] for r in reviews)

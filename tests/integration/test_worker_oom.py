@@ -16,6 +16,7 @@ from schemas import DeadLetterKind
 from schemas.sentiment_result import ModelRef
 from tests.integration.helpers import make_settings, sample_reviews
 from tests.integration.kafka_io import committed_offsets, produce, read_topic, review_records
+from tests.labellers import labeller_for
 from tests.model_wrappers import OOM_MARKER, OutOfMemoryOn
 from tests.polling import wait_until
 from worker.kafka.app import SentimentWorker
@@ -35,7 +36,9 @@ def test_out_of_memory_window_becomes_dead_letters_and_the_stream_goes_on(
     model = OutOfMemoryOn(tiny_classifier)
     settings = make_settings(kafka_bootstrap, names, max_window_messages=WINDOW, max_batch_tokens=4096)
     registry = CollectorRegistry()
-    worker = SentimentWorker(settings, model, ModelRef(name="tiny", version="1"), registry=registry)
+    worker = SentimentWorker(
+        settings, labeller_for(model, settings, ModelRef(name="tiny", version="1")), registry=registry
+    )
     summaries: list[Any] = []
     thread = threading.Thread(target=lambda: summaries.append(worker.run()), daemon=True)
     thread.start()

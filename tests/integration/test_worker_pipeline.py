@@ -20,6 +20,7 @@ from tests.integration.kafka_io import (
     results_of,
     review_records,
 )
+from tests.labellers import labeller_for
 from worker.inference.token_budget import StartupError
 
 pytestmark = pytest.mark.integration
@@ -202,7 +203,9 @@ def test_a_window_longer_than_max_poll_interval_keeps_the_partitions(
     )
     registry = CollectorRegistry()
     slow = SlowedClassifier(tiny_classifier, delay_s=1.0)
-    worker = SentimentWorker(settings, slow, ModelRef(name="slow", version="1"), registry=registry)
+    worker = SentimentWorker(
+        settings, labeller_for(slow, settings, ModelRef(name="slow", version="1")), registry=registry
+    )
 
     summary = worker.run(max_messages=len(reviews))
 
@@ -232,8 +235,7 @@ def test_lag_seconds_is_the_age_of_the_oldest_unfinished_message(
     registry = CollectorRegistry()
     worker = SentimentWorker(
         settings,
-        SlowedClassifier(tiny_classifier, 0.8),
-        ModelRef(name="slow", version="1"),
+        labeller_for(SlowedClassifier(tiny_classifier, 0.8), settings, ModelRef(name="slow", version="1")),
         registry=registry,
     )
     thread = threading.Thread(target=worker.run, kwargs={"idle_exit_s": 60})
@@ -297,7 +299,9 @@ def test_auto_token_budget_is_calibrated_at_start_up_then_read_from_the_cache(
     for _ in range(2):
         registry = CollectorRegistry()
         worker = SentimentWorker(
-            settings, tiny_classifier, ModelRef(name="t", version="1"), registry=registry
+            settings,
+            labeller_for(tiny_classifier, settings, ModelRef(name="t", version="1")),
+            registry=registry,
         )
         worker.run(max_messages=5)
         budgets.append(registry.get_sample_value("sentiment_token_budget_tokens"))

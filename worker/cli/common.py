@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from worker.config import WorkerSettings, environment_warnings, load_settings
 from worker.errors import ConfigurationError
-from worker.labelling.loading import load_model
+from worker.labelling.loading import load_classifier_for
 
 __all__ = [
     "EXIT_CONFIG",
@@ -120,7 +120,7 @@ def evaluate_model(
     """`evaluate`'s report of `model` on labelled `examples` read from `path` (evaluate and promote)."""
     from worker.training.evaluate import evaluate
 
-    classifier, _ = load_model(settings_for_model(model, device, max_seq_len))
+    classifier = load_classifier_for(settings_for_model(model, device, max_seq_len))
     return evaluate(
         classifier,
         examples,

@@ -56,6 +56,7 @@ def register(subparsers: Subparsers) -> None:
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from worker.inference.engine import EngineOptions
+    from worker.labelling.labeller import Labeller
     from worker.tools.predict import ProgressBar, predict_rows
     from worker.tools.review_files import ReviewFile
 
@@ -73,11 +74,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
         max_value_bytes=settings.max_value_bytes,
         max_json_depth=settings.max_json_depth,
     )
-    classifier, _ = load_model(settings)
+    loaded = load_model(settings)
     freeze_loaded_heap()
     sizes = {"max_batch_size": args.batch_size, "max_batch_tokens": args.max_batch_tokens}
     given = {name: value for name, value in sizes.items() if value is not None}
-    options = EngineOptions.from_settings(settings.model_copy(update=given), classifier)
+    options = EngineOptions.from_settings(settings.model_copy(update=given), loaded.classifier)
+    labeller = Labeller(loaded, options, name="predict")
     bar = (
         ProgressBar(source.total_bytes, sys.stderr)
         if args.input is not None and not args.no_progress
@@ -88,12 +90,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         if bar is not None:
             bar.update(source.bytes_read, rows)
 
-    rows = predict_rows(
-        classifier,
-        source,
-        options,
-        on_chunk=progress,
-    )
+    rows = predict_rows(labeller, source, on_chunk=progress)
     write = sys.stdout.write
     for row in rows:
         write(json.dumps(row, ensure_ascii=False) + "\n")

@@ -6,9 +6,7 @@ import argparse
 import json
 import logging
 import os
-import signal
 import sys
-import threading
 
 from worker.cli.common import (
     EXIT_CONFIG,
@@ -19,21 +17,8 @@ from worker.cli.common import (
     settings_from_args,
 )
 from worker.errors import ConfigurationError, OperationError
-from worker.labelling.loading import load_model
 from worker.runtime.logs import configure_logging
-from worker.runtime.process import (
-    freeze_loaded_heap,
-    install_stop_handlers,
-    name_os_threads,
-    rest_idle_threads,
-)
-from worker.runtime.processes import (
-    Supervisor,
-    combine_summaries,
-    die_with_parent,
-    plan_lines,
-    process_settings,
-)
+from worker.runtime.processes import die_with_parent, process_settings, supervise
 
 log = logging.getLogger("worker")
 
@@ -64,8 +49,7 @@ def register(subparsers: Subparsers) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     # The run path loads Paddle: imported here so that `--help` and the light commands start fast.
-    from worker.http.serving import WorkerApi
-    from worker.kafka.app import SentimentWorker
+    from worker.runtime.root import run_worker
 
     if args.processes < 1:
         raise ConfigurationError(f"--processes must be at least 1, got {args.processes}")
@@ -75,17 +59,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.process_index is not None:  # one of the processes of --processes
         die_with_parent(args.parent_pid if args.parent_pid is not None else os.getppid())
         settings = process_settings(settings, args.process_index, args.processes, os.cpu_count() or 1)
-    rest_idle_threads()  # before Paddle loads (load_model)
-    name_os_threads()  # before the engine and the HTTP server start their threads
-    configure_logging(settings.log_level)
-    stop = threading.Event()
-    reinstall = install_stop_handlers(stop.set)  # before the model loads: a signal then stops it at once
-    classifier, model_ref = load_model(settings)
-    freeze_loaded_heap()
-    reinstall()  # loading Paddle replaced them
-    api = WorkerApi() if settings.http_api else None  # the API on the worker's port, when asked for
-    worker = SentimentWorker(settings, classifier, model_ref, stop=stop, api=api)
-    summary = worker.run(max_messages=args.max_messages, idle_exit_s=args.idle_exit_s)
+    summary = run_worker(settings, max_messages=args.max_messages, idle_exit_s=args.idle_exit_s)
     print(
         json.dumps(
             {
@@ -110,20 +84,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def run_processes(args: argparse.Namespace) -> int:
-    """`run --processes N`: starts N `run` processes, forwards SIGTERM/SIGINT to them, prints their summaries
-    added up; a failed process stops the others and is the error (its exit code's category)."""
+    """`run --processes N`: N `run` processes supervised (worker.runtime.processes); their summaries added up
+    are printed; a failed process stopped the others and is the error (its exit code's category)."""
     settings = settings_from_args(args)  # checked once here, and what the plan is logged from
     configure_logging(settings.log_level)
-    log.info("%d worker processes, each its own member of group %s:", args.processes, settings.group_id)
-    for line in plan_lines(settings, args.processes, os.cpu_count() or 1):
-        log.info("  %s", line)
-    supervisor = Supervisor(
-        lambda index: process_command(args, index), args.processes, kill_after_s=settings.shutdown_timeout_s
-    )
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda received, _frame: supervisor.forward(received))
-    failure = supervisor.run()
-    print(json.dumps(combine_summaries(supervisor.summaries), ensure_ascii=False), flush=True)
+    summary, failure = supervise(settings, args.processes, lambda index: process_command(args, index))
+    print(json.dumps(summary, ensure_ascii=False), flush=True)
     if failure is None:
         return EXIT_OK
     error = ConfigurationError if failure.returncode == EXIT_CONFIG else OperationError

@@ -9,7 +9,7 @@ from pathlib import Path
 from worker.cli.common import EXIT_OK, Subparsers, add_settings_flags, settings_from_args
 from worker.errors import ConfigurationError
 from worker.inference.tuning.calibration import DEFAULT_CACHE_DIR
-from worker.labelling.loading import load_model
+from worker.labelling.loading import load_classifier_for
 from worker.runtime.logs import configure_logging
 
 
@@ -37,7 +37,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     configure_logging(settings.log_level if settings.log_level != "INFO" else "WARNING")
-    classifier, _ = load_model(settings)
+    classifier = load_classifier_for(settings)
     try:
         options = TuneOptions.from_settings(
             settings,

@@ -1,9 +1,9 @@
-"""HTTP requests into the engine: each request's texts are one submission that waits for a free model lane
+"""HTTP requests into the Labeller: each request's reviews are one submission that waits for a free model lane
 (gathering the requests that arrive meanwhile into the same token-budget batches) and, while the model is
-idle, at most `max_wait_ms` for company. This module only bounds what is accepted and turns the engine's
+idle, at most `max_wait_ms` for company. This module only bounds what is accepted and turns the Labeller's
 answer into the request's outcome; the batching is the engine's (the same queue the Kafka windows use).
 
-    handler ─ submit(texts) ─► bounded (Overloaded) ─► Engine.submit(texts, gather_ms=max_wait_ms)
+    handler ─ submit(reviews) ─► bounded (Overloaded) ─► Labeller.label(reviews, gather_ms=max_wait_ms)
        ▲                                                              │
        └──────────── Future[RequestOutcome], one per request, in its text order ◄──┘
 """
@@ -17,9 +17,12 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+from schemas.review_input import Review
+from schemas.sentiment_result import ModelRef
 from worker.errors import OperationError
 from worker.inference.classifier import Output
-from worker.inference.engine import Engine, EngineClosed, Labelled
+from worker.inference.engine import EngineClosed
+from worker.labelling.labeller import Labeller, Predictions
 from worker.metrics import HttpMetrics
 
 log = logging.getLogger(__name__)
@@ -41,23 +44,25 @@ class AdmissionClosed(OperationError):
 
 @dataclass(frozen=True)
 class RequestOutcome:
-    """One request's outputs (one per text, in its order) and where its time went."""
+    """One request's outputs (one per text, in its order), the model that made them, and where its time
+    went."""
 
     outputs: list[Output]
+    model: ModelRef | None
     queue_seconds: float
-    inference_seconds: float
+    labelling_seconds: float
     batch_texts: int
 
 
 class RequestAdmission:
-    """Admits requests to the engine while fewer than `max_queued_texts` texts wait for an answer.
+    """Admits requests to the Labeller while fewer than `max_queued_texts` texts wait for an answer.
 
     `submit` is thread-safe and never blocks; `close` stops accepting and waits until every accepted
-    request is answered (the engine labels them)."""
+    request is answered (the Labeller labels them)."""
 
     def __init__(
         self,
-        engine: Engine,
+        labeller: Labeller,
         *,
         max_wait_ms: float,
         max_queued_texts: int,
@@ -65,7 +70,7 @@ class RequestAdmission:
         retry_after_s: int = 1,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._engine = engine
+        self._labeller = labeller
         self._max_wait_ms = max_wait_ms
         self._max_queued_texts = max_queued_texts
         self._retry_after_s = retry_after_s
@@ -74,6 +79,11 @@ class RequestAdmission:
         self._queued_texts = 0  # accepted and not yet answered
         self._closing = False
         self._cond = threading.Condition()
+
+    @property
+    def model(self) -> ModelRef:
+        """The Labeller's primary model."""
+        return self._labeller.primary
 
     @property
     def queued_texts(self) -> int:
@@ -92,14 +102,14 @@ class RequestAdmission:
     def closing(self) -> bool:
         return self._closing
 
-    def submit(self, texts: Sequence[str]) -> Future[RequestOutcome]:
-        """Accepts one request's texts; its future gets one output per text, in order.
+    def submit(self, reviews: Sequence[Review]) -> Future[RequestOutcome]:
+        """Accepts one request's reviews; its future gets one output per review, in order.
 
         Raises Overloaded when the accepted texts would pass `max_queued_texts`, AdmissionClosed when
         stopping. Cancelling the future before its texts are taken drops the request."""
-        if not texts:
+        if not reviews:
             raise ValueError("a request needs at least one text")
-        n = len(texts)
+        n = len(reviews)
         with self._cond:
             if self._closing:
                 raise AdmissionClosed("the server is stopping")
@@ -108,7 +118,7 @@ class RequestAdmission:
             self._queued_texts += n
             self._http_metrics.queued_texts.set(self._queued_texts)
         try:
-            labelling = self._engine.submit(texts, gather_ms=self._max_wait_ms)
+            labelling = self._labeller.label(reviews, gather_ms=self._max_wait_ms)
         except EngineClosed as exc:
             self._answered(n)
             raise AdmissionClosed(f"the server is stopping: {exc}") from exc
@@ -127,8 +137,8 @@ class RequestAdmission:
             if self._queued_texts:
                 log.warning("HTTP requests still unanswered after %.0f s of stopping", timeout_s)
 
-    def _answer(self, labelling: Future[Labelled], outcome: Future[RequestOutcome], n_texts: int) -> None:
-        """On the engine's lane (or the canceller's thread): the request's outcome from the engine's."""
+    def _answer(self, labelling: Future[Predictions], outcome: Future[RequestOutcome], n_texts: int) -> None:
+        """On the engine's lane (or the canceller's thread): the request's outcome from the Labeller's."""
         self._answered(n_texts)
         if labelling.cancelled():
             outcome.cancel()
@@ -141,13 +151,14 @@ class RequestAdmission:
         elif error is not None:
             outcome.set_exception(error)
         else:
-            labelled = labelling.result()
-            batches = labelled.stats.batches
+            predictions = labelling.result()
+            batches = predictions.stats.batches
             outcome.set_result(
                 RequestOutcome(
-                    outputs=labelled.outputs,
-                    queue_seconds=labelled.queued_seconds,
-                    inference_seconds=labelled.labelling_seconds,
+                    outputs=predictions.outputs,
+                    model=predictions.model,
+                    queue_seconds=predictions.queued_seconds,
+                    labelling_seconds=predictions.labelling_seconds,
                     batch_texts=sum(batch.size for batch in batches),
                 )
             )

@@ -38,6 +38,7 @@ from schemas.http_api import (
     TextSentiment,
     Timing,
 )
+from schemas.review_input import Review
 from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
 from worker.health import HealthState, endpoint_answer
@@ -84,17 +85,13 @@ class ApiState:
         self.http_metrics = http_metrics
         self._limits = RequestLimits.from_settings(settings)
         self._admission: RequestAdmission | None = None
-        self._model: ModelRef | None = None
         self._labels: list[str] = []
         self._metrics: WorkerMetrics | None = None  # set by attach
 
-    def attach(
-        self, admission: RequestAdmission, model: ModelRef, labels: list[str], metrics: WorkerMetrics
-    ) -> None:
+    def attach(self, admission: RequestAdmission, labels: list[str], metrics: WorkerMetrics) -> None:
         """The model is warm: requests go to `admission` from now on; their results are counted in `metrics`
         as the Kafka worker counts its own (by label and model version, confidence)."""
-        self._model, self._labels, self._metrics = model, list(labels), metrics
-        metrics.start_predictions(self._labels, model.version)
+        self._labels, self._metrics = list(labels), metrics
         self._admission = admission
 
     def early_refusal(self) -> JSONResponse | None:
@@ -117,27 +114,31 @@ class ApiState:
         if isinstance(items, Refusal):
             return error_response(items.status, items.error, items.reason)
         accepted = time.perf_counter()
-        admission, model = self._admission, self._model
-        if admission is None or model is None:
+        admission = self._admission
+        if admission is None:
             return error_response(503, "not_ready", "the model is still loading", retry_after_s=1)
         timeout_s = self.settings.http_request_timeout_s
-        texts = [item.text for item in items if item.problem is None]
-        outcome = RequestOutcome(outputs=[], queue_seconds=0.0, inference_seconds=0.0, batch_texts=0)
-        if texts:
+        reviews = [Review(item.id, item.text, {}) for item in items if item.problem is None]
+        outcome = RequestOutcome(
+            outputs=[], model=None, queue_seconds=0.0, labelling_seconds=0.0, batch_texts=0
+        )
+        if reviews:
             try:
-                future = admission.submit(texts)
+                future = admission.submit(reviews)
                 outcome = await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
             except (Overloaded, AdmissionClosed) as exc:
                 return status_of(exc)
             except TimeoutError:
                 return error_response(504, "timeout", f"not labelled within {timeout_s:g} s")
         self.http_metrics.texts.inc(len(items))
-        answer = self._response(items, outcome, model, time.perf_counter() - accepted)
+        answer = self._response(items, outcome, admission.model, time.perf_counter() - accepted)
         return Response(answer.model_dump_json(), media_type="application/json")
 
     def _response(
-        self, items: list[RequestItem], outcome: RequestOutcome, model: ModelRef, seconds: float
+        self, items: list[RequestItem], outcome: RequestOutcome, primary: ModelRef, seconds: float
     ) -> SentimentResponse:
+        """`outcome.model` made the labels; a request of only odd texts names the primary."""
+        model = outcome.model or primary
         outputs = iter(outcome.outputs)
         results = [
             result_of(item.id, next(outputs), self._labels)
@@ -154,7 +155,7 @@ class ApiState:
         timing = Timing(
             total_ms=round(seconds * 1000, 3),
             queue_ms=round(outcome.queue_seconds * 1000, 3),
-            inference_ms=round(outcome.inference_seconds * 1000, 3),
+            inference_ms=round(outcome.labelling_seconds * 1000, 3),
             batch_texts=outcome.batch_texts,
         )
         return SentimentResponse(model=model, results=results, timing=timing)

@@ -1,9 +1,9 @@
 """`sentiment-worker serve`: the model over HTTP only (no Kafka), and the one way both `serve` and the Kafka
-worker (`http_api`) put the API on their HTTP port in front of their inference thread.
+worker (`http_api`) put the API on their HTTP port in front of their Labeller.
 
-Start: HTTP up (probes answer, the API says 503 not_ready), token budget, the engine (warm model), request
-admission, ready. Stop (in this order): stop accepting connections and let the requests in progress finish,
-answer every accepted request, stop the engine.
+Start: HTTP up (probes answer, the API says 503 not_ready), the Labeller started (token budget, warm model),
+request admission, ready. Stop (in this order): stop accepting connections and let the requests in progress
+finish, answer every accepted request, stop the Labeller.
 """
 
 from __future__ import annotations
@@ -17,15 +17,13 @@ from threading import Event
 
 from prometheus_client import CollectorRegistry
 
-from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
 from worker.health import HealthState
 from worker.http.admission import RequestAdmission
 from worker.http.api import ApiState, build_app
 from worker.http.connections import ConnectionLimits
 from worker.http.server import HttpServer
-from worker.inference.classifier import Classifier
-from worker.inference.engine import Engine, EngineOptions
+from worker.labelling.labeller import Labeller
 from worker.metrics import WorkerMetrics, create_http_metrics, create_metrics
 
 log = logging.getLogger(__name__)
@@ -53,16 +51,15 @@ def attach_admission(
     api: ApiState,
     server: HttpServer,
     *,
-    engine: Engine,
-    labels: list[str],
-    model: ModelRef,
+    labeller: Labeller,
     metrics: WorkerMetrics,
 ) -> RequestAdmission:
-    """Starts admitting requests to `engine` and hands the admission to the API. On exit `stack` first closes
-    the server (in-progress requests finish), then the admission (every accepted request is answered)."""
+    """Starts admitting requests to `labeller` and hands the admission to the API. On exit `stack` first
+    closes the server (in-progress requests finish), then the admission (every accepted request is
+    answered)."""
     s = api.settings
     admission = RequestAdmission(
-        engine,
+        labeller,
         max_wait_ms=s.http_max_wait_ms,
         max_queued_texts=s.http_max_queued_texts,
         http_metrics=api.http_metrics,
@@ -71,12 +68,12 @@ def attach_admission(
     stack.callback(
         server.close
     )  # runs before admission.close (LIFO); the earlier registration is then a no-op
-    api.attach(admission, model, labels, metrics)
+    api.attach(admission, labeller.labels, metrics)
     return admission
 
 
 class WorkerApi:
-    """The API on the Kafka worker's port, in front of the worker's engine (`run` with http_api):
+    """The API on the Kafka worker's port, in front of the worker's Labeller (`run` with http_api):
     what `SentimentWorker` takes as `api`, so that the run path does not import the HTTP serving."""
 
     def __init__(self) -> None:
@@ -89,19 +86,11 @@ class WorkerApi:
         self._opened = open_api_server(stack, settings, registry, health)
         return self._opened[1].address
 
-    def attach(
-        self,
-        stack: ExitStack,
-        *,
-        engine: Engine,
-        labels: list[str],
-        model: ModelRef,
-        metrics: WorkerMetrics,
-    ) -> None:
+    def attach(self, stack: ExitStack, *, labeller: Labeller, metrics: WorkerMetrics) -> None:
         """`attach_admission` on the server `open` started."""
         if self._opened is None:
             raise RuntimeError("WorkerApi.attach() before open()")
-        attach_admission(stack, *self._opened, engine=engine, labels=labels, model=model, metrics=metrics)
+        attach_admission(stack, *self._opened, labeller=labeller, metrics=metrics)
 
 
 @dataclass
@@ -120,16 +109,14 @@ class SentimentApi:
     def __init__(
         self,
         settings: WorkerSettings,
-        classifier: Classifier,
-        model: ModelRef,
+        labeller: Labeller,
         *,
         registry: CollectorRegistry | None = None,
         stop: Event | None = None,
         on_listening: Callable[[tuple[str, int]], None] | None = None,
     ) -> None:
         self._settings = settings
-        self._classifier = classifier
-        self._model = model
+        self._labeller = labeller
         self._registry = registry if registry is not None else CollectorRegistry()
         self._metrics = create_metrics(self._registry, low_confidence=settings.low_confidence)
         self._health = HealthState(settings.liveness_timeout_s, kafka=False)
@@ -149,14 +136,8 @@ class SentimentApi:
         """Serves until `request_stop()`; returns after the accepted requests are answered."""
         s = self._settings
         started = time.monotonic()
-        device = getattr(self._classifier, "device", None)
-        self._metrics.model.info(
-            {
-                "name": self._model.name,
-                "version": self._model.version,
-                "device": str(getattr(device, "paddle_device", device) or "unknown"),
-            }
-        )
+        labeller = self._labeller
+        labeller.observe(self._metrics)
         with ExitStack() as stack:
             api, server = open_api_server(stack, s, self._registry, self._health)
             self.address = server.address
@@ -165,23 +146,13 @@ class SentimentApi:
             )
             if self._on_listening is not None:
                 self._on_listening(self.address)
-            options = EngineOptions.from_settings(s, self._classifier)
-            engine = Engine(self._classifier, options, on_labelled=self._metrics.observe_group)
-            stack.enter_context(engine)  # started and warm; closed on the way out
-            attach_admission(
-                stack,
-                api,
-                server,
-                engine=engine,
-                labels=self._classifier.labels,
-                model=self._model,
-                metrics=self._metrics,
-            )
+            stack.enter_context(labeller)  # started and warm; closed on the way out
+            attach_admission(stack, api, server, labeller=labeller, metrics=self._metrics)
             self._health.model_warm = True
             self._metrics.ready.set(1)
             while not self._stop.wait(0.5):
                 # Alive while the model makes progress (a lane stuck in one call for longer is not).
-                if engine.stalled_s() <= s.liveness_timeout_s:
+                if labeller.stalled_s() <= s.liveness_timeout_s:
                     self._health.loop_turned()
             self._health.stopping = True
             self._metrics.ready.set(0)

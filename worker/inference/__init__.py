@@ -12,7 +12,6 @@ the budget) and `tuning/` (its calibration).
 
 from worker.inference.classifier import Classifier, InferenceFailure, Output
 from worker.inference.engine import Engine, EngineClosed, EngineOptions, Labelled
-from worker.inference.in_order import InOrder
 from worker.inference.label_fields import LabelFields, label_fields
 from worker.inference.model_calls import GroupStats
 from worker.inference.token_budget import BudgetChoice, StartupError, choose_token_budget
@@ -23,7 +22,6 @@ __all__ = [
     "Engine",
     "EngineClosed",
     "EngineOptions",
-    "InOrder",
     "InferenceFailure",
     "LabelFields",
     "Labelled",

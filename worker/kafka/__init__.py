@@ -15,7 +15,7 @@ consumer, topics, transactions at start). Health and metrics are `worker.health`
 and `worker.metrics`, shared with the HTTP serving.
 
 The HTTP serving of the same model is `worker.http`: this package never imports it (with http_api, `run`
-hands the worker its API, `app.WorkerApi`).
+hands the worker its API, `app.PortApi`, which `worker.http.serving.WorkerApi` is).
 """
 
 from worker.kafka.app import SentimentWorker

@@ -1,8 +1,8 @@
 """The one place that wires the stages together and owns the worker's lifecycle.
 
-poll thread:  consume → window → decode → engine.submit ─┐                ┌─► publish in input order → acks →
-                                                       ▼ (bounded)       │    offset tracker → store/commit
-engine:              tokenize → token-budget batches → model lanes ──────┘ (windows collected in order)
+poll thread:  consume → window → decode → labeller.label ─┐                ┌─► publish in input order → acks →
+                                                         ▼ (bounded)     │    offset tracker → store/commit
+Labeller (engine):   tokenize → token-budget batches → model lanes ──────┘ (windows collected in order)
 Exactly-once mode publishes each window and its offsets in one transaction instead.
 Stop: fetch no more, finish the fetched windows, flush, commit, close.
 """
@@ -19,12 +19,8 @@ from typing import NamedTuple, Protocol
 from confluent_kafka import Message
 from prometheus_client import CollectorRegistry
 
-from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
 from worker.health import HealthServer, HealthState
-from worker.inference.classifier import Classifier
-from worker.inference.engine import Engine, EngineOptions, Labelled
-from worker.inference.in_order import InOrder
 from worker.kafka import kafka_clients
 from worker.kafka.authorization import consume_refusal, is_authorization_error
 from worker.kafka.backpressure import Backpressure
@@ -41,6 +37,8 @@ from worker.kafka.result_encoding import ResultEncoder, registered_result_encode
 from worker.kafka.run_tracker import RunSummary, RunTracker
 from worker.kafka.window_shape import WindowShape
 from worker.kafka.windows import DecodeOptions, PreparedWindow, prepare_window, window_records
+from worker.labelling.in_order import InOrder
+from worker.labelling.labeller import Labeller, Predictions
 from worker.metrics import WorkerMetrics, create_metrics
 
 log = logging.getLogger(__name__)
@@ -53,8 +51,8 @@ _MAX_WINDOW_BYTES = 64 * 1024 * 1024
 _REGISTRY_RETRY_S = (0.5, 1.0, 2.0, 5.0)  # waits before preparing a window again while the registry is away
 
 
-class WorkerApi(Protocol):
-    """The HTTP API on the worker's own port (`run` with http_api), answered by the worker's engine:
+class PortApi(Protocol):
+    """The HTTP API on the worker's own port (`run` with http_api), answered by the worker's Labeller:
     `worker.http.serving.WorkerApi`, handed in by the caller (the run path never imports http)."""
 
     def open(
@@ -63,16 +61,8 @@ class WorkerApi(Protocol):
         """Listens on `http_host:http_port` (the API says 503 until `attach`); `stack` closes it."""
         ...
 
-    def attach(
-        self,
-        stack: ExitStack,
-        *,
-        engine: Engine,
-        labels: list[str],
-        model: ModelRef,
-        metrics: WorkerMetrics,
-    ) -> None:
-        """Starts answering requests through `engine`."""
+    def attach(self, stack: ExitStack, *, labeller: Labeller, metrics: WorkerMetrics) -> None:
+        """Starts answering requests through `labeller`."""
         ...
 
 
@@ -82,8 +72,7 @@ class _StartedParts(NamedTuple):
     consumer: ReviewConsumer
     publisher: ResultPublisher
     records: OutboundRecords
-    engine: Engine
-    windows: InOrder[PreparedWindow]  # submitted to the engine, collected in order (bounded)
+    windows: InOrder[PreparedWindow]  # submitted to the Labeller, collected in order (bounded)
     committer: Committer
 
 
@@ -93,13 +82,12 @@ class SentimentWorker:
     def __init__(
         self,
         settings: WorkerSettings,
-        classifier: Classifier,
-        model: ModelRef,
+        labeller: Labeller,
         *,
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
         stop: Event | None = None,
-        api: WorkerApi | None = None,
+        api: PortApi | None = None,
         clients: KafkaClients | None = None,
     ) -> None:
         """`clients` opens the producer and the consumer (the real ones unless given: a unit test passes
@@ -109,8 +97,7 @@ class SentimentWorker:
         self._settings = settings
         self._api = api
         self._clients = clients if clients is not None else KafkaClients()
-        self._classifier = classifier
-        self._model = model
+        self._labeller = labeller
         self._registry = registry if registry is not None else CollectorRegistry()
         self._metrics: WorkerMetrics = create_metrics(self._registry, low_confidence=settings.low_confidence)
         self._clock = clock
@@ -120,7 +107,7 @@ class SentimentWorker:
         self._lag_gauges = LagGauges(
             self._metrics, self._book, settings.librdkafka_common(), settings.input_topic
         )
-        self._window_shape = WindowShape.for_device(settings, classifier)
+        self._window_shape = WindowShape.for_device(settings, on_gpu=labeller.on_gpu)
         self._window: ConsumeWindow[InputMessage] = self._new_window()
         self._decode_options = DecodeOptions.from_settings(settings, registry_decoder(settings))
         self._registry_retry_at = 0.0  # the window is not prepared before this while the registry is away
@@ -166,8 +153,8 @@ class SentimentWorker:
     # ----- lifecycle -----
     def _start(self, stack: ExitStack) -> None:
         """Start order, each step closed by `stack` on the way out: the metrics exported at 0, HTTP up (the
-        probes answer while the model loads), the producer and the output topics checked, the engine warm,
-        the API attached to it, the consumer in the group."""
+        probes answer while the model loads), the producer and the output topics checked, the Labeller's
+        models warm, the API attached to it, the consumer in the group."""
         s = self._settings
         self._export_metrics()
         api = self._open_http(stack)
@@ -178,13 +165,10 @@ class SentimentWorker:
         committer_type = committer_for(s.delivery)
         committer_type.prepare(publisher, s)  # exactly_once: registers the transactional id
         self._health.broker_reachable = True
-        options = EngineOptions.from_settings(s, self._classifier)
-        engine = Engine(self._classifier, options, on_labelled=self._metrics.observe_group)
-        stack.enter_context(engine)  # started and warm; closed on the way out
+        stack.enter_context(self._labeller)  # started and warm; closed on the way out
         self._health.model_warm = True
         if api is not None:
-            labels, model, metrics = self._classifier.labels, self._model, self._metrics
-            api.attach(stack, engine=engine, labels=labels, model=model, metrics=metrics)
+            api.attach(stack, labeller=self._labeller, metrics=self._metrics)
         rebalance = Rebalance(self._on_assign, self._on_revoke, self._on_lost)
         consumer = self._clients.open_consumer(s, rebalance, transactional=committer_type.transactional)
         # Closing leaves the group; its revoke callback flushes and commits what is acknowledged.
@@ -197,10 +181,9 @@ class SentimentWorker:
             records,
             self._run,
             self._metrics,
-            self._model.version,
         )
-        windows: InOrder[PreparedWindow] = InOrder(engine, capacity=s.max_queued_windows)
-        self._parts = _StartedParts(consumer, publisher, records, engine, windows, committer)
+        windows: InOrder[PreparedWindow] = InOrder(self._labeller, capacity=s.max_queued_windows)
+        self._parts = _StartedParts(consumer, publisher, records, windows, committer)
         consumer.subscribe()
         log.info(
             "consuming %s as group %s → results to %s, dead letters to %s; %s",
@@ -213,20 +196,17 @@ class SentimentWorker:
 
     def _export_metrics(self) -> None:
         s = self._settings
-        self._metrics.model.info(
-            {"name": self._model.name, "version": self._model.version, "device": _device_of(self._classifier)}
-        )
-        self._metrics.start_predictions(self._classifier.labels, self._model.version)
+        self._labeller.observe(self._metrics)
         # Exported at 0 from the start, so rate() counts the first messages (a series is born at its value).
         self._metrics.messages_consumed.labels(s.input_topic)
         self._metrics.results_published.labels(s.output_topic)
 
-    def _open_http(self, stack: ExitStack) -> WorkerApi | None:
+    def _open_http(self, stack: ExitStack) -> PortApi | None:
         """The HTTP port: the API with the probes (http_api), or the probes and metrics alone; the API
-        answers 503 until it is attached to the engine. Returns the API to attach, if any."""
+        answers 503 until it is attached to the Labeller. Returns the API to attach, if any."""
         s = self._settings
         api = self._api if s.http_port and s.http_api else None
-        if api is not None:  # the API on the same port, through this worker's engine
+        if api is not None:  # the API on the same port, through this worker's Labeller
             self.http_address = api.open(stack, s, self._registry, self._health)
             log.info(
                 "HTTP API, metrics and health on http://%s:%d (/v1/sentiment /metrics ...)",
@@ -275,8 +255,7 @@ class SentimentWorker:
         s = self._settings
         partition_counts, max_message_bytes = kafka_clients.output_topic_limits(publisher, s)
         return OutboundRecords(
-            labels=self._classifier.labels,
-            model=self._model,
+            labels=self._labeller.labels,
             output_topic=s.output_topic,
             dlq_topic=s.dlq_topic,
             worker_id=s.worker_id,
@@ -298,11 +277,11 @@ class SentimentWorker:
             if run.stop_requested:
                 return "stop requested"
             self._health.loop_turned()
-            # Step 2. Windows the engine labelled, published in input order.
+            # Step 2. Windows the Labeller labelled, published in input order.
             self._publish_labelled()
-            # Step 3. The window, when due (full, waited max_wait_ms, or the run's limit), to the engine.
+            # Step 3. The window, when due (full, waited max_wait_ms, or the run's limit), to the Labeller.
             self._submit_due_window()
-            # Step 4. Consume as much as there is room for, or wait for the engine (backpressure).
+            # Step 4. Consume as much as there is room for, or wait for the Labeller (backpressure).
             messages = self._consume_or_wait()
             self._accept_all(messages)
             # Step 5. Delivery reports in; what they made committable stored (or committed).
@@ -319,15 +298,17 @@ class SentimentWorker:
 
     def _submit_due_window(self) -> None:
         if self._window_shape.fills_token_budget:  # a GPU window: about one batch at the mean length so far
-            engine = self._started.engine
-            self._window.max_messages = self._window_shape.cap(engine.token_budget, engine.tokens_per_text)
+            labeller = self._labeller
+            self._window.max_messages = self._window_shape.cap(
+                labeller.token_budget, labeller.tokens_per_text
+            )
         in_progress = self._book.offsets.unacknowledged()
         due = self._window.is_due() or self._run.limit_reached(in_progress)
         if len(self._window) and due and self._started.windows.has_room():
             self._submit_window()
 
     def _consume_or_wait(self) -> list[Message]:
-        """Messages consumed this turn: up to the window's room (and the run's), unless the engine is busy
+        """Messages consumed this turn: up to the window's room (and the run's), unless the Labeller is busy
         enough that backpressure says wait for it (see worker/kafka/backpressure.py)."""
         windows = self._started.windows
         room = self._window.max_messages - len(self._window)
@@ -379,7 +360,7 @@ class SentimentWorker:
         self._progress_mark = (summary.done, now)
 
     def _idle(self, *, consumed: int) -> bool:
-        """Nothing consumed this turn and nothing in the window, the engine or the producer."""
+        """Nothing consumed this turn and nothing in the window, the Labeller or the producer."""
         windows, publisher = self._started.windows, self._started.publisher
         return not consumed and not len(self._window) and not windows.in_flight and publisher.pending() == 0
 
@@ -438,7 +419,7 @@ class SentimentWorker:
             self._metrics.messages_consumed.labels(topic).inc(count)
 
     def _submit_window(self) -> None:
-        """The window's messages decoded here, their valid reviews submitted to the engine. While the Schema
+        """The window's messages decoded here, their valid reviews submitted to the Labeller. While the Schema
         Registry cannot answer, the window stays as it is (full, it stops consumption) and is prepared again
         after a wait; /readyz says why meanwhile. Nothing of it is dead-lettered for that."""
         if self._registry_failures and self._clock() < self._registry_retry_at:
@@ -452,7 +433,7 @@ class SentimentWorker:
             self._registry_away(str(exc))
             return
         self._registry_back()
-        self._started.windows.submit(prepared, prepared.texts)
+        self._started.windows.submit(prepared, prepared.reviews)
 
     def _registry_back(self) -> None:
         if self._registry_failures:
@@ -472,9 +453,9 @@ class SentimentWorker:
         self._health.registry_problem = problem
         self._metrics.ready.set(0)
 
-    def _publish_window(self, prepared: PreparedWindow, labelled: Labelled) -> None:
+    def _publish_window(self, prepared: PreparedWindow, predictions: Predictions) -> None:
         """Publishes exactly one record per input of the window that is still ours, in input order."""
-        records = window_records(prepared, labelled.outputs, self._book, self._started.records, self._clock())
+        records = window_records(prepared, predictions, self._book, self._started.records, self._clock())
         rewind = self._started.committer.publish(records)
         if rewind:  # an aborted transaction: its inputs are read and labelled again
             self._rewind(rewind)
@@ -596,11 +577,6 @@ class SentimentWorker:
         if self._parts is None:
             raise RuntimeError("the worker is not started")
         return self._parts
-
-
-def _device_of(classifier: Classifier) -> str:
-    device = getattr(classifier, "device", None)
-    return str(getattr(device, "paddle_device", device) or "unknown")
 
 
 class _StoppedStarting(Exception):

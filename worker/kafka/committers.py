@@ -113,7 +113,6 @@ class Committer(ABC):
         records: OutboundRecords,
         run: RunTracker,
         metrics: WorkerMetrics,
-        model_version: str,
     ) -> None:
         self._options = options
         self._consumer = consumer
@@ -122,7 +121,6 @@ class Committer(ABC):
         self._records = records
         self._run = run
         self._metrics = metrics
-        self._model_version = model_version
         self._first_failure: Delivery | None = None
 
     @classmethod
@@ -171,8 +169,8 @@ class Committer(ABC):
         now_ms = time.time() * 1000.0
         done: dict[str, int] = {}  # per kind ("result" or a dead-letter kind)
         results: dict[str, int] = {}  # per topic
-        labels: dict[str, int] = {}
-        confidences: list[float] = []
+        labels: dict[tuple[str, str], int] = {}  # per label and model version
+        confidences: dict[str, list[float]] = {}  # per model version
         latencies: list[float] = []
         for delivery in deliveries:
             record, src = delivery.record, delivery.record.source
@@ -190,8 +188,9 @@ class Committer(ABC):
             if record.kind == "result":
                 results[record.topic] = results.get(record.topic, 0) + 1
                 if record.label is not None and record.confidence is not None:
-                    labels[record.label] = labels.get(record.label, 0) + 1
-                    confidences.append(record.confidence)
+                    version = record.model_version or ""
+                    labels[record.label, version] = labels.get((record.label, version), 0) + 1
+                    confidences.setdefault(version, []).append(record.confidence)
             if src.timestamp_ms is not None:
                 latencies.append(max(0.0, (now_ms - src.timestamp_ms) / 1000.0))
         # The metrics and the run's counts once per turn, not once per record.
@@ -201,7 +200,9 @@ class Committer(ABC):
                 self._metrics.dead_letters.labels(kind).inc(count)
         for topic, count in results.items():
             self._metrics.results_published.labels(topic).inc(count)
-        self._metrics.observe_predictions(labels, confidences, self._model_version)
+        for version, version_confidences in confidences.items():
+            counts = {label: n for (label, of), n in labels.items() if of == version}
+            self._metrics.observe_predictions(counts, version_confidences, version)
         observe_all(self._metrics.end_to_end_latency_seconds, latencies)
 
     @abstractmethod

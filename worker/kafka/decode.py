@@ -15,21 +15,12 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from schemas.dead_letter import DeadLetterKind
-from schemas.review_input import text_problem
+from schemas.review_input import Review, text_problem
 
 InputFormat = Literal["json", "text"]
 
 _EXAMPLE: Final = 'send UTF-8 encoded JSON like {"text": "..."}'
 _BOM: Final = "\ufeff"
-
-
-@dataclass(frozen=True, slots=True)
-class DecodedReview:
-    """A valid review: its id (input id or the default id), the text as given, and the free metadata."""
-
-    id: str
-    text: str
-    metadata: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +106,7 @@ def decode_review(
     default_id: str,
     text_field: str = "text",
     id_field: str = "id",
-) -> DecodedReview | DecodeFailure:
+) -> Review | DecodeFailure:
     """Decode one record value.
 
     `input_format="json"`: a UTF-8 JSON object with a string `text`, an optional string or integer `id`
@@ -168,7 +159,7 @@ def _decode_json(
     default_id: str,
     text_field: str,
     id_field: str,
-) -> DecodedReview | DecodeFailure:
+) -> Review | DecodeFailure:
     try:
         document = _DECODER.decode(decoded)
     except RecursionError:
@@ -251,11 +242,11 @@ def review_id_of(
 
 def checked_review(
     text: str, max_text_chars: int, review_id: str, metadata: dict[str, Any]
-) -> DecodedReview | DecodeFailure:
+) -> Review | DecodeFailure:
     """The review, or its failure by the one rule for odd texts (`text_problem`), for every input format."""
     problem = text_problem(text, max_text_chars)
     if problem is None:
-        return DecodedReview(id=review_id, text=text, metadata=metadata)
+        return Review(id=review_id, text=text, metadata=metadata)
     fix = "send the review text" if problem.kind is DeadLetterKind.EMPTY_TEXT else "split long reviews"
     return DecodeFailure(problem.kind, f"{problem.reason}: {fix}")
 

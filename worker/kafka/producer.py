@@ -48,8 +48,9 @@ class OutboundRecord(NamedTuple):
     headers: list[tuple[str, bytes | None]] | None  # None: a header without a value (Kafka allows it)
     source: SourcePosition
     kind: str  # "result" or a dead-letter kind
-    label: str | None = None  # a result's label and confidence (counted when acknowledged)
+    label: str | None = None  # a result's label, confidence and model version (counted when acknowledged)
     confidence: float | None = None
+    model_version: str | None = None
 
 
 class Delivery(NamedTuple):

@@ -13,9 +13,9 @@ import numpy as np
 from confluent_kafka import KafkaError
 
 from schemas.dead_letter import HEADER_PREFIX, MAX_REASON_CHARS, DeadLetterKind, build_dead_letter_headers
+from schemas.review_input import Review
 from schemas.sentiment_result import ModelRef, SentimentResult, SourceRef
 from worker.inference.label_fields import LabelFields, label_fields
-from worker.kafka.decode import DecodedReview
 from worker.kafka.producer import OutboundRecord, SourcePosition, record_size
 from worker.kafka.result_encoding import ResultEncoder
 
@@ -44,22 +44,23 @@ _to_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan
 class ResultWriter:
     """Writes `SentimentResult` values. JSON (`encode` None) directly, its fields in the schema's order: the
     fields are correct by construction, so no record is validated again on the poll thread (the tests check
-    what this writes against the schema's model), and what every result of a worker shares is encoded once.
-    A registry format (`encode`: its `ResultEncoder`) from the validated model."""
+    what this writes against the schema's model), and what every result of a worker shares is encoded once
+    (the labels, each model's identity, each source topic). A registry format (`encode`: its
+    `ResultEncoder`) from the validated model."""
 
-    def __init__(self, labels: list[str], model: ModelRef, encode: ResultEncoder | None = None) -> None:
+    def __init__(self, labels: list[str], encode: ResultEncoder | None = None) -> None:
         self._labels = labels
-        self._model = model
         self._encode = encode
         self._label_json = [encode_basestring(label) for label in labels]
         self._label_keys = [label + ":" for label in self._label_json]
-        self._model_json = model.model_dump_json()
+        self._models: dict[ModelRef, str] = {}  # each model's JSON, encoded once
         self._topics: dict[str, str] = {}
 
     def value(
         self,
         review_id: str,
         probabilities: np.ndarray,
+        model: ModelRef,
         source: SourcePosition,
         processing_time_ms: float,
         processed_at_ms: int,
@@ -67,6 +68,9 @@ class ResultWriter:
     ) -> tuple[bytes, LabelFields]:
         """One result's JSON value, and its label fields."""
         fields = label_fields(probabilities, self._labels)
+        model_json = self._models.get(model)
+        if model_json is None:
+            model_json = self._models[model] = model.model_dump_json()
         topic = self._topics.get(source.topic)
         if topic is None:
             topic = self._topics[source.topic] = encode_basestring(source.topic)
@@ -78,7 +82,7 @@ class ResultWriter:
             f'{{"schema_name":"sentiment-result","schema_version":1,"id":{encode_basestring(review_id)},'
             f'"label":{self._label_json[fields["label_id"]]},"label_id":{fields["label_id"]},'
             f'"confidence":{fields["confidence"]!r},"probabilities":{{{probabilities_json}}},'
-            f'"model":{self._model_json},"source":{{"topic":{topic},"partition":{source.partition},'
+            f'"model":{model_json},"source":{{"topic":{topic},"partition":{source.partition},'
             f'"offset":{source.offset},"timestamp_ms":{timestamp_ms}}},'
             f'"processing_time_ms":{processing_time_ms!r},"processed_at_ms":{processed_at_ms},'
             f'"metadata":{_to_json(metadata) if metadata else "{}"}}}'
@@ -88,20 +92,23 @@ class ResultWriter:
     def record(
         self,
         message: InputMessage,
-        review: DecodedReview,
+        review: Review,
         probabilities: np.ndarray,
+        model: ModelRef,
         *,
         topic: str,
         partition: int | None,
         now: float,
     ) -> OutboundRecord:
-        """The result record of one review; its key is the input key. `now` is time.monotonic()."""
+        """The result record of one review, labelled by `model`; its key is the input key. `now` is
+        time.monotonic()."""
         processing_time_ms = round(max(0.0, now - message.consumed_at) * 1000.0, 3)
         processed_at_ms = int(time.time() * 1000)
         if self._encode is None:
             value, fields = self.value(
                 review.id,
                 probabilities,
+                model,
                 message.position,
                 processing_time_ms,
                 processed_at_ms,
@@ -114,7 +121,7 @@ class ResultWriter:
                 SentimentResult(
                     id=review.id,
                     **fields,
-                    model=self._model,
+                    model=model,
                     source=SourceRef(
                         topic=src.topic,
                         partition=src.partition,
@@ -136,6 +143,7 @@ class ResultWriter:
             kind="result",
             label=fields["label"],
             confidence=fields["confidence"],
+            model_version=model.version,
         )
 
 
@@ -191,7 +199,6 @@ class OutboundRecords:
         self,
         *,
         labels: list[str],
-        model: ModelRef,
         output_topic: str,
         dlq_topic: str,
         worker_id: str,
@@ -201,7 +208,7 @@ class OutboundRecords:
         clock: Callable[[], float] = time.monotonic,
         encode: ResultEncoder | None = None,
     ) -> None:
-        self._results = ResultWriter(labels, model, encode)
+        self._results = ResultWriter(labels, encode)
         self._output_topic = output_topic
         self._dlq_topic = dlq_topic
         self._worker_id = worker_id
@@ -212,12 +219,13 @@ class OutboundRecords:
         self._refused: set[tuple[str, SourcePosition]] = set()  # see refused_in_aborted_transaction
 
     def result(
-        self, item: InputMessage, review: DecodedReview, probs: np.ndarray, now: float
+        self, item: InputMessage, review: Review, probs: np.ndarray, model: ModelRef, now: float
     ) -> OutboundRecord:
         return self._results.record(
             item,
             review,
             probs,
+            model,
             topic=self._output_topic,
             partition=self.partition(self._output_topic, item.position.partition),
             now=now,

@@ -31,9 +31,10 @@ from google.protobuf.message_factory import GetMessageClass
 
 from schemas.dead_letter import DeadLetterKind
 from schemas.proto_text import parse_proto
+from schemas.review_input import Review
 from worker.config import REGISTRY_FORMATS, WorkerSettings
 from worker.errors import OperationError
-from worker.kafka.decode import DecodedReview, DecodeFailure, checked_review, review_id_of
+from worker.kafka.decode import DecodeFailure, checked_review, review_id_of
 from worker.kafka.wire_format import HEADER_BYTES, json_safe, not_wire_format_reason, schema_id_of
 
 _NOT_FOUND = 404
@@ -220,7 +221,7 @@ class RegistryDecoder:
             return None
         return json_safe(document) if isinstance(document, dict) else None
 
-    def decode(self, value: bytes | None, default_id: str) -> DecodedReview | DecodeFailure:
+    def decode(self, value: bytes | None, default_id: str) -> Review | DecodeFailure:
         """One value: a review, or a dead letter's kind and reason. Raises `RegistryUnavailable`."""
         if value is None or not value:
             what = "null (a tombstone)" if value is None else "empty (0 bytes)"
@@ -282,7 +283,7 @@ def review_of_record(
     text_field: str,
     id_field: str,
     max_text_chars: int,
-) -> DecodedReview | DecodeFailure:
+) -> Review | DecodeFailure:
     """A decoded record (`document`, written with schema `schema_id`) as a review: the text from
     `text_field`, the id from `id_field` (a string or an integer; absent or null: `default_id`), the other
     fields as JSON-able metadata; or the dead letter's kind and reason."""

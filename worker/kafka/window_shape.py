@@ -8,8 +8,7 @@ import math
 from dataclasses import dataclass
 
 from worker.config import WorkerSettings
-from worker.inference.batch_shape import is_set, on_gpu
-from worker.inference.classifier import Classifier
+from worker.inference.batch_shape import is_set
 
 
 @dataclass(frozen=True)
@@ -26,9 +25,9 @@ class WindowShape:
             raise ValueError(f"max_messages must be >= 1, got {self.max_messages}")
 
     @classmethod
-    def for_device(cls, settings: WorkerSettings, classifier: Classifier | object) -> WindowShape:
+    def for_device(cls, settings: WorkerSettings, *, on_gpu: bool) -> WindowShape:
         """`max_window_messages` as it is on CPU or when set; on a GPU otherwise filling the token budget."""
-        fills = on_gpu(classifier) and not is_set(settings, "max_window_messages")
+        fills = on_gpu and not is_set(settings, "max_window_messages")
         return cls(settings.max_window_messages, fills)
 
     def cap(self, token_budget: int, tokens_per_text: float | None) -> int:

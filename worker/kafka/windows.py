@@ -1,18 +1,20 @@
-"""A window of consumed messages on its way through the stages: decoded on the poll thread (`prepare_window`),
-its valid reviews' texts submitted to the engine, then turned into one outbound record per input
+"""A window of consumed messages on its way through the stages: decoded on the poll thread
+(`prepare_window`), its valid reviews handed to the Labeller, then turned into one outbound record per input
 (`window_records`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from schemas.review_input import Review
 from worker.config import REGISTRY_FORMATS, WorkerSettings
-from worker.inference.classifier import InferenceFailure, Output
-from worker.kafka.decode import DecodedReview, DecodeFailure, InputFormat, decode_review
+from worker.inference.classifier import InferenceFailure
+from worker.kafka.decode import DecodeFailure, InputFormat, decode_review
 from worker.kafka.partitions import PartitionBook
 from worker.kafka.producer import OutboundRecord
 from worker.kafka.records import InputMessage, OutboundRecords
 from worker.kafka.registry_decode import RegistryDecoder
+from worker.labelling.labeller import Predictions
 
 
 @dataclass(frozen=True)
@@ -50,12 +52,12 @@ class PreparedWindow:
     """Messages in consume order, each decoded."""
 
     items: list[InputMessage]
-    decoded: list[DecodedReview | DecodeFailure]
+    decoded: list[Review | DecodeFailure]
 
     @property
-    def texts(self) -> list[str]:
-        """The valid reviews' texts, in order: what the engine labels."""
-        return [d.text for d in self.decoded if isinstance(d, DecodedReview)]
+    def reviews(self) -> list[Review]:
+        """The valid reviews, in order: what the Labeller labels."""
+        return [d for d in self.decoded if isinstance(d, Review)]
 
 
 def prepare_window(items: list[InputMessage], options: DecodeOptions) -> PreparedWindow:
@@ -65,7 +67,7 @@ def prepare_window(items: list[InputMessage], options: DecodeOptions) -> Prepare
     if options.registry is not None:
         registry = options.registry
         return PreparedWindow(items, [registry.decode(item.value, item.default_id) for item in items])
-    decoded: list[DecodedReview | DecodeFailure] = [
+    decoded: list[Review | DecodeFailure] = [
         decode_review(
             item.value,
             input_format=options.input_format,
@@ -83,18 +85,19 @@ def prepare_window(items: list[InputMessage], options: DecodeOptions) -> Prepare
 
 def window_records(
     prepared: PreparedWindow,
-    outputs: list[Output],
+    predictions: Predictions,
     book: PartitionBook,
     outbound: OutboundRecords,
     now: float,
 ) -> list[OutboundRecord]:
     """One record per input whose partition is still ours (`book`), in input order: its result, or its dead
-    letter (built by `outbound`; `now` on the worker's clock). `outputs`: the engine's, one per valid
-    review."""
+    letter (built by `outbound`; `now` on the worker's clock). `predictions`: the Labeller's, one output per
+    valid review, and the model that made them."""
     records: list[OutboundRecord] = []
-    predictions = iter(outputs)
+    model = predictions.model
+    outputs = iter(predictions.outputs)
     for item, review in zip(prepared.items, prepared.decoded, strict=True):
-        output = next(predictions) if isinstance(review, DecodedReview) else None
+        output = next(outputs) if isinstance(review, Review) else None
         if not book.owns((item.position.topic, item.position.partition), item.epoch):
             continue  # its partition was revoked meanwhile: uncommitted, so the new owner labels it
         if isinstance(review, DecodeFailure):
@@ -103,5 +106,5 @@ def window_records(
             records.append(outbound.dead_letter(item, output.kind, output.reason))
         else:
             assert output is not None
-            records.append(outbound.result(item, review, output, now))
+            records.append(outbound.result(item, review, output, model, now))
     return records

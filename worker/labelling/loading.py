@@ -1,26 +1,48 @@
-"""Loading the model a command serves, as the settings say: the device chosen (never a silent fallback: a
+"""Loading a model the Labeller serves, as the settings say: the device chosen (never a silent fallback: a
 GPU asked for and not working is a configuration error), the directory or name loaded, and its identity."""
 
 from __future__ import annotations
 
 import logging
+from typing import NamedTuple
 
 from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
 from worker.errors import ConfigurationError
+from worker.inference.classifier import Classifier
 from worker.model.classifier import TextClassifierBase
 from worker.model.device import DeviceUnavailableError, activate, choose_device
 from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier
 
-__all__ = ["load_model"]
+__all__ = ["LoadedModel", "device_name", "load_classifier_for", "load_model"]
 
 log = logging.getLogger(__name__)
 
 
-def load_model(settings: WorkerSettings) -> tuple[TextClassifierBase, ModelRef]:
-    """The classifier and its ModelRef, built as the settings say: model, device, max_seq_len, backend
-    (dynamic/static/onnx, or identity when allow_identity_model), tokenizer, long_text, cpu_threads,
-    FP16/TensorRT."""
+class LoadedModel(NamedTuple):
+    """A loaded model and its identity (name, version): what the Labeller serves."""
+
+    classifier: Classifier
+    ref: ModelRef
+
+
+def device_name(classifier: object) -> str:
+    """The classifier's device as Paddle names it (`cpu`, `gpu:0`), or `unknown`."""
+    device = getattr(classifier, "device", None)
+    return str(getattr(device, "paddle_device", device) or "unknown")
+
+
+def load_model(settings: WorkerSettings) -> LoadedModel:
+    """The model the settings name, and its identity (`load_classifier_for`)."""
+    classifier = load_classifier_for(settings)
+    return LoadedModel(classifier, ModelRef(name=classifier.name, version=classifier.version))
+
+
+def load_classifier_for(settings: WorkerSettings) -> TextClassifierBase:
+    """The classifier built as the settings say: model, device, max_seq_len, backend (dynamic/static/onnx, or
+    identity when allow_identity_model), tokenizer, long_text, cpu_threads, FP16/TensorRT. The device is
+    chosen and activated first; a GPU asked for and not working, or a model that cannot load, is a
+    ConfigurationError saying what to do."""
     try:
         choice = choose_device(settings.device)
     except DeviceUnavailableError as exc:
@@ -37,4 +59,4 @@ def load_model(settings: WorkerSettings) -> tuple[TextClassifierBase, ModelRef]:
     except ModelLoadError as exc:
         raise ConfigurationError(f"model: {exc}") from None
     log.info("model %r", classifier)
-    return classifier, ModelRef(name=classifier.name, version=classifier.version)
+    return classifier

@@ -41,6 +41,7 @@ __all__ = [
     "die_with_parent",
     "plan_lines",
     "process_settings",
+    "supervise",
 ]
 
 _POLL_S = 0.1
@@ -288,3 +289,19 @@ def combine_summaries(summaries: Sequence[dict[str, Any]]) -> dict[str, Any]:
     combined["seconds"] = max((float(s.get("seconds", 0)) for s in summaries), default=0.0)
     combined["processes"] = list(summaries)
     return combined
+
+
+def supervise(
+    settings: WorkerSettings, count: int, command: Callable[[int], Sequence[str]]
+) -> tuple[dict[str, Any], ProcessFailure | None]:
+    """`run --processes N` in the parent: logs each process's plan, starts `count` children from
+    `command(index)`, forwards SIGTERM/SIGINT to them and waits. Returns their summaries added up, and the
+    first failure (the others were stopped when it happened), if any."""
+    log.info("%d worker processes, each its own member of group %s:", count, settings.group_id)
+    for line in plan_lines(settings, count, os.cpu_count() or 1):
+        log.info("  %s", line)
+    supervisor = Supervisor(command, count, kill_after_s=settings.shutdown_timeout_s)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda received, _frame: supervisor.forward(received))
+    failure = supervisor.run()
+    return combine_summaries(supervisor.summaries), failure

@@ -1,10 +1,10 @@
 """Offline labelling of review files (the `predict` command): no Kafka, the worker's pipelined path.
 
 The rows come from `review_files.ReviewFile` (TXT, CSV, JSONL; the text and id columns named), bad rows by
-the rules the worker decodes with. This thread reads the next chunk of rows while the engine (the worker's)
-labels the current one (token-budget, length-grouped batches on the model lanes); at most two chunks are in
-flight, so memory stays bounded whatever the input's size. One output row per input row, in input order,
-each with its id (the row's, else its line number) and line.
+the rules the worker decodes with. This thread reads the next chunk of rows while the Labeller (the worker's
+engine) labels the current one (token-budget, length-grouped batches on the model lanes); at most two chunks
+are in flight, so memory stays bounded whatever the input's size. One output row per input row, in input
+order, each with its id (the row's, else its line number) and line.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from typing import Any, TextIO
 
-from worker.inference.classifier import Classifier, InferenceFailure, Output
-from worker.inference.engine import Engine, EngineOptions
-from worker.inference.in_order import InOrder
+from schemas.review_input import Review
+from worker.inference.classifier import InferenceFailure, Output
 from worker.inference.label_fields import label_fields
+from worker.labelling.in_order import InOrder
+from worker.labelling.labeller import Labeller
 from worker.tools.review_files import BadRow, FileReview, Row, text_lines
 
 _CHUNK_ROWS = 512
@@ -25,34 +26,36 @@ _QUEUED_CHUNKS = 2
 
 
 def predict_rows(
-    classifier: Classifier,
-    rows: Iterable[Row],
-    options: EngineOptions | None = None,
-    *,
-    on_chunk: Callable[[int], None] | None = None,
+    labeller: Labeller, rows: Iterable[Row], *, on_chunk: Callable[[int], None] | None = None
 ) -> Iterator[dict[str, Any]]:
     """One output dict per row, in input order: `id`, `line`, and the `text` with its label, or an `error`
-    kind with its `reason` (a bad row's, or the model's). `options`: the engine's (default: the CPU's 32
-    texts and 4,096 padded tokens per model call; `predict` passes `EngineOptions.from_settings`).
+    kind with its `reason` (a bad row's, or the model's). `labeller` is started for the rows unless it
+    already runs (`predict` starts it with the settings' batch options).
 
     `on_chunk(n)` is called after the outputs of each chunk of `n` rows are yielded (progress)."""
     source = iter(rows)
     chunks = iter(lambda: list(islice(source, _CHUNK_ROWS)), [])
-    engine = Engine(classifier, options or EngineOptions(32, 4096), name="predict")
-    with engine.start(warm_up=False):
-        in_order: InOrder[list[Row]] = InOrder(engine, capacity=_QUEUED_CHUNKS)
-        texts = ((chunk, [row.text for row in chunk if isinstance(row, FileReview)]) for chunk in chunks)
-        for chunk, labelled in in_order.pipeline(texts):
-            yield from _outputs(chunk, labelled.outputs, classifier.labels)
+    with labeller.session(warm_up=False):
+        in_order: InOrder[list[Row]] = InOrder(labeller, capacity=_QUEUED_CHUNKS)
+        reviews = (
+            (chunk, [_review(row) for row in chunk if isinstance(row, FileReview)]) for chunk in chunks
+        )
+        for chunk, predictions in in_order.pipeline(reviews):
+            yield from _outputs(chunk, predictions.outputs, labeller.labels)
             if on_chunk is not None:
                 on_chunk(len(chunk))
 
 
 def predict_lines(
-    classifier: Classifier, lines: Iterable[str], *, max_text_chars: int = 10_000, **options: Any
+    labeller: Labeller, lines: Iterable[str], *, max_text_chars: int = 10_000, **options: Any
 ) -> Iterator[dict[str, Any]]:
     """`predict_rows` of text lines, one review per line (as a TXT file)."""
-    return predict_rows(classifier, text_lines(lines, max_text_chars), **options)
+    return predict_rows(labeller, text_lines(lines, max_text_chars), **options)
+
+
+def _review(row: FileReview) -> Review:
+    """The row as the Labeller takes it: its id (else its line number) and text."""
+    return Review(row.id if row.id is not None else str(row.line), row.text, {})
 
 
 def _outputs(chunk: list[Row], outputs: list[Output], labels: list[str]) -> Iterator[dict[str, Any]]:

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any, BinaryIO, Final, Literal
 
 from schemas.dead_letter import DeadLetterKind
-from schemas.review_input import has_visible_character, text_problem
+from schemas.review_input import Review, has_visible_character, text_problem
 from worker.errors import ConfigurationError
-from worker.kafka.decode import DecodedReview, decode_review
+from worker.kafka.decode import decode_review
 
 FileFormat = Literal["auto", "jsonl", "csv", "txt"]
 
@@ -197,7 +197,7 @@ class ReviewFile:
             text_field=self.text_field,
             id_field=self.id_field,
         )
-        if isinstance(decoded, DecodedReview):
+        if isinstance(decoded, Review):
             review_id = None if decoded.id == _NO_ID else decoded.id
             return FileReview(number, review_id, decoded.text, decoded.metadata, raw)
         reason = decoded.reason.replace("value is", "the line is")

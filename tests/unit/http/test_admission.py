@@ -12,10 +12,12 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
+from tests.labellers import reviews
 from tests.polling import wait_until
 from worker.http.admission import AdmissionClosed, Overloaded, RequestAdmission
 from worker.inference.classifier import InferenceFailure
-from worker.inference.engine import Engine, EngineOptions
+from worker.inference.engine import EngineOptions
+from worker.labelling.labeller import Labeller
 from worker.metrics import create_http_metrics
 
 
@@ -53,10 +55,10 @@ def model() -> LengthModel:
 
 @pytest.fixture
 def make(model: LengthModel) -> Iterator[object]:
-    made: list[tuple[RequestAdmission, Engine]] = []
+    made: list[tuple[RequestAdmission, Labeller]] = []
 
     def build(max_batch_size: int = 4, **kwargs: object) -> RequestAdmission:
-        engine = Engine(model, EngineOptions(max_batch_size, 4096)).start(warm_up=False)
+        engine = Labeller.of(model, EngineOptions(max_batch_size, 4096)).start(warm_up=False)
         options: dict[str, object] = {"max_wait_ms": 200, "max_queued_texts": 100, **kwargs}
         admission = RequestAdmission(
             engine,
@@ -79,16 +81,16 @@ def positive(outputs: Sequence[object]) -> list[float]:
 def test_requests_waiting_for_a_busy_model_share_its_next_batches(make: object, model: LengthModel) -> None:
     admission = make(max_batch_size=16)  # type: ignore[operator]
     model.gate.clear()  # the model is busy with the first request
-    first = admission.submit(["a"])
+    first = admission.submit(reviews(["a"]))
     assert model.entered.wait(5)
-    queued = admission.submit(["bb"])  # the one batch kept ready behind the running one
+    queued = admission.submit(reviews(["bb"]))  # the one batch kept ready behind the running one
     wait_until(
         lambda: model.tokenized[-1:] == [1] and len(model.tokenized) == 2,
         5,
         "model.tokenized[-1:] == [1] and len(model.tokenized) == 2",
         interval_s=0.005,
     )
-    waiting = [admission.submit(["x" * n for n in range(k + 2, k + 5)]) for k in range(0, 12, 3)]
+    waiting = [admission.submit(reviews(["x" * n for n in range(k + 2, k + 5)])) for k in range(0, 12, 3)]
     model.gate.set()
     assert positive(first.result(5).outputs) == [0.01]
     assert positive(queued.result(5).outputs) == [0.02]
@@ -104,9 +106,9 @@ def test_the_planner_cuts_a_window_and_a_full_batch_is_queued_while_the_model_is
 ) -> None:
     admission = make(max_batch_size=4)  # type: ignore[operator]
     model.gate.clear()
-    first = admission.submit(["a"])
+    first = admission.submit(reviews(["a"]))
     assert model.entered.wait(5)
-    full = admission.submit(["x" * n for n in range(2, 12)])  # 10 texts: more than a model batch
+    full = admission.submit(reviews(["x" * n for n in range(2, 12)]))  # 10 texts: more than a model batch
     wait_until(
         lambda: model.tokenized[-1:] == [10], 5, "model.tokenized[-1:] == [10]", interval_s=0.005
     )  # tokenized and queued before the model is free
@@ -119,11 +121,11 @@ def test_the_planner_cuts_a_window_and_a_full_batch_is_queued_while_the_model_is
 def test_the_queue_bound_refuses_with_retry_after(make: object, model: LengthModel) -> None:
     admission = make(max_queued_texts=5)  # type: ignore[operator]
     model.gate.clear()
-    held = admission.submit(["a", "b", "c"])
+    held = admission.submit(reviews(["a", "b", "c"]))
     with pytest.raises(Overloaded) as refused:
-        admission.submit(["d", "e", "f"])
+        admission.submit(reviews(["d", "e", "f"]))
     assert refused.value.retry_after_s == 1 and "3 texts" in str(refused.value)
-    also = admission.submit(["d", "e"])  # exactly at the bound
+    also = admission.submit(reviews(["d", "e"]))  # exactly at the bound
     model.gate.set()
     assert len(held.result(5).outputs) == 3 and len(also.result(5).outputs) == 2
     assert admission.queued_texts == 0
@@ -131,7 +133,7 @@ def test_the_queue_bound_refuses_with_retry_after(make: object, model: LengthMod
 
 def test_a_failing_text_gets_its_failure_and_the_others_their_labels(make: object) -> None:
     admission = make()  # type: ignore[operator]
-    outcome = admission.submit(["ok", "y" * 99, "fine"]).result(5)
+    outcome = admission.submit(reviews(["ok", "y" * 99, "fine"])).result(5)
     assert isinstance(outcome.outputs[1], InferenceFailure)
     assert outcome.outputs[1].kind.value == "inference_failed"
     assert positive([outcome.outputs[0], outcome.outputs[2]]) == [0.02, 0.04]
@@ -140,12 +142,14 @@ def test_a_failing_text_gets_its_failure_and_the_others_their_labels(make: objec
 def test_a_cancelled_request_is_dropped_before_its_batch(make: object, model: LengthModel) -> None:
     admission = make()  # type: ignore[operator]
     model.gate.clear()
-    admission.submit(["a"])
+    admission.submit(reviews(["a"]))
     assert model.entered.wait(5)
-    admission.submit(["e"])  # kept ready behind the running batch: the next ones wait for a free lane
+    admission.submit(
+        reviews(["e"])
+    )  # kept ready behind the running batch: the next ones wait for a free lane
     wait_until(lambda: len(model.tokenized) == 2, 5, "len(model.tokenized) == 2", interval_s=0.005)
-    dropped = admission.submit(["bb", "cc"])
-    kept = admission.submit(["ddd"])
+    dropped = admission.submit(reviews(["bb", "cc"]))
+    kept = admission.submit(reviews(["ddd"]))
     assert dropped.cancel()
     model.gate.set()
     assert positive(kept.result(5).outputs) == [0.03]
@@ -157,7 +161,7 @@ def test_a_cancelled_request_is_dropped_before_its_batch(make: object, model: Le
 def test_close_answers_the_accepted_and_refuses_the_new(make: object, model: LengthModel) -> None:
     admission = make()  # type: ignore[operator]
     model.gate.clear()
-    accepted = [admission.submit(["t" * (i + 1)]) for i in range(5)]
+    accepted = [admission.submit(reviews(["t" * (i + 1)])) for i in range(5)]
     closer = threading.Thread(target=admission.close, args=(10,))
     closer.start()
     late = []
@@ -165,7 +169,7 @@ def test_close_answers_the_accepted_and_refuses_the_new(make: object, model: Len
     while True:  # accepted until close() begins, refused from then on
         assert time.monotonic() < deadline, "close() never began refusing new texts"
         try:
-            late.append(admission.submit(["late"]))
+            late.append(admission.submit(reviews(["late"])))
         except Overloaded:
             continue
         except AdmissionClosed:

@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from schemas.sentiment_result import ModelRef
+from tests.labellers import labeller_for
 from tests.unit.kafka.fake_kafka import FakeConsumer, FakePublisher, fake_clients
 from worker.config import WorkerSettings
 from worker.inference.token_budget import StartupError
@@ -84,7 +85,9 @@ def test_every_input_offset_yields_one_record_in_input_order_and_all_offsets_are
     log = review_log(partitions=3, per_partition=70)
     publisher = FakePublisher()
     clients, consumers = fake_clients(TOPIC, log, publisher)
-    worker = SentimentWorker(settings(), FakeLengthClassifier(), MODEL, clients=clients)
+    worker = SentimentWorker(
+        settings(), labeller_for(FakeLengthClassifier(), settings(), MODEL), clients=clients
+    )
     summary = worker.run(max_messages=210, idle_exit_s=5)
 
     outputs = [r for r in publisher.sent if r.topic in (RESULTS, DLQ)]
@@ -157,9 +160,9 @@ def test_offsets_are_stored_only_after_everything_before_them_was_acknowledged()
         return consumer
 
     clients = KafkaClients(open_publisher=lambda s: publisher, open_consumer=open_checking)
-    summary = SentimentWorker(settings(), FakeLengthClassifier(), MODEL, clients=clients).run(
-        max_messages=120, idle_exit_s=5
-    )
+    summary = SentimentWorker(
+        settings(), labeller_for(FakeLengthClassifier(), settings(), MODEL), clients=clients
+    ).run(max_messages=120, idle_exit_s=5)
     assert summary.results + summary.dead_letters == 120
     assert consumers[0].stored == {(TOPIC, 0): 60, (TOPIC, 1): 60}
 
@@ -173,7 +176,9 @@ def test_a_refused_delivery_stops_the_worker_and_its_offset_is_never_committed()
         )
     )
     clients, consumers = fake_clients(TOPIC, log, publisher)
-    worker = SentimentWorker(settings(), FakeLengthClassifier(), MODEL, clients=clients)
+    worker = SentimentWorker(
+        settings(), labeller_for(FakeLengthClassifier(), settings(), MODEL), clients=clients
+    )
     with pytest.raises(DeliveryFailedError, match="input reviews/1/21"):
         worker.run(max_messages=80, idle_exit_s=5)
     consumer = consumers[0]
@@ -185,7 +190,9 @@ def test_a_missing_output_topic_is_a_startup_error_naming_it() -> None:
     publisher = FakePublisher(missing_topics=frozenset({DLQ}))
     clients, consumers = fake_clients(TOPIC, review_log(1, 3), publisher)
     with pytest.raises(StartupError, match="dlq"):
-        SentimentWorker(settings(), FakeLengthClassifier(), MODEL, clients=clients).run(max_messages=3)
+        SentimentWorker(
+            settings(), labeller_for(FakeLengthClassifier(), settings(), MODEL), clients=clients
+        ).run(max_messages=3)
     assert consumers == [] and publisher.closed  # nothing consumed; the producer closed on the way out
 
 
@@ -194,7 +201,9 @@ def test_a_dead_letter_topic_smaller_than_the_input_topic_is_a_startup_error_nam
     publisher = FakePublisher(max_message_bytes=limits)
     clients, consumers = fake_clients(TOPIC, review_log(1, 3), publisher)
     with pytest.raises(StartupError) as refused:
-        SentimentWorker(settings(), FakeLengthClassifier(), MODEL, clients=clients).run(max_messages=3)
+        SentimentWorker(
+            settings(), labeller_for(FakeLengthClassifier(), settings(), MODEL), clients=clients
+        ).run(max_messages=3)
     said = str(refused.value)
     assert f"dead-letter topic {DLQ!r} accepts records of up to 1048588 bytes" in said
     assert f"input topic {TOPIC!r} accepts 1048588" in said
@@ -207,7 +216,11 @@ def test_a_dead_letter_topic_smaller_than_the_input_topic_is_a_startup_error_nam
 def test_the_dead_letter_size_check_can_be_turned_off() -> None:
     limits = {TOPIC: 1_048_588, RESULTS: 1_048_588, DLQ: 1_048_588}
     clients, _ = fake_clients(TOPIC, review_log(1, 3), FakePublisher(max_message_bytes=limits))
-    worker = SentimentWorker(settings(dlq_size_check=False), FakeLengthClassifier(), MODEL, clients=clients)
+    worker = SentimentWorker(
+        settings(dlq_size_check=False),
+        labeller_for(FakeLengthClassifier(), settings(dlq_size_check=False), MODEL),
+        clients=clients,
+    )
     summary = worker.run(max_messages=3, idle_exit_s=5)
     assert summary.results + summary.dead_letters == 3
 
@@ -243,7 +256,11 @@ class WithholdingPublisher(FakePublisher):
 def test_a_partition_whose_outputs_are_never_acknowledged_fails_readiness_naming_it() -> None:
     publisher = WithholdingPublisher()
     clients, _ = fake_clients(TOPIC, review_log(partitions=2, per_partition=5), publisher)
-    worker = SentimentWorker(settings(stuck_partition_s=0.2), FakeLengthClassifier(), MODEL, clients=clients)
+    worker = SentimentWorker(
+        settings(stuck_partition_s=0.2),
+        labeller_for(FakeLengthClassifier(), settings(stuck_partition_s=0.2), MODEL),
+        clients=clients,
+    )
     publisher.worker = worker
     summary = worker.run()
 
@@ -263,9 +280,9 @@ def test_a_draining_worker_says_its_progress(
     log = review_log(partitions=1, per_partition=40)
     clients, _ = fake_clients(TOPIC, log, FakePublisher())
     with caplog.at_level("INFO", logger="worker.kafka.app"):
-        SentimentWorker(settings(), FakeLengthClassifier(), MODEL, clients=clients).run(
-            max_messages=40, idle_exit_s=5
-        )
+        SentimentWorker(
+            settings(), labeller_for(FakeLengthClassifier(), settings(), MODEL), clients=clients
+        ).run(max_messages=40, idle_exit_s=5)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("labelled ")]
     assert lines and "msg/s over the last" in lines[-1]
     counts = [int(line.split()[1]) for line in lines]

@@ -14,7 +14,6 @@ import pytest
 from confluent_kafka import KafkaError
 from prometheus_client import CollectorRegistry
 
-from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
 from worker.kafka.authorization import AuthorizationError
 from worker.kafka.committers import (
@@ -108,7 +107,6 @@ def make(
     run = RunTracker(lambda: 0.0)
     records = OutboundRecords(
         labels=["negative", "positive"],
-        model=ModelRef(name="m", version="1"),
         output_topic="results",
         dlq_topic="dlq",
         worker_id="w",
@@ -124,7 +122,6 @@ def make(
         records,
         run,
         create_metrics(CollectorRegistry()),
-        "1",
     )
     return committer, consumer, publisher, book, run
 

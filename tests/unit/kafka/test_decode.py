@@ -9,8 +9,9 @@ import pytest
 from pydantic import ValidationError
 
 from schemas import DeadLetterKind, ReviewInput
+from schemas.review_input import Review
 from worker.config import WorkerSettings
-from worker.kafka.decode import DecodedReview, DecodeFailure, InputFormat, decode_review
+from worker.kafka.decode import DecodeFailure, InputFormat, decode_review
 from worker.kafka.windows import DecodeOptions
 
 DEFAULT_ID = "reviews/0/17"
@@ -23,7 +24,7 @@ def decode(
     max_value_bytes: int = 10_000,
     max_text_chars: int = 100,
     max_json_depth: int = 8,
-) -> DecodedReview | DecodeFailure:
+) -> Review | DecodeFailure:
     return decode_review(
         value,
         input_format=input_format,
@@ -40,9 +41,9 @@ def failure(value: bytes | None, **kwargs: Any) -> DecodeFailure:
     return result
 
 
-def ok(value: bytes | None, **kwargs: Any) -> DecodedReview:
+def ok(value: bytes | None, **kwargs: Any) -> Review:
     result = decode(value, **kwargs)
-    assert isinstance(result, DecodedReview), result
+    assert isinstance(result, Review), result
     return result
 
 
@@ -51,7 +52,7 @@ def ok(value: bytes | None, **kwargs: Any) -> DecodedReview:
 
 def test_json_review_with_string_id_and_metadata() -> None:
     review = ok(json.dumps({"id": "a-1", "text": "物流很快，好评！", "shop": "s1", "stars": 5}).encode())
-    assert review == DecodedReview(id="a-1", text="物流很快，好评！", metadata={"shop": "s1", "stars": 5})
+    assert review == Review(id="a-1", text="物流很快，好评！", metadata={"shop": "s1", "stars": 5})
 
 
 def test_int_id_becomes_decimal_string() -> None:
@@ -82,7 +83,7 @@ def test_escaped_surrogate_pair_is_valid() -> None:
 
 def test_text_format_uses_whole_value() -> None:
     review = ok("  差评，不推荐 ".encode(), input_format="text")
-    assert review == DecodedReview(id=DEFAULT_ID, text="  差评，不推荐 ", metadata={})
+    assert review == Review(id=DEFAULT_ID, text="  差评，不推荐 ", metadata={})
 
 
 def test_text_format_does_not_parse_json() -> None:
@@ -321,7 +322,7 @@ def test_decode_agrees_with_review_input_schema(payload: dict[str, Any]) -> None
     except ValidationError:
         assert isinstance(result, DecodeFailure), result
         return
-    assert result == DecodedReview(id=model.id or DEFAULT_ID, text=model.text, metadata=model.metadata)
+    assert result == Review(id=model.id or DEFAULT_ID, text=model.text, metadata=model.metadata)
 
 
 # --- the fields named by the settings -----------------------------------------------------------------
@@ -342,7 +343,7 @@ def test_text_and_id_are_read_from_the_fields_the_settings_name() -> None:
         id_field=options.id_field,
     )
 
-    assert review == DecodedReview(id="17", text="很好吃", metadata={"shop": "s1", "text": "not the review"})
+    assert review == Review(id="17", text="很好吃", metadata={"shop": "s1", "text": "not the review"})
     missing = decode_review(
         b'{"text": "x"}',
         input_format="json",

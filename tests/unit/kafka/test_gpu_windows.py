@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from schemas.sentiment_result import ModelRef
+from tests.labellers import labeller_for
 from tests.unit.kafka.fake_kafka import FakePublisher, fake_clients
 from worker.config import WorkerSettings
 from worker.kafka.app import SentimentWorker
@@ -64,7 +65,9 @@ def run(classifier: FakeDeviceClassifier, **extra: object) -> FakePublisher:
     }
     publisher = FakePublisher()
     clients, _ = fake_clients(TOPIC, backlog(), publisher)
-    worker = SentimentWorker(WorkerSettings(**values), classifier, MODEL, clients=clients)  # type: ignore[arg-type]
+    worker = SentimentWorker(
+        WorkerSettings(**values), labeller_for(classifier, WorkerSettings(**values), MODEL), clients=clients
+    )  # type: ignore[arg-type]
     summary = worker.run(max_messages=2000, idle_exit_s=5)
     assert (summary.consumed, summary.results, summary.dead_letters) == (2000, 2000, 0)
     offsets: dict[int, list[int]] = {}

@@ -13,12 +13,13 @@ from confluent_kafka import KafkaError
 
 from schemas import DeadLetterKind
 from schemas.dead_letter import parse_dead_letter_headers
+from schemas.review_input import Review
 from schemas.sentiment_result import ModelRef
-from worker.kafka.decode import DecodedReview
 from worker.kafka.producer import OutboundRecord, SourcePosition, record_size
 from worker.kafka.records import InputMessage, OutboundRecords
 
 OUT, DLQ = "results", "dlq"
+MODEL = ModelRef(name="m", version="1")
 
 
 def records(
@@ -29,7 +30,6 @@ def records(
 ) -> OutboundRecords:
     return OutboundRecords(
         labels=["negative", "positive"],
-        model=ModelRef(name="m", version="1"),
         output_topic=OUT,
         dlq_topic=DLQ,
         worker_id="w",
@@ -46,7 +46,7 @@ def message(partition: int, offset: int = 5, consumed_at: float = 0.0) -> InputM
 
 
 def result_of(outbound: OutboundRecords, item: InputMessage, now: float = 1.0) -> OutboundRecord:
-    return outbound.result(item, DecodedReview("id", "好", {}), np.array([0.2, 0.8]), now=now)
+    return outbound.result(item, Review("id", "好", {}), np.array([0.2, 0.8]), MODEL, now=now)
 
 
 @pytest.mark.parametrize("source_partition", range(8))
@@ -55,7 +55,7 @@ def test_results_and_dead_letters_go_to_the_source_partition_modulo_the_partitio
 ) -> None:
     outbound = records(out_partitions=3, dlq_partitions=2)
     item = message(source_partition)
-    result = outbound.result(item, DecodedReview("id", "好", {}), np.array([0.2, 0.8]), now=1.0)
+    result = outbound.result(item, Review("id", "好", {}), np.array([0.2, 0.8]), MODEL, now=1.0)
     dead = outbound.dead_letter(item, DeadLetterKind.EMPTY_TEXT, "empty")
     assert (result.topic, result.partition) == (OUT, source_partition % 3)
     assert (dead.topic, dead.partition) == (DLQ, source_partition % 2)
@@ -70,7 +70,7 @@ def test_key_partitioning_leaves_the_partition_to_the_producer() -> None:
     outbound = records(partitioning="key")
     item = message(4)
     assert (
-        outbound.result(item, DecodedReview("id", "好", {}), np.array([0.2, 0.8]), now=1.0).partition is None
+        outbound.result(item, Review("id", "好", {}), np.array([0.2, 0.8]), MODEL, now=1.0).partition is None
     )
     assert outbound.dead_letter(item, DeadLetterKind.EMPTY_TEXT, "empty").partition is None
 
@@ -240,9 +240,9 @@ def test_a_result_value_is_exactly_what_the_result_schema_model_writes(
 
     model = ModelRef(name="ernie-3.0-mini-zh-sentiment", version="abc@1")
     source = SourcePosition("reviews", 3, 1234, timestamp_ms)
-    writer = ResultWriter(["negative", "positive"], model)
+    writer = ResultWriter(["negative", "positive"])
     value, fields = writer.value(
-        review_id, np.array(probabilities), source, 12.345, 1_700_000_000_100, metadata
+        review_id, np.array(probabilities), model, source, 12.345, 1_700_000_000_100, metadata
     )
     expected = SentimentResult(
         id=review_id,

@@ -27,12 +27,14 @@ from schemas.registry_schemas import (
     json_result_schema,
     protobuf_result_file,
 )
+from schemas.review_input import Review
 from schemas.sentiment_result import ModelRef, SentimentResult, SourceRef
+from tests.labellers import labeller_for
 from tests.polling import wait_until
 from tests.unit.kafka.fake_kafka import FakePublisher, fake_clients
 from tests.unit.kafka.test_app import MODEL, TOPIC, FakeLengthClassifier, settings
 from worker.kafka.app import SentimentWorker
-from worker.kafka.decode import DecodedReview, DecodeFailure
+from worker.kafka.decode import DecodeFailure
 from worker.kafka.producer import SourcePosition
 from worker.kafka.records import InputMessage
 from worker.kafka.registry_decode import (
@@ -97,7 +99,7 @@ def test_protobuf_message_indexes_zero_means_the_first_message() -> None:
 # --- a decoded record → review -------------------------------------------------------------------------
 
 
-def _review(document: object, **overrides: object) -> DecodedReview | DecodeFailure:
+def _review(document: object, **overrides: object) -> Review | DecodeFailure:
     options: dict[str, object] = {
         "input_format": "avro",
         "schema_id": 3,
@@ -113,7 +115,7 @@ def test_text_and_id_come_from_their_fields_and_the_rest_is_json_metadata() -> N
     review = _review(
         {"text": "很好", "id": 42, "stars": 5, "raw": b"\x00\xff", "price": decimal.Decimal("9.90")}
     )
-    assert review == DecodedReview(
+    assert review == Review(
         id="42",
         text="很好",
         metadata={"stars": 5, "raw": base64.b64encode(b"\x00\xff").decode(), "price": "9.90"},
@@ -123,7 +125,7 @@ def test_text_and_id_come_from_their_fields_and_the_rest_is_json_metadata() -> N
 
 def test_named_fields_and_a_missing_id_falls_back_to_the_records_position() -> None:
     review = _review({"body": "不错", "sku": "A1"}, text_field="body", id_field="review_id")
-    assert review == DecodedReview(id="reviews/0/9", text="不错", metadata={"sku": "A1"})
+    assert review == Review(id="reviews/0/9", text="不错", metadata={"sku": "A1"})
 
 
 @pytest.mark.parametrize(
@@ -225,7 +227,7 @@ def test_the_worker_holds_inputs_while_the_registry_is_away_and_says_so_on_ready
     publisher = FakePublisher()
     clients, consumers = fake_clients(TOPIC, log, publisher)
     s = settings(input_format="avro", schema_registry_url=CLOSED_PORT_URL, schema_registry_timeout_s=1)
-    worker = SentimentWorker(s, FakeLengthClassifier(), MODEL, clients=clients)
+    worker = SentimentWorker(s, labeller_for(FakeLengthClassifier(), s, MODEL), clients=clients)
     runner = threading.Thread(target=worker.run, kwargs={"max_messages": 3})
     runner.start()
     try:
@@ -333,7 +335,7 @@ def test_the_worker_waits_for_the_registry_to_register_the_result_schema_and_a_s
     publisher = FakePublisher()
     clients, consumers = fake_clients(TOPIC, {0: [b'{"text": "x"}']}, publisher)
     s = settings(output_format="avro", schema_registry_url=CLOSED_PORT_URL, schema_registry_timeout_s=1)
-    worker = SentimentWorker(s, FakeLengthClassifier(), MODEL, clients=clients)
+    worker = SentimentWorker(s, labeller_for(FakeLengthClassifier(), s, MODEL), clients=clients)
     failures: list[BaseException] = []
     summaries: list[RunSummary] = []
 

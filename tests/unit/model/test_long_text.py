@@ -17,6 +17,7 @@ from worker.inference.engine import Engine, EngineOptions
 from worker.kafka.producer import SourcePosition
 from worker.kafka.records import InputMessage
 from worker.kafka.windows import DecodeOptions, prepare_window
+from worker.labelling.labeller import Labeller
 from worker.model.device import choose_device
 from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier
 from worker.model.long_text import (
@@ -174,9 +175,9 @@ def test_windows_keep_one_output_per_valid_review_in_input_order() -> None:
     items = [_message(i, text) for i, text in enumerate(TEXTS)]
     prepared = prepare_window(items, DecodeOptions.from_settings(settings))
     valid = [t for t in TEXTS if t]  # the empty text is dead-lettered by decode, never tokenized
-    assert prepared.texts == valid
-    with Engine(fake, EngineOptions(4, 1000)).start(warm_up=False) as engine:
-        labelled = engine.submit(prepared.texts).result(10)
+    assert [review.text for review in prepared.reviews] == valid
+    with Labeller.of(fake, EngineOptions(4, 1000)).start(warm_up=False) as labeller:
+        labelled = labeller.label(prepared.reviews).result(10)
     assert sum(fake.batches) > len(valid)  # long reviews were split into several sequences
     assert len(labelled.outputs) == len(valid)
     for text, output in zip(valid, labelled.outputs, strict=True):

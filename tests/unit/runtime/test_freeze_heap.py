@@ -34,8 +34,15 @@ def test_freezing_collects_first_then_freezes_what_is_alive() -> None:
     assert out.stdout.split() == ["True", "True", "True"], out.stderr
 
 
+def _loads_a_model(call: object) -> bool:
+    """`load_model(...)` or `Labeller.from_settings(...)`."""
+    func = getattr(call, "func", None)
+    return getattr(func, "id", None) == "load_model" or getattr(func, "attr", None) == "from_settings"
+
+
 def _calls_after_load_model(path: Path) -> list[str]:
-    """Names of the calls of the statement right after each `... = load_model(...)` in `path`."""
+    """Names of the calls of the statement right after each model load (`... = load_model(...)`, `... =
+    Labeller.from_settings(...)`) in `path`."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     following: list[str] = []
     for node in ast.walk(tree):
@@ -44,14 +51,12 @@ def _calls_after_load_model(path: Path) -> list[str]:
             continue
         for current, after in zip(body, body[1:], strict=False):
             value = getattr(current, "value", None)
-            called = getattr(getattr(value, "func", None), "id", None)
-            if called == "load_model" and isinstance(after, ast.Expr) and isinstance(after.value, ast.Call):
+            if _loads_a_model(value) and isinstance(after, ast.Expr) and isinstance(after.value, ast.Call):
                 following.append(getattr(after.value.func, "id", "?"))
     return following
 
 
 def test_run_serve_and_predict_freeze_the_heap_right_after_loading_their_model() -> None:
-    for command in ("run", "serve", "predict"):
-        assert _calls_after_load_model(ROOT / "worker" / "cli" / f"{command}.py") == ["freeze_loaded_heap"], (
-            command
-        )
+    # run and serve share the composition root's start-up; predict loads its model itself.
+    for path in (ROOT / "worker" / "runtime" / "root.py", ROOT / "worker" / "cli" / "predict.py"):
+        assert _calls_after_load_model(path) == ["freeze_loaded_heap"], path

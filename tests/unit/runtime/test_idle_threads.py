@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-from worker.cli import bench, run, serve
+import worker.labelling.labeller as labeller_module
+import worker.runtime.root as root
+from worker.cli import bench
 from worker.cli.main import build_parser
 from worker.errors import ConfigurationError
 from worker.runtime.process import IDLE_THREAD_DEFAULTS, rest_idle_threads
@@ -41,12 +43,16 @@ def test_a_users_own_wait_policy_is_kept(monkeypatch: pytest.MonkeyPatch, name: 
 
 @pytest.mark.usefixtures("no_wait_policy")
 @pytest.mark.parametrize(
-    ("module", "argv"),
-    [(run, ["run"]), (serve, ["serve", "--http-port", "8080"]), (bench, ["bench", "--naive-server", "0"])],
+    ("loader", "starter", "argv"),
+    [
+        (labeller_module, root, ["run"]),  # run and serve start in the composition root
+        (labeller_module, root, ["serve", "--http-port", "8080"]),
+        (bench, bench, ["bench", "--naive-server", "0"]),
+    ],
     ids=["run", "serve", "naive-server"],
 )
 def test_run_serve_and_the_naive_server_set_it_before_the_model_loads(
-    monkeypatch: pytest.MonkeyPatch, module: Any, argv: list[str]
+    monkeypatch: pytest.MonkeyPatch, loader: Any, starter: Any, argv: list[str]
 ) -> None:
     seen: dict[str, str | None] = {}
 
@@ -54,9 +60,9 @@ def test_run_serve_and_the_naive_server_set_it_before_the_model_loads(
         seen.update({name: os.environ.get(name) for name in IDLE_THREAD_DEFAULTS})
         raise ConfigurationError("stop here")
 
-    monkeypatch.setattr(module, "load_model", load_model)
-    monkeypatch.setattr(module, "install_stop_handlers", lambda _stop: lambda: None)
-    monkeypatch.setattr(module, "configure_logging", lambda _level: None)
+    monkeypatch.setattr(loader, "load_model", load_model)
+    monkeypatch.setattr(starter, "install_stop_handlers", lambda _stop: lambda: None)
+    monkeypatch.setattr(starter, "configure_logging", lambda _level: None)
     args = build_parser().parse_args(argv)
     with pytest.raises(ConfigurationError, match="stop here"):
         args.func(args)

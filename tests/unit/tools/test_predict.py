@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from worker.labelling.labeller import Labeller
 from worker.tools.predict import ProgressBar, predict_lines, predict_rows
 from worker.tools.review_files import ReviewFile
 
@@ -36,7 +37,7 @@ def test_rows_come_in_input_order_across_chunks_labelled_off_the_reading_thread(
     model = ThreadNotingModel()
     lines = [("好" * (1 + i % 40)) if i % 97 else "   " for i in range(1300)]  # 3 chunks, some blank
     done: list[int] = []
-    rows = list(predict_lines(model, (line + "\n" for line in lines), on_chunk=done.append))
+    rows = list(predict_lines(Labeller.of(model), (line + "\n" for line in lines), on_chunk=done.append))
     assert [r["line"] for r in rows] == list(range(1, 1301))
     assert done == [512, 512, 276]
     for line, row in zip(lines, rows, strict=True):
@@ -45,13 +46,13 @@ def test_rows_come_in_input_order_across_chunks_labelled_off_the_reading_thread(
             assert row["probabilities"]["positive"] == round(min(len(line), 50) / 100, 6)
         else:
             assert row["error"] == "empty_text"
-    assert {name.split("_")[0] for name in model.predicted_on} == {"predict-lane"}  # the engine's lanes
-    assert model.tokenized_on == {"predict-queue"}  # the engine's queue thread, not the reading one
+    assert {name.split("_")[0] for name in model.predicted_on} == {"engine-lane"}  # the engine's lanes
+    assert model.tokenized_on == {"engine-queue"}  # the engine's queue thread, not the reading one
 
 
 def test_stopping_early_stops_the_engine_s_threads() -> None:
     before = {t.name for t in threading.enumerate()}
-    rows = predict_lines(ThreadNotingModel(), (f"第{i}条\n" for i in range(5000)))
+    rows = predict_lines(Labeller.of(ThreadNotingModel()), (f"第{i}条\n" for i in range(5000)))
     assert next(rows)["line"] == 1
     rows.close()
     assert not {
@@ -86,7 +87,9 @@ def test_a_file_counts_what_was_read(tmp_path: Path) -> None:
 
 def test_bad_lines_are_reported_as_lines_of_a_text_file_not_as_json() -> None:
     lines = ["好评", "", "   ", "差" * 12, "ab\udcffc", "\u200b\u200d", "最后一条"]  # \udcff: the byte 0xff
-    rows = list(predict_lines(ThreadNotingModel(), (line + "\n" for line in lines), max_text_chars=10))
+    rows = list(
+        predict_lines(Labeller.of(ThreadNotingModel()), (line + "\n" for line in lines), max_text_chars=10)
+    )
     assert [(r["id"], r["line"]) for r in rows] == [(str(n), n) for n in range(1, 8)]
     assert [r["text"] for r in rows if "error" not in r] == ["好评", "最后一条"]
     errors = {r["line"]: (r["error"], r["reason"]) for r in rows if "error" in r}
@@ -115,7 +118,7 @@ def test_a_csv_is_labelled_by_its_text_column_with_the_ids_of_its_id_column(tmp_
     path.write_text("review_id,content,shop\nR1,好吃,川味\n\nR3,,面馆\n,一般,面馆\n", encoding="utf-8")
 
     source = ReviewFile(path, text_field="content", id_field="review_id")
-    rows = list(predict_rows(ThreadNotingModel(), source))
+    rows = list(predict_rows(Labeller.of(ThreadNotingModel()), source))
 
     assert [(r["id"], r["line"], r.get("text"), r.get("error")) for r in rows] == [
         ("R1", 2, "好吃", None),  # the header is not labelled, nor the id or shop cells
@@ -131,7 +134,7 @@ def test_a_jsonl_file_is_labelled_by_its_text_field_not_as_raw_json(tmp_path: Pa
     lines = ['{"id": 7, "text": "好吃"}', '{"text": "一般", "shop": "s"}', '{"body": "x", "id": "b"}']
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
-    rows = list(predict_rows(ThreadNotingModel(), ReviewFile(path)))
+    rows = list(predict_rows(Labeller.of(ThreadNotingModel()), ReviewFile(path)))
 
     assert [(r["id"], r.get("text"), r.get("error")) for r in rows] == [
         ("7", "好吃", None),

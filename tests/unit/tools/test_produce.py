@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from schemas.review_input import Review
 from worker.cli.produce import summary
-from worker.kafka.decode import DecodedReview, InputFormat, decode_review
+from worker.kafka.decode import InputFormat, decode_review
 from worker.tools.produce import (
     DeliveryTally,
     FeedRecord,
@@ -44,7 +45,7 @@ def bad_rows(path: Path, fmt: Any = "auto", **columns: Any) -> list[tuple[int, s
     return [(row.line, row.kind) for row in checked(path, fmt, **columns).bad]
 
 
-def decoded(record: FeedRecord, input_format: InputFormat = "json") -> DecodedReview:
+def decoded(record: FeedRecord, input_format: InputFormat = "json") -> Review:
     """What the worker makes of the record: the files must produce valid reviews."""
     result = decode_review(
         record.value,
@@ -54,7 +55,7 @@ def decoded(record: FeedRecord, input_format: InputFormat = "json") -> DecodedRe
         max_json_depth=8,
         default_id="t/0/0",
     )
-    assert isinstance(result, DecodedReview), result
+    assert isinstance(result, Review), result
     return result
 
 
