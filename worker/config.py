@@ -15,6 +15,7 @@ import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import tomllib
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -101,10 +102,14 @@ class WorkerSettings(BaseSettings):
     schema_registry_url: str | None = Field(
         None,
         description="Schema Registry (Confluent API) base URL, e.g. http://localhost:8081; needed by the "
-        "avro, json_schema and protobuf formats. Apicurio Registry: its /apis/ccompat/v7 URL.",
+        "avro, json_schema and protobuf formats. Apicurio Registry: its /apis/ccompat/v7 URL. User info in "
+        "it (http://user:password@host) is taken out at start-up into "
+        "schema_registry_basic_auth_user_info: the URL shown anywhere is the one without it.",
     )
     schema_registry_basic_auth_user_info: SecretStr | None = Field(
-        None, description="Schema Registry HTTP basic auth as `user:password` (never logged)."
+        None,
+        description="Schema Registry HTTP basic auth as `user:password` (never logged); or user info in "
+        "schema_registry_url, not both.",
     )
     schema_registry_ssl_ca_location: Path | None = Field(
         None,
@@ -231,6 +236,28 @@ class WorkerSettings(BaseSettings):
             data = {key: value for key, value in data.items() if key != "max_batch_tokens"}
             data["max_batch_tokens_auto"] = True
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _registry_user_info_out_of_the_url(cls, data: Any) -> Any:
+        # Moved before anything sees the URL: the registry client gets a URL without a password, so none of
+        # its errors (dead-letter reasons, /readyz, logs, doctor) can carry one.
+        url = data.get("schema_registry_url") if isinstance(data, dict) else None
+        if not isinstance(url, str) or "@" not in url:
+            return data
+        bare, user_info = split_user_info(url)
+        if user_info is None:
+            return data
+        given = data.get("schema_registry_basic_auth_user_info")
+        if isinstance(given, SecretStr):
+            given = given.get_secret_value()
+        if given is not None and str(given).strip():
+            raise ValueError(
+                "SENTIMENT_SCHEMA_REGISTRY_URL carries user info (user:password@) and "
+                "SENTIMENT_SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO is set too: keep one, preferably the "
+                "variable, and take the user info out of the URL"
+            )
+        return {**data, "schema_registry_url": bare, "schema_registry_basic_auth_user_info": user_info}
 
     @model_validator(mode="after")
     def _two_input_fields(self) -> WorkerSettings:
@@ -567,6 +594,33 @@ class WorkerSettings(BaseSettings):
     def public_view(self) -> dict[str, Any]:
         """The settings as printable JSON-able values, secrets masked."""
         return json.loads(self.model_dump_json())
+
+
+def split_user_info(urls: str) -> tuple[str, str | None]:
+    """A registry URL (or a comma-separated list of them) without user info, and that user info as basic
+    auth's `user:password` (percent-decoding undone, as the registry client does; no password: empty), or
+    None when no URL has any. Raises ValueError, without echoing a URL, when the URLs carry different
+    user info or the user name holds a colon (basic auth cannot carry one)."""
+    bare, found = [], set()
+    for url in urls.split(","):
+        parts = urlsplit(url.strip())
+        user_info, at, host = parts.netloc.rpartition("@")
+        if at:
+            user, colon, password = user_info.partition(":")
+            if ":" in unquote(user):
+                raise ValueError(
+                    "the user name in SENTIMENT_SCHEMA_REGISTRY_URL holds a colon, which HTTP basic auth "
+                    "cannot carry: set SENTIMENT_SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO=user:password"
+                )
+            found.add(f"{unquote(user)}:{unquote(password) if colon else ''}")
+            parts = parts._replace(netloc=host)
+        bare.append(urlunsplit(parts))
+    if len(found) > 1:
+        raise ValueError(
+            "the URLs of SENTIMENT_SCHEMA_REGISTRY_URL carry different user info: the registry client sends "
+            "one: set it once in SENTIMENT_SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO and take it out of the URLs"
+        )
+    return ",".join(bare), (found.pop() if found else None)
 
 
 def read_config_file(path: Path) -> dict[str, Any]:
