@@ -37,10 +37,15 @@ JSON_EXAMPLES = {
 """The settings whose environment variable holds JSON (a list or an object), with an example each."""
 
 OTHER_ENVIRONMENT = frozenset(
-    {"SENTIMENT_CONFIG_FILE", "SENTIMENT_BASE_MODEL_CACHE", "SENTIMENT_KAFKA_CACHE"}
+    {
+        "SENTIMENT_CONFIG_FILE",
+        "SENTIMENT_BASE_MODEL_CACHE",
+        "SENTIMENT_KAFKA_CACHE",
+        "SENTIMENT_REGISTRY_CACHE",
+    }
 )
 """SENTIMENT_* variables that are not settings but are read on purpose: the config file's name (by the
-command line), the cache directories of the base-model fetch and of the Kafka launcher."""
+command line), the cache directories of the base-model fetch and of the Kafka and registry launchers."""
 
 
 REGISTRY_FORMATS = frozenset({"avro", "json_schema", "protobuf"})
@@ -162,7 +167,16 @@ class WorkerSettings(BaseSettings):
     )
     kafka_extra: dict[str, str | int | float | bool] = Field(
         default_factory=dict,
-        description="Extra librdkafka properties for consumer and producer, e.g. ssl.ca.location.",
+        description="Extra librdkafka properties for consumer and producer, e.g. socket.keepalive.enable. "
+        "Keys that change the connection's security (security.*, ssl.*, sasl.*, "
+        "enable.ssl.certificate.verification, ...), the bootstrap address or the transactional id are "
+        "refused (use their settings) unless allow_kafka_extra_overrides.",
+    )
+    allow_kafka_extra_overrides: bool = Field(
+        False,
+        description="Let kafka_extra set the keys it refuses otherwise (security, bootstrap address, "
+        "transactional id): start-up names each in a WARNING (never its value) and `doctor` checks the "
+        "configuration librdkafka then gets.",
     )
 
     delivery: Literal["at_least_once", "exactly_once"] = Field(
@@ -485,6 +499,20 @@ class WorkerSettings(BaseSettings):
         return value
 
     @model_validator(mode="after")
+    def _kafka_extra_keeps_security(self) -> WorkerSettings:
+        guarded = kafka_extra_overrides(self.kafka_extra)
+        if guarded and not self.allow_kafka_extra_overrides:
+            instead = "; ".join(
+                f"{key}: {KAFKA_EXTRA_GUARDED_ONE_SETTING.get(key, _NO_SETTING)}" for key in guarded
+            )
+            raise ValueError(
+                f"SENTIMENT_KAFKA_EXTRA sets {', '.join(guarded)}, which would change the connection's "
+                f"security, address or transactional id without a word; instead, {instead} (or set "
+                "SENTIMENT_ALLOW_KAFKA_EXTRA_OVERRIDES=true: start-up then names each such key)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _http_queue_holds_a_request(self) -> WorkerSettings:
         if self.http_max_queued_texts < self.http_max_texts:
             raise ValueError("http_max_queued_texts must be >= http_max_texts (a full request must fit)")
@@ -596,6 +624,40 @@ class WorkerSettings(BaseSettings):
         return json.loads(self.model_dump_json())
 
 
+KAFKA_EXTRA_GUARDED_ONE_SETTING: Mapping[str, str] = {
+    "bootstrap.servers": "set SENTIMENT_BOOTSTRAP_SERVERS",
+    "metadata.broker.list": "set SENTIMENT_BOOTSTRAP_SERVERS",
+    "security.protocol": "set SENTIMENT_SECURITY_PROTOCOL",
+    "sasl.mechanism": "set SENTIMENT_SASL_MECHANISM",
+    "sasl.mechanisms": "set SENTIMENT_SASL_MECHANISM",
+    "sasl.username": "set SENTIMENT_SASL_USERNAME",
+    "sasl.password": "set SENTIMENT_SASL_PASSWORD",
+    "ssl.ca.location": "set SENTIMENT_SSL_CA_LOCATION",
+    "ssl.certificate.location": "set SENTIMENT_SSL_CERTIFICATE_LOCATION",
+    "ssl.key.location": "set SENTIMENT_SSL_KEY_LOCATION",
+    "ssl.endpoint.identification.algorithm": "set SENTIMENT_SSL_ENDPOINT_IDENTIFICATION",
+    "enable.ssl.certificate.verification": "no setting turns it off: trust the broker's CA with "
+    "SENTIMENT_SSL_CA_LOCATION",
+    "transactional.id": "no setting: exactly_once derives it from SENTIMENT_GROUP_ID and SENTIMENT_WORKER_ID",
+    "plugin.library.paths": "no setting: it loads native code into the worker",
+}
+"""librdkafka properties kafka_extra may not set without allow_kafka_extra_overrides, each with what to do
+instead; and with `_GUARDED_PREFIXES`, every other key of their families."""
+_GUARDED_PREFIXES = ("security.", "ssl.", "ssl_", "sasl.", "enable.ssl.", "enable.sasl.", "https.", "oauth")
+_NO_SETTING = "no setting of its own"
+
+
+def kafka_extra_overrides(extra: Mapping[str, object]) -> list[str]:
+    """The keys of `extra` (kafka_extra) that change the connection's security (security.*, ssl.*, sasl.*,
+    enable.ssl.certificate.verification, OAUTHBEARER and its https.* endpoint, plugins), its bootstrap
+    address or the transactional id, in the order given."""
+    return [
+        key
+        for key in extra
+        if key.lower() in KAFKA_EXTRA_GUARDED_ONE_SETTING or key.lower().startswith(_GUARDED_PREFIXES)
+    ]
+
+
 def split_user_info(urls: str) -> tuple[str, str | None]:
     """A registry URL (or a comma-separated list of them) without user info, and that user info as basic
     auth's `user:password` (percent-decoding undone, as the registry client does; no password: empty), or
@@ -691,8 +753,9 @@ def environment_warnings(
     settings: WorkerSettings, environ: Mapping[str, str], *, serves_api: bool
 ) -> list[str]:
     """What start-up should warn about, one line each: SENTIMENT_* variables that are not settings (a typo
-    is otherwise ignored, unlike an unknown config-file key), with the closest known name; and, when the
-    process answers the HTTP API (`serves_api`), that it does so without a token."""
+    is otherwise ignored, unlike an unknown config-file key), with the closest known name; the keys by
+    which kafka_extra overrides the connection's security, address or transactional id (names, never
+    values); and, when the process answers the HTTP API (`serves_api`), that it does so without a token."""
     known = {ENV_PREFIX + name.upper() for name in WorkerSettings.model_fields}
     warnings = []
     for name in sorted(environ):
@@ -702,6 +765,13 @@ def environment_warnings(
         close = difflib.get_close_matches(upper, sorted(known | OTHER_ENVIRONMENT), n=1, cutoff=0.6)
         hint = f"did you mean {close[0]}?" if close else "see docs/settings.md for the settings"
         warnings.append(f"{name} is not a setting and is ignored: {hint}")
+    overrides = kafka_extra_overrides(settings.kafka_extra)
+    if overrides:
+        warnings.append(
+            f"SENTIMENT_KAFKA_EXTRA overrides {', '.join(overrides)} (SENTIMENT_ALLOW_KAFKA_EXTRA_OVERRIDES="
+            "true): the Kafka clients connect with these, not with the settings of the same meaning; "
+            "`sentiment-worker doctor` checks the configuration they get"
+        )
     if serves_api and settings.api_token is None:
         blank = any(k.upper() == "SENTIMENT_API_TOKEN" for k in environ)
         why = "SENTIMENT_API_TOKEN is blank" if blank else "SENTIMENT_API_TOKEN is not set"

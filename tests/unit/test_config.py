@@ -44,9 +44,9 @@ def test_flags_beat_environment_which_beats_the_config_file(
 
 def test_toml_config_and_kafka_extra_passthrough(tmp_path: Path) -> None:
     config = tmp_path / "worker.toml"
-    config.write_text('security_protocol = "SSL"\n[kafka_extra]\n"ssl.ca.location" = "/etc/ca.pem"\n')
+    config.write_text('security_protocol = "SSL"\n[kafka_extra]\n"socket.keepalive.enable" = true\n')
     conf = load_settings(config).librdkafka_common()
-    assert conf["security.protocol"] == "SSL" and conf["ssl.ca.location"] == "/etc/ca.pem"
+    assert conf["security.protocol"] == "SSL" and conf["socket.keepalive.enable"] is True
 
 
 def test_unknown_keys_and_bad_values_are_refused_with_their_names(tmp_path: Path) -> None:
