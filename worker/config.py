@@ -503,7 +503,7 @@ class WorkerSettings(BaseSettings):
         guarded = kafka_extra_overrides(self.kafka_extra)
         if guarded and not self.allow_kafka_extra_overrides:
             instead = "; ".join(
-                f"{key}: {KAFKA_EXTRA_GUARDED_ONE_SETTING.get(key, _NO_SETTING)}" for key in guarded
+                f"{key}: {KAFKA_EXTRA_GUARDED_ONE_SETTING.get(key.lower(), _NO_SETTING)}" for key in guarded
             )
             raise ValueError(
                 f"SENTIMENT_KAFKA_EXTRA sets {', '.join(guarded)}, which would change the connection's "
