@@ -58,12 +58,14 @@ flags > environment (`SENTIMENT_*`) > config file (`--config FILE` or `SENTIMENT
 JSON, or TOML when the name ends in `.toml` in any case; the same names in lower case, e.g.
 `max_batch_tokens = 2048`) > defaults. An unknown name in the config file is an error; a `SENTIMENT_*`
 variable that is no setting is a warning at start naming the closest setting (`SENTIMENT_CONFIG_FILE`,
-`SENTIMENT_BASE_MODEL_CACHE` and `SENTIMENT_KAFKA_CACHE` are read elsewhere and not warned about). `serve`,
-and `run` with `SENTIMENT_HTTP_API`, warn at start when the API is open (`SENTIMENT_API_TOKEN` unset or
-blank). Booleans are `true` / `false`; list and object settings
+`SENTIMENT_BASE_MODEL_CACHE`, `SENTIMENT_KAFKA_CACHE` and `SENTIMENT_REGISTRY_CACHE` are read elsewhere
+and not warned about). `serve`, and `run` with `SENTIMENT_HTTP_API`, warn at start when the API is open
+(`SENTIMENT_API_TOKEN` unset or blank). Booleans are `true` / `false`; list and object settings
 (`SENTIMENT_KAFKA_EXTRA`, `SENTIMENT_HTTP_CORS_ORIGINS`) are JSON, e.g.
-`SENTIMENT_KAFKA_EXTRA='{"ssl.ca.location": "/etc/ssl/ca.pem"}'` (librdkafka properties passed to the
-consumer and producer as they are). `SENTIMENT_MAX_BATCH_TOKENS=auto` turns on calibration
+`SENTIMENT_KAFKA_EXTRA='{"socket.keepalive.enable": true}'` (librdkafka properties passed to the
+consumer and producer as they are; keys that change the connection's security, its bootstrap address or
+the transactional id are refused unless `SENTIMENT_ALLOW_KAFKA_EXTRA_OVERRIDES`: docs/security.md).
+`SENTIMENT_MAX_BATCH_TOKENS=auto` turns on calibration
 (`SENTIMENT_MAX_BATCH_TOKENS_AUTO`); `vram_budget_mb` and `vram_budget_fraction` exclude each other.
 
 """

@@ -15,7 +15,7 @@ declare -A SOURCE=(
     [offsets]=worker/kafka/offsets.py [partitions]=worker/kafka/partitions.py
     [backpressure]=worker/kafka/backpressure.py [records]=worker/kafka/records.py
     [decode]=worker/kafka/decode.py [batch_plan]=worker/inference/batch_plan.py
-    [consume_window]=worker/inference/consume_window.py
+    [consume_window]=worker/kafka/consume_window.py
 )
 declare -A TESTS=(
     [offsets]=tests/unit/kafka/test_offsets.py [partitions]=tests/unit/kafka/test_partitions.py

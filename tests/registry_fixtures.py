@@ -14,7 +14,7 @@ import importlib.util
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -40,17 +40,51 @@ def load_registry_launcher() -> ModuleType:
     return module
 
 
+_STARTED: dict[tuple[str, ...], None] = {}
+"""Where-arguments (``--port``, ``--data-dir``, ``--pid-file``) of registries the tests started and have not
+stopped yet, in start order: `stop_left_registries` stops them at the session's end."""
+
+
 def run_registry_launcher(
     *args: str, timeout_s: float = REGISTRY_UP_TIMEOUT_S
 ) -> subprocess.CompletedProcess[str]:
-    """Run the registry launcher CLI with this interpreter; output captured as text."""
-    return subprocess.run(
+    """Run the registry launcher CLI with this interpreter; output captured as text. A call the launcher's
+    parser refuses (exit 2 with its usage) fails the test at once: a `down` it did not understand stops
+    nothing, and its registry would outlive the session."""
+    proc = subprocess.run(
         [sys.executable, str(REGISTRY_LAUNCHER), *args],
         capture_output=True,
         text=True,
         timeout=timeout_s,
         stdin=subprocess.DEVNULL,
     )
+    if proc.returncode == 2 and "usage:" in proc.stderr:
+        pytest.fail(f"deploy/registry/launcher.py refused {list(args)}:\n{proc.stderr}", pytrace=False)
+    where = _where(args[1:])
+    if args[:1] == ("up",) and proc.returncode == 0:
+        _STARTED[where] = None
+    elif args[:1] == ("down",) and proc.returncode == 0:
+        _STARTED.pop(where, None)
+    return proc
+
+
+def _where(args: Sequence[str]) -> tuple[str, ...]:
+    """The arguments that name one registry (its port, data dir and pid file), normalised."""
+    named = {"--port": "8081", "--data-dir": "", "--pid-file": ""}
+    for flag, value in zip(args, args[1:], strict=False):
+        if flag in named:
+            named[flag] = str(Path(value).resolve()) if flag != "--port" else value
+    return tuple(part for flag, value in named.items() if value for part in (flag, value))
+
+
+def stop_left_registries() -> list[str]:
+    """Stops every registry a test started and did not stop (a test that failed before its `down`); returns
+    what it stopped, one line each (the session reports them: a test should stop what it starts)."""
+    stopped = []
+    for where in reversed(list(_STARTED)):
+        proc = run_registry_launcher("down", *where, timeout_s=60)
+        stopped.append(f"{' '.join(where)}: {(proc.stdout + proc.stderr).strip().splitlines()[-1:]}")
+    return stopped
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import tomllib
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -36,10 +37,15 @@ JSON_EXAMPLES = {
 """The settings whose environment variable holds JSON (a list or an object), with an example each."""
 
 OTHER_ENVIRONMENT = frozenset(
-    {"SENTIMENT_CONFIG_FILE", "SENTIMENT_BASE_MODEL_CACHE", "SENTIMENT_KAFKA_CACHE"}
+    {
+        "SENTIMENT_CONFIG_FILE",
+        "SENTIMENT_BASE_MODEL_CACHE",
+        "SENTIMENT_KAFKA_CACHE",
+        "SENTIMENT_REGISTRY_CACHE",
+    }
 )
 """SENTIMENT_* variables that are not settings but are read on purpose: the config file's name (by the
-command line), the cache directories of the base-model fetch and of the Kafka launcher."""
+command line), the cache directories of the base-model fetch and of the Kafka and registry launchers."""
 
 
 REGISTRY_FORMATS = frozenset({"avro", "json_schema", "protobuf"})
@@ -101,10 +107,14 @@ class WorkerSettings(BaseSettings):
     schema_registry_url: str | None = Field(
         None,
         description="Schema Registry (Confluent API) base URL, e.g. http://localhost:8081; needed by the "
-        "avro, json_schema and protobuf formats. Apicurio Registry: its /apis/ccompat/v7 URL.",
+        "avro, json_schema and protobuf formats. Apicurio Registry: its /apis/ccompat/v7 URL. User info in "
+        "it (http://user:password@host) is taken out at start-up into "
+        "schema_registry_basic_auth_user_info: the URL shown anywhere is the one without it.",
     )
     schema_registry_basic_auth_user_info: SecretStr | None = Field(
-        None, description="Schema Registry HTTP basic auth as `user:password` (never logged)."
+        None,
+        description="Schema Registry HTTP basic auth as `user:password` (never logged); or user info in "
+        "schema_registry_url, not both.",
     )
     schema_registry_ssl_ca_location: Path | None = Field(
         None,
@@ -157,7 +167,16 @@ class WorkerSettings(BaseSettings):
     )
     kafka_extra: dict[str, str | int | float | bool] = Field(
         default_factory=dict,
-        description="Extra librdkafka properties for consumer and producer, e.g. ssl.ca.location.",
+        description="Extra librdkafka properties for consumer and producer, e.g. socket.keepalive.enable. "
+        "Keys that change the connection's security (security.*, ssl.*, sasl.*, "
+        "enable.ssl.certificate.verification, ...), the bootstrap address or the transactional id are "
+        "refused (use their settings) unless allow_kafka_extra_overrides.",
+    )
+    allow_kafka_extra_overrides: bool = Field(
+        False,
+        description="Let kafka_extra set the keys it refuses otherwise (security, bootstrap address, "
+        "transactional id): start-up names each in a WARNING (never its value) and `doctor` checks the "
+        "configuration librdkafka then gets.",
     )
 
     delivery: Literal["at_least_once", "exactly_once"] = Field(
@@ -231,6 +250,28 @@ class WorkerSettings(BaseSettings):
             data = {key: value for key, value in data.items() if key != "max_batch_tokens"}
             data["max_batch_tokens_auto"] = True
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _registry_user_info_out_of_the_url(cls, data: Any) -> Any:
+        # Moved before anything sees the URL: the registry client gets a URL without a password, so none of
+        # its errors (dead-letter reasons, /readyz, logs, doctor) can carry one.
+        url = data.get("schema_registry_url") if isinstance(data, dict) else None
+        if not isinstance(url, str) or "@" not in url:
+            return data
+        bare, user_info = split_user_info(url)
+        if user_info is None:
+            return data
+        given = data.get("schema_registry_basic_auth_user_info")
+        if isinstance(given, SecretStr):
+            given = given.get_secret_value()
+        if given is not None and str(given).strip():
+            raise ValueError(
+                "SENTIMENT_SCHEMA_REGISTRY_URL carries user info (user:password@) and "
+                "SENTIMENT_SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO is set too: keep one, preferably the "
+                "variable, and take the user info out of the URL"
+            )
+        return {**data, "schema_registry_url": bare, "schema_registry_basic_auth_user_info": user_info}
 
     @model_validator(mode="after")
     def _two_input_fields(self) -> WorkerSettings:
@@ -458,6 +499,20 @@ class WorkerSettings(BaseSettings):
         return value
 
     @model_validator(mode="after")
+    def _kafka_extra_keeps_security(self) -> WorkerSettings:
+        guarded = kafka_extra_overrides(self.kafka_extra)
+        if guarded and not self.allow_kafka_extra_overrides:
+            instead = "; ".join(
+                f"{key}: {KAFKA_EXTRA_GUARDED_ONE_SETTING.get(key.lower(), _NO_SETTING)}" for key in guarded
+            )
+            raise ValueError(
+                f"SENTIMENT_KAFKA_EXTRA sets {', '.join(guarded)}, which would change the connection's "
+                f"security, address or transactional id without a word; instead, {instead} (or set "
+                "SENTIMENT_ALLOW_KAFKA_EXTRA_OVERRIDES=true: start-up then names each such key)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _http_queue_holds_a_request(self) -> WorkerSettings:
         if self.http_max_queued_texts < self.http_max_texts:
             raise ValueError("http_max_queued_texts must be >= http_max_texts (a full request must fit)")
@@ -569,6 +624,67 @@ class WorkerSettings(BaseSettings):
         return json.loads(self.model_dump_json())
 
 
+KAFKA_EXTRA_GUARDED_ONE_SETTING: Mapping[str, str] = {
+    "bootstrap.servers": "set SENTIMENT_BOOTSTRAP_SERVERS",
+    "metadata.broker.list": "set SENTIMENT_BOOTSTRAP_SERVERS",
+    "security.protocol": "set SENTIMENT_SECURITY_PROTOCOL",
+    "sasl.mechanism": "set SENTIMENT_SASL_MECHANISM",
+    "sasl.mechanisms": "set SENTIMENT_SASL_MECHANISM",
+    "sasl.username": "set SENTIMENT_SASL_USERNAME",
+    "sasl.password": "set SENTIMENT_SASL_PASSWORD",
+    "ssl.ca.location": "set SENTIMENT_SSL_CA_LOCATION",
+    "ssl.certificate.location": "set SENTIMENT_SSL_CERTIFICATE_LOCATION",
+    "ssl.key.location": "set SENTIMENT_SSL_KEY_LOCATION",
+    "ssl.endpoint.identification.algorithm": "set SENTIMENT_SSL_ENDPOINT_IDENTIFICATION",
+    "enable.ssl.certificate.verification": "no setting turns it off: trust the broker's CA with "
+    "SENTIMENT_SSL_CA_LOCATION",
+    "transactional.id": "no setting: exactly_once derives it from SENTIMENT_GROUP_ID and SENTIMENT_WORKER_ID",
+    "plugin.library.paths": "no setting: it loads native code into the worker",
+}
+"""librdkafka properties kafka_extra may not set without allow_kafka_extra_overrides, each with what to do
+instead; and with `_GUARDED_PREFIXES`, every other key of their families."""
+_GUARDED_PREFIXES = ("security.", "ssl.", "ssl_", "sasl.", "enable.ssl.", "enable.sasl.", "https.", "oauth")
+_NO_SETTING = "no setting of its own"
+
+
+def kafka_extra_overrides(extra: Mapping[str, object]) -> list[str]:
+    """The keys of `extra` (kafka_extra) that change the connection's security (security.*, ssl.*, sasl.*,
+    enable.ssl.certificate.verification, OAUTHBEARER and its https.* endpoint, plugins), its bootstrap
+    address or the transactional id, in the order given."""
+    return [
+        key
+        for key in extra
+        if key.lower() in KAFKA_EXTRA_GUARDED_ONE_SETTING or key.lower().startswith(_GUARDED_PREFIXES)
+    ]
+
+
+def split_user_info(urls: str) -> tuple[str, str | None]:
+    """A registry URL (or a comma-separated list of them) without user info, and that user info as basic
+    auth's `user:password` (percent-decoding undone, as the registry client does; no password: empty), or
+    None when no URL has any. Raises ValueError, without echoing a URL, when the URLs carry different
+    user info or the user name holds a colon (basic auth cannot carry one)."""
+    bare, found = [], set()
+    for url in urls.split(","):
+        parts = urlsplit(url.strip())
+        user_info, at, host = parts.netloc.rpartition("@")
+        if at:
+            user, colon, password = user_info.partition(":")
+            if ":" in unquote(user):
+                raise ValueError(
+                    "the user name in SENTIMENT_SCHEMA_REGISTRY_URL holds a colon, which HTTP basic auth "
+                    "cannot carry: set SENTIMENT_SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO=user:password"
+                )
+            found.add(f"{unquote(user)}:{unquote(password) if colon else ''}")
+            parts = parts._replace(netloc=host)
+        bare.append(urlunsplit(parts))
+    if len(found) > 1:
+        raise ValueError(
+            "the URLs of SENTIMENT_SCHEMA_REGISTRY_URL carry different user info: the registry client sends "
+            "one: set it once in SENTIMENT_SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO and take it out of the URLs"
+        )
+    return ",".join(bare), (found.pop() if found else None)
+
+
 def read_config_file(path: Path) -> dict[str, Any]:
     """Reads a config file (TOML when the name ends in .toml in any case, else JSON); raises ValueError
     naming the file when it is not a regular file, not UTF-8, or not valid JSON/TOML."""
@@ -637,8 +753,9 @@ def environment_warnings(
     settings: WorkerSettings, environ: Mapping[str, str], *, serves_api: bool
 ) -> list[str]:
     """What start-up should warn about, one line each: SENTIMENT_* variables that are not settings (a typo
-    is otherwise ignored, unlike an unknown config-file key), with the closest known name; and, when the
-    process answers the HTTP API (`serves_api`), that it does so without a token."""
+    is otherwise ignored, unlike an unknown config-file key), with the closest known name; the keys by
+    which kafka_extra overrides the connection's security, address or transactional id (names, never
+    values); and, when the process answers the HTTP API (`serves_api`), that it does so without a token."""
     known = {ENV_PREFIX + name.upper() for name in WorkerSettings.model_fields}
     warnings = []
     for name in sorted(environ):
@@ -648,6 +765,13 @@ def environment_warnings(
         close = difflib.get_close_matches(upper, sorted(known | OTHER_ENVIRONMENT), n=1, cutoff=0.6)
         hint = f"did you mean {close[0]}?" if close else "see docs/settings.md for the settings"
         warnings.append(f"{name} is not a setting and is ignored: {hint}")
+    overrides = kafka_extra_overrides(settings.kafka_extra)
+    if overrides:
+        warnings.append(
+            f"SENTIMENT_KAFKA_EXTRA overrides {', '.join(overrides)} (SENTIMENT_ALLOW_KAFKA_EXTRA_OVERRIDES="
+            "true): the Kafka clients connect with these, not with the settings of the same meaning; "
+            "`sentiment-worker doctor` checks the configuration they get"
+        )
     if serves_api and settings.api_token is None:
         blank = any(k.upper() == "SENTIMENT_API_TOKEN" for k in environ)
         why = "SENTIMENT_API_TOKEN is blank" if blank else "SENTIMENT_API_TOKEN is not set"

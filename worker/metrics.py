@@ -121,7 +121,8 @@ def create_http_metrics(registry: CollectorRegistry) -> HttpMetrics:
     return HttpMetrics(
         requests=Counter(
             "sentiment_http_requests_total",
-            "POST /v1/sentiment requests answered, by status code.",
+            "POST /v1/sentiment requests, by the status code answered; 499: the client closed the "
+            "connection before its body was complete (nothing answered).",
             ["code"],
             registry=registry,
         ),

@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from tests.integration.serve_helpers import Served, scrape, serving
+from tests.polling import wait_until
 
 API = "/v1/sentiment"
 CUT_OFF_S = 1.0  # the head, body and keep-alive timeouts of these tests
@@ -213,3 +214,26 @@ def _get_once_served(url: str, refused: list[int]) -> int:
         refused.append(status)
         time.sleep(0.05)
     return 503
+
+
+def test_a_client_gone_mid_body_counts_as_499_and_a_body_cut_off_as_408(served: Served) -> None:
+    """Before: both were counted as `code="500"`, as if the server had failed."""
+    series = "sentiment_http_requests_total{code=%s}"
+    before = scrape(served.url)
+    with socket.create_connection(_address(served.url)) as sock:
+        sock.sendall(HEAD + b"Content-Length: 100\r\n\r\n" + b'{"text": "')
+    wait_until(
+        lambda: scrape(served.url).get(series % 499, 0) - before.get(series % 499, 0) == 1,
+        READ_BOUND_S,
+        "the request whose client left to be counted as 499",
+    )
+    with socket.create_connection(_address(served.url)) as sock:
+        sock.sendall(HEAD + b"Content-Length: 100\r\n\r\n" + b'{"text": "')
+        assert _status(_read_to_end(sock)) == 408  # the body bound (CUT_OFF_S) answers, then closes
+    counted = wait_until(
+        lambda: (now := scrape(served.url)).get(series % 408, 0) - before.get(series % 408, 0) == 1 and now,
+        READ_BOUND_S,
+        "the request cut off by the body timeout to be counted as 408",
+    )
+    assert counted.get(series % 500, 0) == before.get(series % 500, 0)
+    assert counted.get(series % 499, 0) - before.get(series % 499, 0) == 1

@@ -218,7 +218,10 @@ def test_the_registry_stopped_mid_stream_and_restarted_loses_nothing_and_dead_le
     finally:
         worker.request_stop()
         runner.join(30)
-        run_registry_launcher("down", *common, "--no-save", timeout_s=60)
+        # `down` takes no --no-save (the broker launcher's flag): argparse refused it with exit 2, unchecked,
+        # and the restarted registry outlived `make test` (its registry-down knows only the suite's port).
+        stopped = run_registry_launcher("down", *common, timeout_s=60)
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
     assert ids == [r["id"] for r in reviews]  # each once, in input order
     assert read_topic(kafka_bootstrap, names["dlq"], expected=1, timeout_s=2) == []
     assert worker.health.registry_problem is None

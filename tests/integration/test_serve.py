@@ -316,16 +316,25 @@ def test_the_bearer_token_is_enforced_and_never_shown(
         )
         page = httpx.get(served.url + "/")
         metrics = httpx.get(served.url + "/metrics").text
-        openapi = httpx.get(served.url + "/openapi.json").text
+        bearer = {"Authorization": f"Bearer {secret}"}
+        openapi = httpx.get(served.url + "/openapi.json", headers=bearer)
+        openapi_without = httpx.get(served.url + "/openapi.json")
+        docs = [httpx.get(served.url + path, headers=bearer) for path in ("/docs", "/redoc")]
+        probes = [httpx.get(served.url + path).status_code for path in ("/healthz", "/readyz")]
     assert [missing.status_code, wrong.status_code, unparsed.status_code] == [401, 401, 401]
     assert missing.headers["WWW-Authenticate"].startswith("Bearer")
     assert missing.json()["error"] == "unauthorized"
     assert right.status_code == 200 and len(right.json()["results"]) == 1
-    assert page.status_code == 200  # the page is open; it asks for the token
-    assert "HTTPBearer" in openapi  # documented
-    for text in (metrics, openapi, caplog.text):
+    # The page is open and self-contained (no script from elsewhere); it asks for the token.
+    assert page.status_code == 200 and "<script src" not in page.text
+    assert probes == [200, 200]
+    # The API's description is for token holders; the CDN-scripted /docs and /redoc are off.
+    assert openapi.status_code == 200 and "HTTPBearer" in openapi.text  # documented
+    assert openapi_without.status_code == 401 and openapi_without.json()["error"] == "unauthorized"
+    assert [r.status_code for r in docs] == [404, 404]
+    for text in (metrics, openapi.text, caplog.text):
         assert secret not in text
-    assert 'sentiment_http_requests_total{code="401"} 3.0' in metrics
+    assert 'sentiment_http_requests_total{code="401"} 3.0' in metrics  # /v1/ answers only
 
 
 def test_overload_answers_503_with_retry_after_and_nothing_is_lost(tiny_classifier: Any) -> None:

@@ -44,9 +44,9 @@ def test_flags_beat_environment_which_beats_the_config_file(
 
 def test_toml_config_and_kafka_extra_passthrough(tmp_path: Path) -> None:
     config = tmp_path / "worker.toml"
-    config.write_text('security_protocol = "SSL"\n[kafka_extra]\n"ssl.ca.location" = "/etc/ca.pem"\n')
+    config.write_text('security_protocol = "SSL"\n[kafka_extra]\n"socket.keepalive.enable" = true\n')
     conf = load_settings(config).librdkafka_common()
-    assert conf["security.protocol"] == "SSL" and conf["ssl.ca.location"] == "/etc/ca.pem"
+    assert conf["security.protocol"] == "SSL" and conf["socket.keepalive.enable"] is True
 
 
 def test_unknown_keys_and_bad_values_are_refused_with_their_names(tmp_path: Path) -> None:
@@ -144,3 +144,39 @@ def test_registry_user_info_needs_a_colon_and_blank_means_unset() -> None:
     assert (
         WorkerSettings(schema_registry_basic_auth_user_info=" ").schema_registry_basic_auth_user_info is None
     )  # type: ignore[arg-type]
+
+
+def test_registry_user_info_leaves_the_url_for_the_basic_auth_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SENTIMENT_SCHEMA_REGISTRY_URL", "https://alice:p%40ss%3Aword@registry:8081/api")
+    s = load_settings()
+    assert s.schema_registry_url == "https://registry:8081/api"
+    conf = s.schema_registry_conf()
+    assert conf["url"] == "https://registry:8081/api" and conf["basic.auth.user.info"] == "alice:p@ss:word"
+    assert "p@ss" not in repr(s) and "p%40ss" not in json.dumps(s.public_view())
+    several = WorkerSettings(schema_registry_url="http://bob@r1:8081, http://bob@r2:8081")
+    assert several.schema_registry_conf()["url"] == "http://r1:8081,http://r2:8081"
+    assert several.schema_registry_conf()["basic.auth.user.info"] == "bob:"  # a user without a password
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {
+                "schema_registry_url": "http://a:secret-1@r:8081",
+                "schema_registry_basic_auth_user_info": "b:c",
+            },
+            "carries user info .*BASIC_AUTH_USER_INFO is set too",
+        ),
+        ({"schema_registry_url": "http://a:secret-1@r1:1,http://b:secret-1@r2:2"}, "different user info"),
+        ({"schema_registry_url": "http://a%3Ab:secret-1@r:8081"}, "user name .* holds a colon"),
+    ],
+)
+def test_registry_user_info_that_cannot_be_moved_is_refused_without_echoing_it(
+    values: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ValidationError, match=message) as refused:
+        WorkerSettings(**values)  # type: ignore[arg-type]
+    assert "secret-1" not in str(refused.value)

@@ -4,6 +4,7 @@ files that cannot be read, and environment values that must be JSON."""
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import subprocess
@@ -59,8 +60,102 @@ def test_settings_and_the_variables_read_on_purpose_do_not_warn() -> None:
         ("SENTIMENT_CONFIG_FILE", "worker/cli/common.py"),
         ("SENTIMENT_BASE_MODEL_CACHE", "worker/training/base_model_fetch.py"),
         ("SENTIMENT_KAFKA_CACHE", "deploy/kafka/launcher.py"),
+        ("SENTIMENT_REGISTRY_CACHE", "deploy/registry/launcher.py"),
     ]:
         assert f'"{name}"' in (REPO / reader).read_text(encoding="utf-8"), (name, reader)
+
+
+# ----- SENTIMENT_KAFKA_EXTRA cannot weaken the connection silently -----
+SASL_SSL = {
+    "security_protocol": "SASL_SSL",
+    "sasl_mechanism": "SCRAM-SHA-512",
+    "sasl_username": "worker",
+    "sasl_password": "worker-secret",
+}
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ({"enable.ssl.certificate.verification": False}, ["enable.ssl.certificate.verification: no setting"]),
+        (
+            {"security.protocol": "PLAINTEXT", "bootstrap.servers": "elsewhere:9092"},
+            [
+                "security.protocol: set SENTIMENT_SECURITY_PROTOCOL",
+                "bootstrap.servers: set SENTIMENT_BOOTSTRAP_SERVERS",
+            ],
+        ),
+        (
+            {"metadata.broker.list": "elsewhere:9092"},
+            ["metadata.broker.list: set SENTIMENT_BOOTSTRAP_SERVERS"],
+        ),
+        ({"ssl.ca.location": "/etc/ca.pem"}, ["ssl.ca.location: set SENTIMENT_SSL_CA_LOCATION"]),
+        ({"sasl.password": "other-secret"}, ["sasl.password: set SENTIMENT_SASL_PASSWORD"]),
+        ({"ssl.endpoint.identification.algorithm": "none"}, ["SENTIMENT_SSL_ENDPOINT_IDENTIFICATION"]),
+        ({"transactional.id": "someone-else"}, ["transactional.id: no setting: exactly_once derives it"]),
+        ({"sasl.oauthbearer.config": "x", "ssl.keystore.location": "k.p12"}, ["sasl.oauthbearer.config: no"]),
+        ({"plugin.library.paths": "libevil"}, ["plugin.library.paths: no setting: it loads native code"]),
+    ],
+)
+def test_kafka_extra_keys_that_change_security_are_refused_naming_the_setting_to_use(
+    extra: dict[str, object], named: list[str]
+) -> None:
+    """Before: accepted without a word, and librdkafka connected with them."""
+    with pytest.raises(ValueError, match="SENTIMENT_KAFKA_EXTRA sets") as refused:
+        WorkerSettings(**SASL_SSL, kafka_extra=extra)  # type: ignore[arg-type]
+    said = str(refused.value)
+    assert all(part in said for part in named), said
+    assert "SENTIMENT_ALLOW_KAFKA_EXTRA_OVERRIDES=true" in said
+    assert "secret" not in said and "elsewhere" not in said  # keys, never values
+
+
+def test_other_kafka_extra_keys_pass_through() -> None:
+    extra = {"socket.keepalive.enable": True, "message.timeout.ms": 10_000, "client.rack": "eu-1a"}
+    settings = WorkerSettings(**SASL_SSL, kafka_extra=extra)  # type: ignore[arg-type]
+    assert extra.items() <= settings.librdkafka_common().items()
+    assert environment_warnings(settings, {}, serves_api=False) == []
+
+
+def test_allowed_overrides_reach_librdkafka_and_start_up_names_each_key_never_a_value(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    extra = {"security.protocol": "PLAINTEXT", "bootstrap.servers": "elsewhere:9092", "sasl.password": "p-2"}
+    monkeypatch.setenv("SENTIMENT_KAFKA_EXTRA", json.dumps(extra))
+    monkeypatch.setenv("SENTIMENT_ALLOW_KAFKA_EXTRA_OVERRIDES", "true")
+    for name, value in SASL_SSL.items():
+        monkeypatch.setenv(f"SENTIMENT_{name.upper()}", value)
+    caplog.set_level(logging.WARNING)
+    settings = settings_from_args(argparse.Namespace(command="run"))
+    conf = settings.librdkafka_common()
+    assert (conf["security.protocol"], conf["bootstrap.servers"], conf["sasl.password"]) == (
+        "PLAINTEXT",
+        "elsewhere:9092",
+        "p-2",
+    )
+    [warning] = [r for r in caplog.records if "SENTIMENT_KAFKA_EXTRA" in r.getMessage()]
+    assert warning.levelno == logging.WARNING
+    assert "overrides security.protocol, bootstrap.servers, sasl.password" in warning.getMessage()
+    assert "p-2" not in caplog.text and "elsewhere" not in caplog.text and "worker-secret" not in caplog.text
+
+
+def test_a_refused_kafka_extra_key_exits_2_with_one_line() -> None:
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        **{f"SENTIMENT_{name.upper()}": value for name, value in SASL_SSL.items()},
+        "SENTIMENT_KAFKA_EXTRA": '{"enable.ssl.certificate.verification": false}',
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "worker", "run"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert "SENTIMENT_KAFKA_EXTRA sets enable.ssl.certificate.verification" in line
 
 
 # ----- an open HTTP API -----

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from worker.cli.main import build_parser
-from worker.config import WorkerSettings
+from worker.config import OTHER_ENVIRONMENT, WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -22,7 +22,7 @@ SETTINGS_DOC = ROOT / "docs" / "settings.md"
 RESULTS = ROOT / "benchmarks" / "results"
 MAX_README_LINES = 300
 # Environment variables that are read outside WorkerSettings, on purpose.
-OTHER_ENV_VARS = {"SENTIMENT_CONFIG_FILE", "SENTIMENT_BASE_MODEL_CACHE", "SENTIMENT_KAFKA_CACHE"}
+OTHER_ENV_VARS = set(OTHER_ENVIRONMENT)
 
 
 def user_docs() -> list[Path]:

@@ -3,6 +3,7 @@ settings, which processes `down` may signal, errors that say what to install."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.registry_fixtures import REGISTRY_LAUNCHER, load_registry_launcher
+from tests.registry_fixtures import REGISTRY_LAUNCHER, load_registry_launcher, run_registry_launcher
+from worker.bench.worker_process import free_port
 
 
 @pytest.fixture(scope="module")
@@ -119,3 +121,57 @@ def test_a_failed_download_leaves_no_marker_and_shows_mavens_output(
         launcher.ensure_app(cache, say=lambda _: None)
     assert "check Maven Central access" in failed.value.hint
     assert not (cache / launcher.MARKER_NAME).exists() and not (cache / "app").exists()
+
+
+# A stand-in for the registry's java process: named `java`, with the runner jar among its arguments (so
+# `down` recognises it), answering the Confluent API's `GET .../subjects` on the launcher's HTTP_PORT.
+FAKE_REGISTRY = """
+import http.server, os, sys
+class Subjects(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers()
+        self.wfile.write(b"[]")
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(os.environ["HTTP_PORT"])), Subjects).serve_forever()
+"""
+
+
+def fake_java(bin_dir: Path) -> None:
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    (bin_dir / "fake_registry.py").write_text(FAKE_REGISTRY)
+    java = bin_dir / "java"
+    java.write_text(
+        f'#!/usr/bin/env bash\nexec -a "$0" {sys.executable} {bin_dir / "fake_registry.py"} "$@"\n'
+    )
+    java.chmod(0o755)
+
+
+def test_down_stops_a_restarted_registry_and_a_flag_it_does_not_know_fails_the_test(
+    launcher: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """up, down, up, down on one port and data dir, as test_registry_formats does: each `down` stops the
+    registry the last `up` started (pid gone, port free, pid file removed). The `--no-save` that test passed
+    (the broker launcher's flag) was refused by argparse unchecked, leaving the restarted registry running
+    after `make test`: the suite's launcher calls now fail on such a refusal."""
+    fake_java(tmp_path / "bin")
+    cache = tmp_path / "cache"
+    (cache / "app").mkdir(parents=True)
+    (cache / "app" / launcher.RUNNER_JAR).write_bytes(b"")
+    (cache / launcher.MARKER_NAME).write_text(launcher.pom_digest() + "\n")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+    monkeypatch.setenv("SENTIMENT_REGISTRY_CACHE", str(cache))
+    port = free_port()
+    common = ["--port", str(port), "--data-dir", str(tmp_path / "data")]
+    cfg = launcher.make_config(port, tmp_path / "data")
+    for _ in range(2):
+        up = run_registry_launcher("up", *common, timeout_s=60)
+        assert up.returncode == 0, up.stdout + up.stderr
+        pid = launcher.running_registry(cfg)
+        assert pid is not None and launcher.port_in_use("127.0.0.1", port)
+        down = run_registry_launcher("down", *common, timeout_s=60)
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert not launcher.pid_alive(pid) and not launcher.port_in_use("127.0.0.1", port)
+        assert not cfg.pid_file.exists()
+    with pytest.raises(pytest.fail.Exception, match="unrecognized arguments: --no-save"):
+        run_registry_launcher("down", *common, "--no-save", timeout_s=60)

@@ -83,7 +83,8 @@ def settings_from_args(args: argparse.Namespace) -> WorkerSettings:
         settings = load_settings(config, **overrides)
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors()
+            ": ".join(filter(None, (".".join(map(str, e["loc"])), e["msg"].removeprefix("Value error, "))))
+            for e in exc.errors()
         )
         raise ConfigurationError(f"invalid settings: {problems}") from None
     except ValueError as exc:

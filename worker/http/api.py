@@ -6,6 +6,9 @@ dependency and exception layers (on a 2-core machine they cost more of the event
 endpoint itself); FastAPI's route for it only documents it (OpenAPI, /docs). The body is validated in one
 place, `validation.validate_body`.
 
+With a token set, `/openapi.json` needs it too and `/docs`, `/redoc` are off (404): they would run a CDN's
+scripts in the origin where the page keeps the token. The page, `/metrics` and the probes stay open.
+
 Refusals, each with `{"error": ..., "reason": ...}`: 401 without the bearer token (when one is set), 413 for
 a body over `http_max_body_bytes` or more than `http_max_texts` texts, 415 for a body not sent as
 `Content-Type: application/json` (naming the header to send), 422 for malformed JSON, a missing or
@@ -43,6 +46,7 @@ from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
 from worker.health import HealthState, endpoint_answer
 from worker.http.admission import AdmissionClosed, Overloaded, RequestAdmission, RequestOutcome
+from worker.http.connections import REFUSED_STATUS
 from worker.http.page import FAVICON_MEDIA_TYPE, favicon_ico, render_page
 from worker.http.validation import Refusal, RequestItem, RequestLimits, validate_body
 from worker.inference.classifier import InferenceFailure
@@ -56,6 +60,10 @@ Send = Callable[[AsgiMessage], Awaitable[None]]
 Asgi = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 API_PATH = "/v1/sentiment"
+OPENAPI_PATH = "/openapi.json"
+CLIENT_CLOSED = 499
+"""What `sentiment_http_requests_total` counts a request under when its client closed the connection
+before sending the whole body (nginx's "client closed request"; nothing is answered)."""
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorResponse, "description": what}
     for code, what in (
@@ -189,10 +197,16 @@ _HTTP_ERRORS = {404: "not_found", 405: "method_not_allowed"}
 def build_app(api: ApiState) -> FastAPI:
     """The FastAPI app: the API, the page, metrics and probes; guarded as the settings say."""
     s = api.settings
+    # With a token, /docs and /redoc are off: they load Swagger UI / ReDoc scripts from a CDN into this
+    # origin, where the page keeps the token; /openapi.json is for token holders (ApiGuard).
+    guarded = s.api_token is not None
     app = FastAPI(
         title="sentiment-worker",
         summary="Sentiment of Chinese reviews, batched by the Kafka worker's own engine.",
         version="1",
+        docs_url=None if guarded else "/docs",
+        redoc_url=None if guarded else "/redoc",
+        openapi_url=OPENAPI_PATH,
     )
     # Documents the bearer scheme in OpenAPI; ApiGuard enforces it before the body is read.
     security = [Depends(HTTPBearer(auto_error=False))] if s.api_token is not None else []
@@ -264,6 +278,12 @@ def build_app(api: ApiState) -> FastAPI:
     return app
 
 
+async def _unauthorized(scope: Scope, receive: Receive, send: Send) -> None:
+    await error_response(401, "unauthorized", "send the header `Authorization: Bearer <token>`")(
+        scope, receive, send
+    )
+
+
 def is_json_media_type(content_type: str | None) -> bool:
     """True for `application/json` and `application/<anything>+json`, with any parameters (charset)."""
     media_type = (content_type or "").split(";", 1)[0].strip().lower()
@@ -273,7 +293,8 @@ def is_json_media_type(content_type: str | None) -> bool:
 
 
 class ApiGuard:
-    """ASGI middleware in front of /v1/, and the one route of `POST /v1/sentiment`: the bearer token (401),
+    """ASGI middleware in front of /v1/ and /openapi.json (the bearer token, when one is set: 401), and the
+    one route of `POST /v1/sentiment`: the bearer token (401),
     then for that route the early 503s (not ready, stopping, queue full), a body not declared as JSON (415)
     and the body's size (413), all before the body is parsed; then `route` answers from the body read. It
     counts every answer under /v1/ and the latency of each 200. Other methods and paths under /v1/ go on to
@@ -298,6 +319,9 @@ class ApiGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not str(scope["path"]).startswith("/v1/"):
+            if scope["type"] == "http" and scope["path"] == OPENAPI_PATH and not self._let_in(scope):
+                await _unauthorized(scope, receive, send)
+                return
             await self._app(scope, receive, send)
             return
         started = time.perf_counter()
@@ -308,28 +332,33 @@ class ApiGuard:
                 status.append(int(message["status"]))
             await send(message)
 
+        client_gone = False
         try:
-            await self._guarded(scope, receive, counted_send)
+            client_gone = await self._guarded(scope, receive, counted_send)
         finally:
-            code = status[0] if status else 500
-            self._metrics.requests.labels(str(code)).inc()
-            if code == 200:
+            if status:
+                code = str(status[0])
+            elif client_gone:  # the connection's bound answered it (408), or the client closed it (499)
+                code = str(scope.get(REFUSED_STATUS, CLIENT_CLOSED))
+            else:
+                code = "500"  # an exception before any answer
+            self._metrics.requests.labels(code).inc()
+            if code == "200":
                 self._metrics.request_seconds.observe(time.perf_counter() - started)
 
-    async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> bool:
+        """Answers the request; True when the connection went away before its body was read whole."""
+        if not self._let_in(scope):
+            await _unauthorized(scope, receive, send)
+            return False
         headers = Headers(scope=scope)
-        if self._token is not None and not self._authorized(headers.get("authorization", "")):
-            await error_response(401, "unauthorized", "send the header `Authorization: Bearer <token>`")(
-                scope, receive, send
-            )
-            return
         if scope.get("method") != "POST" or scope["path"] != API_PATH:
             await self._app(scope, receive, send)
-            return
+            return False
         refusal = self._early_refusal()
         if refusal is not None:
             await refusal(scope, receive, send)
-            return
+            return False
         content_type = headers.get("content-type")
         if not is_json_media_type(content_type):
             sent = f"sent as {content_type}" if content_type else "sent with no Content-Type"
@@ -338,27 +367,31 @@ class ApiGuard:
                 "(curl: --json '{\"text\": \"...\"}' or -H 'Content-Type: application/json')"
             )
             await error_response(415, "unsupported_media_type", reason)(scope, receive, send)
-            return
+            return False
         declared = headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self._max_body_bytes:
             await self._too_large(scope, receive, send)
-            return
+            return False
         body = bytearray()
         while True:  # read the body here, bounded, so a streamed body cannot pass the limit either
             message = await receive()
             if message["type"] == "http.disconnect":
-                return
+                return True
             body += message.get("body", b"")
             if len(body) > self._max_body_bytes:
                 await self._too_large(scope, receive, send)
-                return
+                return False
             if not message.get("more_body", False):
                 break
         await (await self._route(bytes(body)))(scope, receive, send)
+        return False
 
-    def _authorized(self, header: str) -> bool:
-        scheme, _, given = header.partition(" ")
-        assert self._token is not None
+    def _let_in(self, scope: Scope) -> bool:
+        """True without a token, or with the request's `Authorization: Bearer <token>` (compared in constant
+        time)."""
+        if self._token is None:
+            return True
+        scheme, _, given = Headers(scope=scope).get("authorization", "").partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self._token)
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -67,6 +67,12 @@ class ConnectionLimits:
         )
 
 
+REFUSED_STATUS = "sentiment.refused_status"
+"""The ASGI scope key under which a bound records the status it answered a request with itself (408 for a
+body too slow): its app sees only a disconnect, and counts the request under this status, not as a client
+that went away."""
+
+
 class BoundedProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the bounds of `ConnectionLimits` (uvicorn builds one per
     connection: pass `functools.partial(BoundedProtocol, limits=...)` as its `http`); `on_refusal` is called
@@ -183,6 +189,8 @@ class BoundedProtocol(HttpToolsProtocol):
             self._on_refusal(error)
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
+            if not cycle.response_started:
+                cycle.scope[REFUSED_STATUS] = status.value  # type: ignore[literal-required]
             cycle.disconnected = True
             cycle.message_event.set()
             if cycle.response_started:

@@ -141,8 +141,9 @@ class SentimentApi:
         with ExitStack() as stack:
             api, server = open_api_server(stack, s, self._registry, self._health)
             self.address = server.address
+            docs = "/openapi.json with the token" if s.api_token is not None else "/docs"
             log.info(
-                "serving on http://%s:%d (/ /v1/sentiment /docs /metrics /healthz /readyz)", *self.address
+                "serving on http://%s:%d (/ /v1/sentiment %s /metrics /healthz /readyz)", *self.address, docs
             )
             if self._on_listening is not None:
                 self._on_listening(self.address)

@@ -120,6 +120,7 @@ def decode_review(
     (`schemas.review_input.text_problem`: no visible character is `empty_text`, over `max_text_chars` is
     `text_too_long`). Values are kept exactly or refused, never changed: a number a 64-bit float cannot hold
     (`1e999`, `1e-999`) or an integer of more digits than the interpreter converts (4,300) is `invalid_json`.
+    A key repeated in an object keeps its last value, at every level, as at the HTTP door.
     """
     if value is None:
         return DecodeFailure(

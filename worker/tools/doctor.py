@@ -10,14 +10,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from worker.config import DEFAULT_MODEL_DIR, WorkerSettings
+from worker.config import DEFAULT_MODEL_DIR, WorkerSettings, kafka_extra_overrides
 from worker.inference.label_fields import label_fields
 from worker.model.backend_choice import compression_outlook, cpu_description, cpu_features
 from worker.model.device import DeviceChoice, DeviceUnavailableError, activate, choose_device
 from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier
-from worker.tools.checks import Check
+from worker.tools.checks import Check, Verdict
 from worker.tools.registry_checks import check_registry
-from worker.tools.tls import handshake
+from worker.tools.tls import handshake, uses_tls
 from worker.tools.topics import describe_topics
 
 MODEL_FIX = (
@@ -39,17 +39,40 @@ def run_checks(settings: WorkerSettings) -> list[Check]:
     checks.append(device_check)
     if device is not None:
         checks.append(_check_model(settings, device))
-    if settings.uses_tls:
+    kafka = kafka_checks(settings)
+    checks.extend(kafka)
+    if kafka[-1].name == "tls" and kafka[-1].verdict == "FAIL":
+        return checks  # the broker check would only fail again, less clearly
+    if settings.schema_registry_url:
+        checks.extend(check_registry(settings))
+    return checks
+
+
+def kafka_checks(settings: WorkerSettings) -> list[Check]:
+    """The Kafka checks of the configuration librdkafka gets (kafka_extra's overrides included, named in a
+    WARN first): the TLS handshake (SSL/SASL_SSL), then the broker and the topics; the TLS check last when
+    it fails. Never raises."""
+    checks = []
+    overrides = kafka_extra_overrides(settings.kafka_extra)
+    if overrides:
+        checks.append(
+            Check(
+                "kafka_extra",
+                "WARN",
+                f"SENTIMENT_KAFKA_EXTRA overrides {', '.join(overrides)}: the checks below use the "
+                "configuration the Kafka clients get",
+                "set the settings of the same meaning instead (docs/security.md)",
+            )
+        )
+    if uses_tls(settings.librdkafka_common()):
         tls = check_tls(settings)
         checks.append(tls)
         if tls.verdict == "FAIL":
-            return checks  # the broker check would only fail again, less clearly
+            return checks
     broker = check_broker(settings)
     checks.append(broker)
     if broker.verdict == "OK":
         checks.extend(_check_topics(settings))
-    if settings.schema_registry_url:
-        checks.extend(check_registry(settings))
     return checks
 
 
@@ -122,9 +145,11 @@ def _check_model(settings: WorkerSettings, device: object) -> Check:
 
 
 def check_tls(settings: WorkerSettings) -> Check:
-    """SSL/SASL_SSL: a TLS handshake with the first bootstrap server; what is wrong, in one line."""
+    """SSL/SASL_SSL: a TLS handshake with the first bootstrap server; what is wrong, in one line (WARN: it
+    worked only because the configuration turns the broker's certificate check off)."""
     outcome = handshake(settings)
-    return Check("tls", "OK" if outcome.ok else "FAIL", outcome.detail, outcome.fix)
+    verdict: Verdict = "FAIL" if not outcome.ok else "WARN" if outcome.unverified else "OK"
+    return Check("tls", verdict, outcome.detail, outcome.fix if verdict != "OK" else None)
 
 
 def check_broker(settings: WorkerSettings) -> Check:
@@ -136,8 +161,9 @@ def check_broker(settings: WorkerSettings) -> Check:
     logger = logging.Logger("doctor.librdkafka")  # not registered: this probe's lines only
     logger.addHandler(collected)
     timeout_s = 5.0
+    conf: dict[str, Any] = {**settings.librdkafka_common(), "logger": logger}
+    bootstrap = conf.get("bootstrap.servers") or conf.get("metadata.broker.list")
     try:
-        conf: dict[str, Any] = {**settings.librdkafka_common(), "logger": logger}
         admin = AdminClient(conf)
     except Exception as exc:  # noqa: BLE001 - a check reports, never crashes the report
         detail = f"the client refused its settings ({type(exc).__name__}: {exc})"
@@ -149,10 +175,10 @@ def check_broker(settings: WorkerSettings) -> Check:
     except Exception as exc:  # noqa: BLE001
         admin.poll(0)  # hands the queued log lines to `logger`
         cause = collected.last_error() or f"{type(exc).__name__}: {exc}"
-        detail = f"{settings.bootstrap_servers} did not answer within {timeout_s:g} s ({cause})"
+        detail = f"{bootstrap} did not answer within {timeout_s:g} s ({cause})"
         return Check("broker", "FAIL", detail, broker_fix(collected.messages))
     brokers = ", ".join(f"{b.host}:{b.port}" for b in metadata.brokers.values())
-    return Check("broker", "OK", f"{settings.bootstrap_servers} answered; brokers: {brokers}")
+    return Check("broker", "OK", f"{bootstrap} answered; brokers: {brokers}")
 
 
 class _LogLines(logging.Handler):

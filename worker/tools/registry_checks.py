@@ -18,18 +18,21 @@ REGISTRY_FIX = "start it (`make registry-up`) or set SENTIMENT_SCHEMA_REGISTRY_U
 
 
 def check_registry(settings: WorkerSettings) -> list[Check]:
-    """The registry's checks, in order; never raises."""
+    """The registry's checks, in order; never raises. The URL shown is the one without user info (the
+    settings keep none in it); basic auth is named by its user only."""
     conf = settings.schema_registry_conf()
     url = conf["url"]
-    client = SchemaRegistryClient(conf)
     try:
+        client = SchemaRegistryClient(conf)
         subjects = client.get_subjects()
     except Exception as exc:  # noqa: BLE001 - a check reports, never crashes the report
         trouble = registry_trouble(exc, url)
         return [
             Check("schema registry", "FAIL", str(trouble or f"{type(exc).__name__}: {exc}"), REGISTRY_FIX)
         ]
-    checks = [Check("schema registry", "OK", f"{url} answered; {len(subjects)} subjects")]
+    auth = conf.get("basic.auth.user.info")
+    as_user = f" (basic auth as {auth.partition(':')[0]!r})" if auth else ""
+    checks = [Check("schema registry", "OK", f"{url} answered{as_user}; {len(subjects)} subjects")]
     if settings.output_format in REGISTRY_FORMATS:
         checks.append(_check_result_subject(client, settings, set(subjects)))
     if settings.input_format in REGISTRY_FORMATS:

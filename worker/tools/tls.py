@@ -1,6 +1,7 @@
-"""`doctor`'s TLS check: a handshake with the first bootstrap server, made the way librdkafka makes it (the
-CA of ssl_ca_location, the client certificate for mTLS, the host name checked), and what went wrong in
-one line: unknown CA, expired, wrong host, not a TLS port, client certificate refused.
+"""`doctor`'s TLS check: a handshake with the first bootstrap server, made the way librdkafka makes it with
+the configuration it gets (`librdkafka_common()`, kafka_extra's overrides included: the CA file, the client
+certificate for mTLS, the host name and certificate checks), and what went wrong in one line: unknown CA,
+expired, wrong host, not a TLS port, client certificate refused.
 
 Only file names and certificate fields appear in the verdict; key material is read by OpenSSL alone.
 """
@@ -9,7 +10,10 @@ from __future__ import annotations
 
 import socket
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from worker.config import WorkerSettings
 
@@ -36,11 +40,48 @@ CLIENT_FILES_FIX = "check SENTIMENT_SSL_CERTIFICATE_LOCATION and SENTIMENT_SSL_K
 
 @dataclass(frozen=True)
 class Handshake:
-    """The outcome: ``ok`` with a description, or what is wrong and its fix."""
+    """The outcome: ``ok`` with a description, or what is wrong and its fix; ``unverified``: it succeeded
+    only because the configuration turns the broker's certificate check off."""
 
     ok: bool
     detail: str
     fix: str | None = None
+    unverified: bool = False
+
+
+@dataclass(frozen=True)
+class TlsTarget:
+    """What librdkafka's TLS uses, read from the configuration it gets."""
+
+    bootstrap_servers: str
+    ca: Path | None
+    certificate: Path | None
+    key: Path | None
+    check_hostname: bool
+    verify: bool
+
+    @classmethod
+    def of(cls, conf: Mapping[str, Any]) -> TlsTarget:
+        """From a librdkafka configuration (`WorkerSettings.librdkafka_common()`)."""
+
+        def path(key: str) -> Path | None:
+            return Path(str(conf[key])) if conf.get(key) else None
+
+        verify = str(conf.get("enable.ssl.certificate.verification", True)).lower() not in ("false", "0")
+        algorithm = str(conf.get("ssl.endpoint.identification.algorithm", "https")).lower()
+        return cls(
+            bootstrap_servers=str(conf.get("bootstrap.servers", "")),
+            ca=path("ssl.ca.location"),
+            certificate=path("ssl.certificate.location"),
+            key=path("ssl.key.location"),
+            check_hostname=verify and algorithm != "none",
+            verify=verify,
+        )
+
+
+def uses_tls(conf: Mapping[str, Any]) -> bool:
+    """True when a librdkafka configuration's security.protocol is SSL or SASL_SSL."""
+    return str(conf.get("security.protocol") or "PLAINTEXT").upper() in ("SSL", "SASL_SSL")
 
 
 def first_server(bootstrap_servers: str) -> tuple[str, int]:
@@ -54,29 +95,32 @@ def first_server(bootstrap_servers: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def tls_context(settings: WorkerSettings) -> ssl.SSLContext:
-    """A client context like librdkafka's for these settings (raises ssl.SSLError / OSError on bad files)."""
-    cafile = str(settings.ssl_ca_location) if settings.ssl_ca_location is not None else None
-    context = ssl.create_default_context(cafile=cafile)
-    context.check_hostname = settings.ssl_endpoint_identification
-    if settings.ssl_certificate_location is not None and settings.ssl_key_location is not None:
-        context.load_cert_chain(str(settings.ssl_certificate_location), str(settings.ssl_key_location))
+def tls_context(target: TlsTarget) -> ssl.SSLContext:
+    """A client context like librdkafka's for this target (raises ssl.SSLError / OSError on bad files)."""
+    context = ssl.create_default_context(cafile=str(target.ca) if target.ca is not None else None)
+    context.check_hostname = target.check_hostname
+    if not target.verify:
+        context.verify_mode = ssl.CERT_NONE
+    if target.certificate is not None and target.key is not None:
+        context.load_cert_chain(str(target.certificate), str(target.key))
     return context
 
 
 def handshake(settings: WorkerSettings, timeout_s: float = 5.0) -> Handshake:
-    """Connects to the first bootstrap server and shakes hands; never raises."""
-    host, port = first_server(settings.bootstrap_servers)
+    """Connects to the first bootstrap server librdkafka would dial and shakes hands as it would; never
+    raises."""
+    target = TlsTarget.of(settings.librdkafka_common())
+    host, port = first_server(target.bootstrap_servers)
     files = {
-        "SENTIMENT_SSL_CA_LOCATION": settings.ssl_ca_location,
-        "SENTIMENT_SSL_CERTIFICATE_LOCATION": settings.ssl_certificate_location,
-        "SENTIMENT_SSL_KEY_LOCATION": settings.ssl_key_location,
+        "SENTIMENT_SSL_CA_LOCATION": target.ca,
+        "SENTIMENT_SSL_CERTIFICATE_LOCATION": target.certificate,
+        "SENTIMENT_SSL_KEY_LOCATION": target.key,
     }
     for name, path in files.items():
         if path is not None and not path.is_file():
             return Handshake(False, f"{name}: no file at {path}", f"point {name} at an existing PEM file")
     try:
-        context = tls_context(settings)
+        context = tls_context(target)
     except (ssl.SSLError, OSError) as exc:
         return Handshake(
             False, f"cannot load the client certificate or key ({_reason(exc)})", CLIENT_FILES_FIX
@@ -93,16 +137,22 @@ def handshake(settings: WorkerSettings, timeout_s: float = 5.0) -> Handshake:
     except ssl.SSLCertVerificationError as exc:
         return verify_failure(exc.verify_code, exc.verify_message, host)
     except ssl.SSLError as exc:
-        return ssl_failure(_reason(exc), client_cert=settings.ssl_certificate_location is not None)
+        return ssl_failure(_reason(exc), client_cert=target.certificate is not None)
     except OSError as exc:  # connected, then hung up on the ClientHello: EOF / reset
-        return ssl_failure(
-            f"eof: {exc.strerror or exc}", client_cert=settings.ssl_certificate_location is not None
-        )
+        return ssl_failure(f"eof: {exc.strerror or exc}", client_cert=target.certificate is not None)
     if refused is not None:
-        return ssl_failure(refused, client_cert=settings.ssl_certificate_location is not None)
+        return ssl_failure(refused, client_cert=target.certificate is not None)
+    if not target.verify:  # getpeercert() is empty without verification: nothing was checked
+        return Handshake(
+            True,
+            f"{host}:{port} {version}; the broker's certificate NOT verified "
+            "(enable.ssl.certificate.verification=false): anyone on the path can pose as the broker",
+            CA_FIX,
+            unverified=True,
+        )
     subject = _name(peer.get("subject", ()))
     issuer = _name(peer.get("issuer", ()))
-    hostname = "host name checked" if settings.ssl_endpoint_identification else "host name NOT checked"
+    hostname = "host name checked" if target.check_hostname else "host name NOT checked"
     return Handshake(
         True,
         f"{host}:{port} {version}, certificate {subject} by {issuer}, valid until {peer.get('notAfter')}; "

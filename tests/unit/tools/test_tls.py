@@ -14,6 +14,7 @@ import pytest
 
 from tests.kafka_fixtures import load_launcher
 from worker.config import WorkerSettings
+from worker.tools.doctor import check_tls
 from worker.tools.tls import (
     CA_FIX,
     CLIENT_CERT_FIX,
@@ -139,3 +140,33 @@ def test_verify_codes_map_to_expired_and_not_yet_valid() -> None:
     assert expired.detail.startswith("expired: ") and expired.fix == EXPIRED_FIX
     assert verify_failure(9, "certificate is not yet valid", "localhost").detail.startswith("not yet valid")
     assert verify_failure(20, "unable to get local issuer certificate", "h").detail.startswith("unknown CA")
+
+
+def test_the_handshake_is_made_with_the_configuration_librdkafka_gets(
+    pki: tuple[Any, Any], broker_port: int
+) -> None:
+    """kafka_extra's overrides (allowed) are what librdkafka uses, so they are what doctor checks. Before:
+    doctor checked the settings alone, and said `unknown CA` for a client that connects without checking
+    the certificate at all (enable.ssl.certificate.verification=false)."""
+    ours, other = pki
+    client = {"ssl_certificate_location": ours.cert("worker"), "ssl_key_location": ours.key("worker")}
+    unverified = settings(
+        broker_port,
+        other.ca,  # a CA that did not sign the broker's certificate
+        kafka_extra={"enable.ssl.certificate.verification": False},
+        allow_kafka_extra_overrides=True,
+        **client,
+    )
+    outcome = handshake(unverified)
+    assert outcome.ok and outcome.unverified and outcome.fix == CA_FIX
+    assert "NOT verified (enable.ssl.certificate.verification=false)" in outcome.detail
+    check = check_tls(unverified)
+    assert check.verdict == "WARN" and "NOT verified" in check.detail
+    moved = settings(
+        1,  # nothing listens there: the override's address is the one dialled
+        ours.ca,
+        kafka_extra={"bootstrap.servers": f"localhost:{broker_port}"},
+        allow_kafka_extra_overrides=True,
+        **client,
+    )
+    assert handshake(moved).ok and f"localhost:{broker_port} TLS" in handshake(moved).detail
