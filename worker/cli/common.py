@@ -252,7 +252,7 @@ def load_model(settings: WorkerSettings) -> tuple[Any, Any]:
         )
     except ModelLoadError as exc:
         raise ConfigurationError(f"model: {exc}") from None
-    log.info("model %r", classifier)
+    log.info("model %r, content sha256 %s", classifier, classifier.content_hash or "- (not a directory)")
     return classifier, ModelRef(name=classifier.name, version=classifier.version)
 
 
