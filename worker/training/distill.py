@@ -248,7 +248,7 @@ def build_student(
 
 def keep_encoder_layers(model: Any, layers: list[int]) -> None:
     """Cut an ERNIE classifier's encoder down to `layers` (0-based, in order), in place: the kept layers
-    keep their weights, the config says the new depth, so `save_pretrained` writes a loadable model."""
+    keep their weights, the config says the new depth, so `save_classifier` writes a loadable model."""
     import paddle
 
     encoder = model.ernie.encoder
