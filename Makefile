@@ -167,7 +167,7 @@ $(FAST_MODEL_DIR)/metrics.json:
 # One rule per form, for every model directory D: D-onnx (ONNX export), D-int8 (its ONNX Runtime INT8),
 # D-static (Paddle Inference).
 EXPORTER := worker/training/export.py worker/training/onnx_export.py worker/model/fast_tokenizer.py
-%-onnx/model.onnx: %/metrics.json %/model_state.pdparams $(EXPORTER) | $(VENV)/.installed
+%-onnx/model.onnx: %/metrics.json %/model.safetensors %/model_manifest.json $(EXPORTER) | $(VENV)/.installed
 	$(CLI) export --model $* --output-dir $*-onnx --format onnx --overwrite
 
 # INT8 with fixed, calibrated activation scales (ort-static): a review's label does not depend on the reviews
@@ -175,7 +175,7 @@ EXPORTER := worker/training/export.py worker/training/onnx_export.py worker/mode
 %-int8/model.onnx: %-onnx/model.onnx worker/training/quantize.py
 	$(CLI) quantize --model $*-onnx --output-dir $*-int8 --heldout $*/heldout.jsonl --method ort-static --overwrite
 
-%-static/sentiment_model.json: %/metrics.json %/model_state.pdparams $(EXPORTER) | $(VENV)/.installed
+%-static/sentiment_model.json: %/metrics.json %/model.safetensors %/model_manifest.json $(EXPORTER) | $(VENV)/.installed
 	$(CLI) export --model $* --output-dir $*-static --overwrite
 
 # The ONNX exports are kept (make deletes the middle of a chain of pattern rules otherwise).

@@ -307,8 +307,9 @@ class WorkerSettings(BaseSettings):
     # --- model ---
     model: str = Field(
         DEFAULT_MODEL_DIR,
-        description="Model directory (training, `export` or `quantize` output) or a PaddleNLP model name; "
-        "the default is the shipped models/default as ONNX Runtime INT8, which `make model` derives.",
+        description="Model directory (training, `export` or `quantize` output, verified against its "
+        "model_manifest.json before it is read), or a PaddleNLP model name when allow_hub_model; the default "
+        "is the shipped models/default as ONNX Runtime INT8, which `make model` derives.",
     )
     device: Literal["gpu", "cpu", "auto"] = Field(
         "auto", description="gpu fails loudly without a working CUDA device; auto logs its choice."
@@ -330,6 +331,11 @@ class WorkerSettings(BaseSettings):
         False,
         description="Let backend=identity start: its results name the model `identity` and their labels "
         "mean nothing (a measuring instrument, never a service).",
+    )
+    allow_hub_model: bool = Field(
+        False,
+        description="Let `model` name a PaddleNLP hub model, which PaddleNLP downloads and unpickles (code "
+        "from the hub runs). Off: only verified local model directories load (docs/model-trust.md).",
     )
     tokenizer: Literal["auto", "fast", "slow"] = Field(
         "auto",

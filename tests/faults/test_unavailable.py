@@ -9,6 +9,7 @@ consumes and commits nothing.
 from __future__ import annotations
 
 import json
+import pickle
 import shutil
 import time
 from collections.abc import Callable
@@ -116,7 +117,26 @@ def test_output_topic_deleted_mid_run_exits_non_zero_and_commits_nothing_unpubli
 
 
 def _corrupt_weights(model: Path) -> None:
-    (model / "model_state.pdparams").write_bytes(b"\x80\x04 not a paddle state dict" * 100)
+    (model / "model.safetensors").write_bytes(b"\x80\x04 not a safetensors file" * 100)
+
+
+class _Payload:
+    """Unpickled, it runs eval: the code writes PAYLOAD_MARKER beside the model directory."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (eval, (f"open({str(self.marker)!r}, 'w').write('ran')",))
+
+
+PAYLOAD_MARKER = "payload-ran"
+
+
+def _pickled_weights(model: Path) -> None:
+    """The red team's directory: weights replaced by a pickle whose __reduce__ calls eval."""
+    (model / "model.safetensors").unlink()
+    (model / "model_state.pdparams").write_bytes(pickle.dumps({"w": _Payload(model.parent / PAYLOAD_MARKER)}))
 
 
 def _corrupt_config(model: Path) -> None:
@@ -130,11 +150,12 @@ def _missing_vocab(model: Path) -> None:
 @pytest.mark.parametrize(
     ("corrupt", "named"),
     [
-        (_corrupt_weights, "model_state.pdparams"),
+        (_corrupt_weights, "model.safetensors"),
         (_corrupt_config, "config.json"),
         (_missing_vocab, "vocab.txt"),
+        (_pickled_weights, "model_state.pdparams, a pickle"),
     ],
-    ids=["weights", "config", "vocab"],
+    ids=["weights", "config", "vocab", "pickle"],
 )
 def test_corrupt_model_directory_refuses_to_start_and_commits_nothing(
     corrupt: Callable[[Path], None],
@@ -152,6 +173,7 @@ def test_corrupt_model_directory_refuses_to_start_and_commits_nothing(
     worker = WorkerProcess(worker_env(kafka_bootstrap, names, model), tmp_path, "corrupt")
     error_line = worker.refusal_line()
     assert "model" in error_line and named in error_line, error_line
+    assert not (tmp_path / PAYLOAD_MARKER).exists()  # refused before anything was unpickled
     committed: dict[int, Any] = committed_offsets(
         kafka_bootstrap, names["group"], names["reviews"], PARTITIONS
     )

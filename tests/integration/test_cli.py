@@ -19,6 +19,7 @@ from tests.integration.helpers import SAMPLES
 from tests.kafka_fixtures import DLQ_CONFIG
 from worker.bench.worker_process import free_port
 from worker.labelling.labeller import Labeller
+from worker.model.manifest import model_content_hash
 from worker.tools.predict import predict_lines
 
 pytestmark = pytest.mark.integration
@@ -108,6 +109,8 @@ def test_produce_run_tail_and_doctor_through_the_cli(
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     assert "[OK  ] broker" in doctor.stdout and f"[OK  ] topic {names['results']}" in doctor.stdout
     assert "[OK  ] cpu" in doctor.stdout and ("VNNI" in doctor.stdout or "AVX2" in doctor.stdout)
+    # the content hash a control record would name: the sha256 of the model's manifest
+    assert f"content sha256 {model_content_hash(tiny_model_dir)}" in doctor.stdout
 
     missing = cli("doctor", env={**env, "SENTIMENT_DLQ_TOPIC": names["dlq"] + "-nope"})
     assert missing.returncode == 1

@@ -53,7 +53,9 @@ EXIT_CODES = {
     "TopicMissingError": 2,
     "TrainingError": 2,
     "TuningError": 1,
+    "UnverifiedModelError": 2,
     "VocabularyError": 1,
+    "WeightsError": 2,
     "WorkerProcessError": 1,
 }
 

@@ -35,6 +35,7 @@ from worker.bench.topic_io import delete_run_topics
 from worker.config import WorkerSettings
 from worker.model.device import choose_device
 from worker.model.loading import InferenceOptions, load_classifier
+from worker.model.manifest import verify_model_dir
 from worker.model.metadata import CONFIG_FILES, METADATA_FILE, find_weights
 from worker.model.onnx_backend import ONNX_FILE, is_onnx_dir
 from worker.model.static_backend import is_exported_dir
@@ -100,6 +101,7 @@ def model_row(
     """Measures one training directory (see the module docstring)."""
     examples = read_heldout(heldout)
     defaults = WorkerSettings.model_fields
+    verify_model_dir(directory)  # before its metadata is read
     meta = json.loads((directory / METADATA_FILE).read_text(encoding="utf-8"))
     onnx_only = is_onnx_dir(directory) and not is_exported_dir(directory)
     precision = str((meta.get("onnx") or {}).get("precision", "float32")) if onnx_only else "float32"

@@ -16,7 +16,7 @@ def register(subparsers: Subparsers) -> None:
         "export", help="export a trained model directory to a static Paddle Inference model directory"
     )
     export.add_argument(
-        "--model", required=True, type=Path, help="training directory (save_pretrained layout)"
+        "--model", required=True, type=Path, help="training directory (model.safetensors and its manifest)"
     )
     export.add_argument("--output-dir", required=True, type=Path, help="where the exported model goes")
     export.add_argument("--overwrite", action="store_true", help="replace a non-empty output directory")

@@ -58,5 +58,5 @@ def load_classifier_for(settings: WorkerSettings) -> TextClassifierBase:
         )
     except ModelLoadError as exc:
         raise ConfigurationError(f"model: {exc}") from None
-    log.info("model %r", classifier)
+    log.info("model %r, content sha256 %s", classifier, classifier.content_hash or "- (not a directory)")
     return classifier

@@ -36,6 +36,9 @@ class TextClassifierBase:
     _encoder: SequenceEncoder
     _tokenizer: Any | None
     _pad_id: int
+    content_hash: str | None = None
+    """sha256 (hex) of the model directory's manifest, which names and hashes each of its files (set by
+    `load_classifier` after verifying them; None for a PaddleNLP hub name)."""
     call_overhead_tokens: int | None = None
     """The fixed cost of one model call, in padded tokens, for the batch planner (`plan_batches`): a
     window is cut into more, tighter batches while that saves more padding than this per extra call.

@@ -1,6 +1,8 @@
-"""Load a classifier: dygraph from a ``save_pretrained`` directory or a PaddleNLP model name, static from a
-``sentiment-worker export`` directory, onnx from an ONNX export or INT8 quantization, identity (no inference,
-only when allowed) from any of them; with the chosen tokenizer (fast/slow) and long-text layout."""
+"""Load a classifier: dygraph from a training directory (model.safetensors) or, when allowed, a PaddleNLP
+model name, static from a ``sentiment-worker export`` directory, onnx from an ONNX export or INT8
+quantization, identity (no inference, only when allowed) from any of them; with the chosen tokenizer
+(fast/slow) and long-text layout. Every directory is verified against its manifest before anything in it is
+read (worker.model.manifest); the classifier carries the directory's content hash."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from worker.model.fast_tokenizer import (
 )
 from worker.model.identity_backend import IDENTITY_MODEL_NAME, IdentityClassifier
 from worker.model.long_text import LongTextMode, SequenceEncoder
+from worker.model.manifest import UnverifiedModelError, VerifiedModel, verify_model_dir
 from worker.model.metadata import (
     CONFIG_FILES,
     METADATA_FILE,
@@ -50,6 +53,7 @@ from worker.model.static_backend import (
     is_exported_dir,
     make_config,
 )
+from worker.model.weights import build_classifier, load_tokenizer
 
 if TYPE_CHECKING:
     from worker.config import WorkerSettings
@@ -94,7 +98,8 @@ class InferenceOptions:
     (see worker.model.backend_choice); without one, static when the directory is a Paddle export, onnx when
     it holds only an ONNX model, else dynamic. ``cpu_threads`` None: all cores. ``max_batch_size`` bounds
     TensorRT's dynamic shapes. ``backend=identity`` (no inference: see worker.model.identity_backend) is
-    refused unless ``allow_identity``.
+    refused unless ``allow_identity``; a PaddleNLP model name (downloaded and unpickled by PaddleNLP) unless
+    ``allow_hub``.
     """
 
     backend: Backend = "auto"
@@ -108,6 +113,7 @@ class InferenceOptions:
     use_bf16: bool = False
     max_batch_size: int = 32
     allow_identity: bool = False
+    allow_hub: bool = False
 
     @classmethod
     def from_settings(cls, settings: WorkerSettings) -> InferenceOptions:
@@ -124,6 +130,7 @@ class InferenceOptions:
             use_bf16=settings.use_bf16,
             max_batch_size=settings.max_batch_size,
             allow_identity=settings.allow_identity_model,
+            allow_hub=settings.allow_hub_model,
         )
 
 
@@ -235,47 +242,45 @@ def _check_dir(directory: Path) -> ModelMetadata | None:
         raise ModelLoadError(f"{meta_path} is invalid ({exc}); fix or delete it, or re-run training") from exc
 
 
-def _load_dir(directory: Path) -> tuple[Any, Any]:
-    from paddlenlp.transformers import ErnieForSequenceClassification, ErnieTokenizer
-
+def _verified(directory: Path) -> VerifiedModel:
+    """The directory checked against its manifest: the first thing done with a model directory."""
     try:
-        tokenizer = ErnieTokenizer.from_pretrained(str(directory))
+        return verify_model_dir(directory)
+    except UnverifiedModelError as exc:
+        raise ModelLoadError(str(exc)) from None
+
+
+def _load_dir(verified: VerifiedModel) -> tuple[Any, Any]:
+    directory = verified.directory
+    try:
+        tokenizer = load_tokenizer(directory)
     except Exception as exc:  # noqa: BLE001 - PaddleNLP raises many types; report them all the same way
         raise ModelLoadError(f"could not load the tokenizer from {directory}: {exc}; {TRAIN_HINT}") from exc
     try:
-        model = ErnieForSequenceClassification.from_pretrained(str(directory))
-    except Exception as exc:  # noqa: BLE001
+        model = build_classifier(verified)
+    except UnverifiedModelError as exc:
+        raise ModelLoadError(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - Paddle raises its own types for weights that do not fit
         raise ModelLoadError(
             f"could not load model weights from {directory} (corrupt or incompatible "
             f"{find_weights(directory)}?): {type(exc).__name__}: {exc}; {TRAIN_HINT}"
         ) from exc
-    _check_weights_loaded(model, directory)
     return model, tokenizer
 
 
-def _check_weights_loaded(model: Any, directory: Path) -> None:
-    """PaddleNLP only warns on missing weights; an unloaded classifier would silently be random."""
-    import paddle
-
-    weights = find_weights(directory)
-    if weights is None or weights.suffix != ".pdparams":
-        return
-    try:
-        saved = paddle.load(str(weights), return_numpy=True)
-    except Exception as exc:  # noqa: BLE001
-        raise ModelLoadError(f"could not read {weights}: {exc}; the file is corrupt: {TRAIN_HINT}") from exc
-    expected = set(model.state_dict().keys())
-    absent = sorted(expected - set(saved.keys()))
-    if absent:
-        raise ModelLoadError(
-            f"{weights} lacks {len(absent)} of the model's {len(expected)} weights (e.g. {absent[0]}); "
-            f"it was not saved from an ErnieForSequenceClassification: {TRAIN_HINT}"
-        )
+HUB_REFUSAL = (
+    "names a PaddleNLP model, which PaddleNLP downloads and unpickles (code from the model hub would run "
+    "here): serve a local model directory (`sentiment-worker train --init {name}` writes one, with its "
+    "manifest), or set SENTIMENT_ALLOW_HUB_MODEL=true to load it on purpose"
+)
 
 
-def _load_hub(name: str) -> tuple[Any, Any]:
+def _load_hub(name: str, options: InferenceOptions) -> tuple[Any, Any]:
+    if not options.allow_hub:
+        raise ModelLoadError(f"{name} {HUB_REFUSAL.format(name=name)}")
     from paddlenlp.transformers import ErnieForSequenceClassification, ErnieTokenizer
 
+    log.warning("loading %s from PaddleNLP's model hub (allowed by SENTIMENT_ALLOW_HUB_MODEL)", name)
     try:
         model = ErnieForSequenceClassification.from_pretrained(name, num_classes=len(DEFAULT_LABELS))
         tokenizer = ErnieTokenizer.from_pretrained(name)
@@ -294,9 +299,11 @@ def _max_position_embeddings(model: Any) -> int | None:
 
 
 def load_dygraph(directory: Path) -> tuple[Any, Any, ModelMetadata | None]:
-    """(ErnieForSequenceClassification, ErnieTokenizer, metadata) of a checked training directory."""
+    """(ErnieForSequenceClassification, ErnieTokenizer, metadata) of a training directory, verified against
+    its manifest first."""
+    verified = _verified(directory)
     meta = _check_dir(directory)
-    net, tokenizer = _load_dir(directory)
+    net, tokenizer = _load_dir(verified)
     return net, tokenizer, meta
 
 
@@ -334,6 +341,10 @@ def load_classifier(
 ) -> TextClassifierBase:
     """Load ``model`` (a training or exported directory, or a PaddleNLP model name) onto ``device``.
 
+    A directory is verified against its manifest before anything in it is read (a pickle, a file not
+    listed or changed: ModelLoadError saying what to do); the classifier's ``content_hash`` is its content
+    hash (None for a hub name).
+
     ``max_seq_len`` (tokens incl. [CLS]/[SEP]) defaults to the directory's ``sentiment_model.json`` value,
     else 128; it may not exceed the model's position embeddings. The backend, tokenizer and long-text
     layout come from ``options`` (default: auto, auto, head_tail). Raises ModelLoadError.
@@ -343,9 +354,11 @@ def load_classifier(
     directory = Path(model).expanduser()
     if _looks_like_path(model) and not directory.exists():
         raise ModelLoadError(f"model directory {directory} does not exist: {_missing_hint(directory)}")
+    verified = _verified(directory) if directory.is_dir() else None
     if options.backend == "identity":
         identity = _load_identity(model, directory, device, max_seq_len, options)
         _check_outputs(identity, "the identity model")
+        identity.content_hash = verified.content_hash if verified is not None else None
         return identity
     backend = resolve_backend(directory if directory.is_dir() else None, options.backend)
     if backend == "static":
@@ -353,9 +366,10 @@ def load_classifier(
     elif backend == "onnx":
         classifier = _load_onnx(directory, device, max_seq_len, options)
     else:
-        classifier = _load_dygraph(model, directory, device, max_seq_len, options)
+        classifier = _load_dygraph(model, verified, device, max_seq_len, options)
     meta_file = directory / METADATA_FILE
     _check_outputs(classifier, meta_file if meta_file.is_file() else "the default labels")
+    classifier.content_hash = verified.content_hash if verified is not None else None
     return classifier
 
 
@@ -379,13 +393,19 @@ def _check_outputs(classifier: TextClassifierBase, source: Path | str) -> None:
 
 
 def _load_dygraph(
-    model: str, directory: Path, device: DeviceChoice, max_seq_len: int | None, options: InferenceOptions
+    model: str,
+    verified: VerifiedModel | None,
+    device: DeviceChoice,
+    max_seq_len: int | None,
+    options: InferenceOptions,
 ) -> TextClassifierBase:
-    """A training directory or a PaddleNLP hub name → SentimentClassifier (Paddle's dynamic graph)."""
+    """A verified training directory or a PaddleNLP hub name (when allowed) → SentimentClassifier (Paddle's
+    dynamic graph)."""
     meta: ModelMetadata | None = None
-    if directory.is_dir():
+    directory = Path(model).expanduser()
+    if verified is not None:
         meta = _check_dir(directory)
-        net, tokenizer = _load_dir(directory)
+        net, tokenizer = _load_dir(verified)
         name = meta.name if meta is not None else directory.resolve().name
         version = weights_version(directory)
         if meta is not None and meta.version and meta.version != version:
@@ -401,7 +421,7 @@ def _load_dygraph(
     elif _looks_like_path(model):
         raise ModelLoadError(f"model directory {directory} does not exist: {_missing_hint(directory)}")
     else:
-        net, tokenizer = _load_hub(model)
+        net, tokenizer = _load_hub(model, options)
         name, version, labels = model, model, list(DEFAULT_LABELS)
 
     num_labels = int(getattr(net, "num_labels", len(labels)))

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 METADATA_FILE = "sentiment_model.json"
-WEIGHT_FILES = ("model_state.pdparams", "model.safetensors")
+WEIGHTS_FILE = "model.safetensors"
+"""The weights of a training directory (worker.model.weights): safetensors, data only, never a pickle."""
+WEIGHT_FILES = (WEIGHTS_FILE,)
 CONFIG_FILES = ("config.json", "model_config.json")
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 # PaddleNLP records where the tokenizer was loaded from; meaningless (and private) on another machine.
@@ -112,7 +114,7 @@ def _section(raw: dict[str, Any], key: str) -> dict[str, Any]:
 
 
 def find_weights(directory: Path) -> Path | None:
-    """The weights file of a ``save_pretrained`` directory, or None."""
+    """The weights file (model.safetensors) of a training directory, or None."""
     for name in WEIGHT_FILES:
         if (directory / name).is_file():
             return directory / name

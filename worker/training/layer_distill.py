@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from worker.model.manifest import verify_model_dir
+from worker.model.weights import build_classifier
 from worker.training.data import pad_batch
 from worker.training.distill import by_length
 
@@ -45,11 +47,8 @@ def teacher_cls_states(
     vocabulary): float32 [n, student_layers, teacher width], in input order. `teacher` is a training
     directory (dygraph: the hidden states are not outputs of an exported model)."""
     import paddle
-    from paddlenlp.transformers import ErnieForSequenceClassification
 
-    model = ErnieForSequenceClassification.from_pretrained(str(teacher))
-    model.to(dtype="float32")  # a shipped model may store float16 weights
-    model.eval()
+    model = build_classifier(verify_model_dir(teacher))  # float32, whatever the file stores
     picked = layer_map(student_layers, int(model.config.num_hidden_layers))
     pad_id = int(model.config.pad_token_id or 0)
     progress(f"layer targets: the teacher's layers {picked} for the student's 1..{student_layers}")

@@ -1,5 +1,6 @@
-"""What a training run writes beside the weights: the interim best model, metrics.json, heldout.jsonl,
-sentiment_model.json and the README.md model card."""
+"""What a training run writes: the model (`save_classifier`: config, model.safetensors, tokenizer), the
+interim best model, metrics.json, heldout.jsonl, sentiment_model.json and the README.md model card; the
+manifest last (`write_manifest`, after the run's last file)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from typing import Any
 import numpy as np
 
 from worker.model.classifier import DEFAULT_LABELS
-from worker.model.metadata import METADATA_FILE, ModelMetadata, save_tokenizer, weights_version
+from worker.model.manifest import MANIFEST_FILE, write_manifest
+from worker.model.metadata import METADATA_FILE, ModelMetadata, weights_version
+from worker.model.weights import save_classifier
 from worker.training.corpus import (
     Split,
 )
@@ -52,14 +55,14 @@ def write_interim(
     """The best model so far into ``output_dir``, loadable; metrics.json and the card come at the end.
 
     Files are written into a scratch directory and moved in one by one (each move atomic), so a kill
-    mid-write leaves the previous best model's files whole.
+    mid-write leaves the previous best model's files whole; the manifest is written last, so a directory
+    caught between two moves is refused (its files do not match), never loaded half old, half new.
     """
     out = Path(options.output_dir)
     scratch = out / ".interim.tmp"
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
-    net.save_pretrained(str(scratch))
-    save_tokenizer(tokenizer, scratch)
+    save_classifier(net, tokenizer, scratch)
     write_heldout(scratch / HELDOUT_FILE, parts.test, DEFAULT_LABELS)
     ModelMetadata(
         name=options.model_name(),
@@ -69,9 +72,11 @@ def write_interim(
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         training={"interim": True, "step": step, "dev_accuracy": dev_accuracy, "init": options.init},
     ).write(scratch / METADATA_FILE)
+    (out / MANIFEST_FILE).unlink(missing_ok=True)  # the old model's: refused from the first move on
     for path in sorted(scratch.iterdir(), key=lambda p: p.name == METADATA_FILE):  # metadata last
         os.replace(path, out / path.name)
     scratch.rmdir()
+    write_manifest(out)
 
 
 def summary_table(history: Sequence[EpochRecord], best_epoch: int) -> str:
@@ -98,9 +103,9 @@ def write_outputs(
     world: int,
     train_labels: np.ndarray,
 ) -> None:
+    """The finished model directory, all but its manifest (`train` writes that after its clean-up)."""
     out = report.output_dir
-    net.save_pretrained(str(out))
-    save_tokenizer(tokenizer, out)
+    save_classifier(net, tokenizer, out)
     write_heldout(out / HELDOUT_FILE, parts.test, DEFAULT_LABELS)
     hardware = hardware_description(device_kind, world)
     metrics = {

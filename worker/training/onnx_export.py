@@ -20,6 +20,7 @@ from pathlib import Path
 from worker.model.device import choose_device
 from worker.model.fast_tokenizer import PARITY_PROBES
 from worker.model.loading import ModelLoadError
+from worker.model.manifest import write_manifest
 from worker.model.onnx_backend import ONNX_FILE
 from worker.model.static_backend import PARAMS_FILE, graph_file
 from worker.training.export import (
@@ -99,6 +100,7 @@ def export_onnx(
         probes = probe_texts or [*PARITY_PROBES, *corpus_probes()]
         static = export_model(source, staging, overwrite=True, probe_texts=probes)
         convert_to_onnx(staging, staging / ONNX_FILE)
+        write_manifest(staging)  # the parity check loads it like any model directory
         try:
             diff, n = dygraph_parity(source, staging, choose_device("cpu"), probes, backend="onnx")
         except ModelLoadError as exc:
@@ -120,6 +122,7 @@ def export_onnx(
                 f"ONNX Runtime and dynamic probabilities differ by {diff:.2e} (> {PARITY_TOLERANCE:g}) on "
                 "probe texts; the ONNX export is not faithful — report this with the paddle2onnx version"
             )
+        write_manifest(staging)
         if output_dir.exists():
             shutil.rmtree(output_dir)
         staging.rename(output_dir)

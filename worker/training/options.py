@@ -9,10 +9,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from worker.errors import ConfigurationError
+from worker.model.manifest import TRAINING_STATE_DIR
 
 METRICS_FILE = "metrics.json"
 MODEL_CARD_FILE = "README.md"
-CHECKPOINT_DIR = "checkpoint"
+CHECKPOINT_DIR = TRAINING_STATE_DIR
+"""Resumable training state (Paddle checkpoints: pickles, written and read by our own runs only; outside the
+model directory's manifest, never read by serving)."""
 CLEANING_FILE = "label_cleaning.json"
 """Label cleaning's report: the dropped train reviews (`train --clean-below`)."""
 SOFT_TARGETS_FILE = "soft_targets.npz"

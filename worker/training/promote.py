@@ -15,6 +15,7 @@ import numpy as np
 from worker.errors import OperationError
 from worker.model.device import choose_device
 from worker.model.loading import InferenceOptions, load_classifier
+from worker.model.manifest import verify_model_dir, write_manifest
 from worker.model.metadata import (
     METADATA_FILE,
     TOKENIZER_CONFIG_FILE,
@@ -23,6 +24,7 @@ from worker.model.metadata import (
     find_weights,
     weights_version,
 )
+from worker.model.weights import read_weights, save_weights
 from worker.training.vocab import VocabularyError, prune_vocabulary, read_vocab
 
 HALVING_TOLERANCE = 1e-3
@@ -50,15 +52,12 @@ class ShipReport:
 
 def halve_weights(directory: Path) -> None:
     """Store every float32 tensor of the directory's weights as float16 (in place)."""
-    import paddle
-
     weights = find_weights(directory)
-    if weights is None or weights.suffix != ".pdparams":
-        raise PromotionError(f"no model_state.pdparams in {directory}")
-    state = paddle.load(str(weights))
-    paddle.save(
-        {name: t.astype("float16") if t.dtype == paddle.float32 else t for name, t in state.items()},
-        str(weights),
+    if weights is None:
+        raise PromotionError(f"no model.safetensors in {directory}")
+    state = read_weights(weights)
+    save_weights(
+        {name: t.astype(np.float16) if t.dtype == np.float32 else t for name, t in state.items()}, directory
     )
 
 
@@ -77,6 +76,7 @@ def ship(
     replaced."""
     if not (candidate / METADATA_FILE).is_file():
         raise PromotionError(f"{candidate} is not a model directory made by `sentiment-worker train`")
+    verify_model_dir(candidate)  # what is copied is what its run wrote
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
@@ -96,6 +96,7 @@ def ship(
         version = weights_version(staging)
         training = {**meta.training, "weights_dtype": "float16" if fp16 else "float32"}
         replace(meta, version=version, training=training).write(staging / METADATA_FILE)
+        write_manifest(staging)
         diff = _max_abs_diff(candidate, staging, texts)
         if diff > HALVING_TOLERANCE:
             raise PromotionError(

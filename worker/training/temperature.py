@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 
 from worker.errors import OperationError
+from worker.model.manifest import write_manifest
 from worker.model.metadata import METADATA_FILE, ModelMetadata, find_weights, weights_version
+from worker.model.weights import read_weights, save_weights
 from worker.training.corpus import LabeledText, split
 from worker.training.data import load_examples
 from worker.training.evaluate import HELDOUT_FILE, expected_calibration_error, read_heldout
@@ -87,19 +89,17 @@ def fit_temperature(probs: np.ndarray, labels: np.ndarray, iterations: int = 80)
 def fold_temperature(directory: Path, temperature: float) -> None:
     """Divide the classification layer's weight and bias by ``temperature`` in the directory's weights (in
     place, each tensor keeping its dtype)."""
-    import paddle
-
     weights = find_weights(directory)
-    if weights is None or weights.suffix != ".pdparams":
-        raise CalibrationError(f"no model_state.pdparams in {directory}")
-    state = paddle.load(str(weights))
+    if weights is None:
+        raise CalibrationError(f"no model.safetensors in {directory}")
+    state = read_weights(weights)
     missing = [key for key in CLASSIFIER_KEYS if key not in state]
     if missing:
         raise CalibrationError(f"{weights} has no {', '.join(missing)}: not a sequence classifier")
     for key in CLASSIFIER_KEYS:
         tensor = state[key]
-        state[key] = (tensor.astype("float32") / temperature).astype(tensor.dtype)
-    paddle.save(state, str(weights))
+        state[key] = (tensor.astype(np.float32) / np.float32(temperature)).astype(tensor.dtype)
+    save_weights(state, directory)
 
 
 def rebuild_dev_split(directory: Path, progress: Callable[[str], None]) -> list[LabeledText]:
@@ -179,6 +179,7 @@ def calibrate(directory: Path, predict: Predict, progress: Callable[[str], None]
     temperature = fit_temperature(dev_before, dev_labels)
     progress(f"temperature {temperature:.3f}: folding it into the classification layer")
     fold_temperature(directory, temperature)
+    write_manifest(directory)  # the folded weights are this run's: the directory loads again
     after = predict(directory, texts)
     dev_after, test_after = after[: len(dev)], after[len(dev) :]
     changed = int((test_before.argmax(axis=1) != test_after.argmax(axis=1)).sum())
@@ -204,6 +205,7 @@ def calibrate(directory: Path, predict: Predict, progress: Callable[[str], None]
         version=version,
     )
     _record(directory, metrics, report)
+    write_manifest(directory)
     return report
 
 

@@ -21,6 +21,8 @@ import numpy as np
 
 from worker.model.classifier import DEFAULT_LABELS
 from worker.model.device import DeviceUnavailableError, activate, choose_device
+from worker.model.manifest import UnverifiedModelError, verify_model_dir, write_manifest
+from worker.model.weights import build_classifier, load_tokenizer
 from worker.training.averaging import average_best_snapshots, keep_snapshot
 from worker.training.base_model import BASE_MODEL_NAME, BaseModelError, ensure_base_model
 from worker.training.checkpoints import LoopState, load_checkpoint, save_checkpoint, unwrap
@@ -94,9 +96,26 @@ def _build_scratch(
     return ErnieForSequenceClassification(config), tokenizer
 
 
-def _build_pretrained(options: TrainOptions, progress: Callable[[str], None]) -> tuple[Any, Any]:
+def _load_init(source: str, progress: Callable[[str], None]) -> tuple[Any, Any]:
+    """(model, tokenizer) to fine-tune: a local directory verified against its manifest and read as data
+    (model.safetensors), or a PaddleNLP model name, which PaddleNLP downloads and unpickles: the operator
+    named it on the command line (docs/model-trust.md)."""
     from paddlenlp.transformers import ErnieForSequenceClassification, ErnieTokenizer
 
+    if Path(source).is_dir():
+        try:
+            verified = verify_model_dir(Path(source))
+            return build_classifier(verified, init=True, num_labels=len(DEFAULT_LABELS)), load_tokenizer(
+                Path(source)
+            )
+        except UnverifiedModelError as exc:
+            raise TrainingError(f"--init: {exc}") from None
+    progress(f"init: {source} from PaddleNLP's model hub (downloaded and unpickled by PaddleNLP)")
+    tokenizer = ErnieTokenizer.from_pretrained(source)
+    return ErnieForSequenceClassification.from_pretrained(source, num_classes=len(DEFAULT_LABELS)), tokenizer
+
+
+def _build_pretrained(options: TrainOptions, progress: Callable[[str], None]) -> tuple[Any, Any]:
     source = options.init
     if source == BASE_MODEL_NAME:  # the short name (a local directory so named: ./bge-small-zh)
         try:
@@ -104,8 +123,9 @@ def _build_pretrained(options: TrainOptions, progress: Callable[[str], None]) ->
         except BaseModelError as exc:
             raise TrainingError(str(exc)) from None
     try:
-        tokenizer = ErnieTokenizer.from_pretrained(source)
-        model = ErnieForSequenceClassification.from_pretrained(source, num_classes=len(DEFAULT_LABELS))
+        model, tokenizer = _load_init(source, progress)
+    except TrainingError:
+        raise
     except Exception as exc:  # noqa: BLE001 - PaddleNLP raises many types for missing/unreachable models
         raise TrainingError(
             f"cannot load {options.init!r} to fine-tune (not a model directory, and the model hub is "
@@ -468,5 +488,6 @@ def _train(options: TrainOptions, progress: Callable[[str], None]) -> TrainRepor
         if not options.keep_checkpoint:
             shutil.rmtree(ckpt, ignore_errors=True)
             (out / SOFT_TARGETS_FILE).unlink(missing_ok=True)
-        say(f"saved model to {out} in {seconds:.0f}s")
+        content = write_manifest(out)
+        say(f"saved model to {out} in {seconds:.0f}s (content sha256 {content})")
     return report

@@ -15,6 +15,7 @@ from typing import Any
 from worker.errors import OperationError
 from worker.model.fast_tokenizer import PARITY_PROBES, FastErnieTokenizer, SlowErnieTokenizer
 from worker.model.metadata import CONFIG_FILES, TOKENIZER_CONFIG_FILE, find_weights
+from worker.model.weights import read_weights, save_weights
 
 SPECIAL_TOKENS_MAP_FILE = "special_tokens_map.json"
 SLOW_PARITY_SAMPLE = 500
@@ -99,14 +100,13 @@ def prune_vocabulary(directory: Path, parity_texts: Sequence[str]) -> PruneRepor
     probes) must tokenize to the same token strings before and after, else VocabularyError and nothing is
     written. Logits are unchanged too (the dropped rows are never looked up).
     """
-    import paddle
     from paddlenlp.transformers import ErnieTokenizer
 
     vocab_file = directory / "vocab.txt"
     weights = find_weights(directory)
     config_file = next((directory / n for n in CONFIG_FILES if (directory / n).is_file()), None)
-    if not vocab_file.is_file() or weights is None or weights.suffix != ".pdparams" or config_file is None:
-        raise VocabularyError(f"{directory} has no vocab.txt, config.json and model_state.pdparams")
+    if not vocab_file.is_file() or weights is None or config_file is None:
+        raise VocabularyError(f"{directory} has no vocab.txt, config.json and model.safetensors")
     tokens = read_vocab(vocab_file)
     before = ErnieTokenizer.from_pretrained(str(directory))
     dropped = unreachable_tokens(tokens, before.basic_tokenizer.tokenize)
@@ -133,20 +133,18 @@ def prune_vocabulary(directory: Path, parity_texts: Sequence[str]) -> PruneRepor
             sample, slow_before.encode_batch(sample), slow_after.encode_batch(sample), new_id, after
         )
 
-    state = paddle.load(str(weights))
+    state = read_weights(weights)
     rows = [k for k, t in state.items() if k.endswith("word_embeddings.weight") and t.shape[0] == len(tokens)]
     if len(rows) != 1:
         raise VocabularyError(f"{weights} has no single word-embedding table of {len(tokens)} rows: {rows}")
-    index = paddle.to_tensor(kept, dtype="int64")
-    table = state[rows[0]]
-    state[rows[0]] = paddle.gather(table.astype("float32"), index).astype(table.dtype)
+    state[rows[0]] = state[rows[0]][kept]
     config = json.loads(config_file.read_text(encoding="utf-8"))
     config["vocab_size"] = len(kept)
     for key in [k for k in config if k.endswith("_token_id") and isinstance(config[k], int)]:
         if config[key] in dropped:
             raise VocabularyError(f"{config_file.name} {key}={config[key]} names a dropped token")
         config[key] = new_id.get(config[key], config[key])
-    paddle.save(state, str(weights))
+    save_weights(state, directory)
     config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     write_vocab([tokens[i] for i in kept], vocab_file)
     return PruneReport(rows_before=len(tokens), rows_after=len(kept), parity_texts=len(texts))

@@ -8,13 +8,14 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import paddle
 import pytest
 
 from worker.bench.model_table import format_model_table, model_table
 from worker.model.device import choose_device
 from worker.model.loading import InferenceOptions, load_classifier
+from worker.model.manifest import write_manifest
 from worker.model.metadata import find_weights
+from worker.model.weights import read_weights
 from worker.training.evaluate import HELDOUT_FILE, classification_metrics, predict_probs, read_heldout
 from worker.training.quantize import quantize_model
 
@@ -25,6 +26,7 @@ def test_one_row_per_model_on_the_same_heldout_reviews(tiny_model_dir: Path, tmp
     shutil.copytree(tiny_model_dir, other)
     lines = (tiny_model_dir / HELDOUT_FILE).read_text(encoding="utf-8").splitlines(keepends=True)
     (other / HELDOUT_FILE).write_text("".join(lines[50:]), encoding="utf-8")
+    write_manifest(other)
 
     rows = model_table([tiny_model_dir, other], texts=128, repeats=2)
 
@@ -47,7 +49,7 @@ def test_one_row_per_model_on_the_same_heldout_reviews(tiny_model_dir: Path, tmp
 
     weights = find_weights(tiny_model_dir)
     assert weights is not None
-    state = paddle.load(str(weights))
+    state = read_weights(weights)
     assert first.parameters == sum(int(np.prod(t.shape)) for t in state.values())
     config = json.loads((tiny_model_dir / "config.json").read_text(encoding="utf-8"))
     assert first.shape == f"{config['num_hidden_layers']} × {config['hidden_size']}"

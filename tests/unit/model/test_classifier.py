@@ -9,8 +9,9 @@ import pytest
 
 from worker.model.classifier import SentimentClassifier
 from worker.model.device import choose_device
-from worker.model.loading import ModelLoadError, load_classifier
-from worker.model.metadata import METADATA_FILE, weights_version
+from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier
+from worker.model.manifest import MANIFEST_FILE, write_manifest
+from worker.model.metadata import METADATA_FILE, WEIGHTS_FILE, weights_version
 
 SHORT = "很好"
 LONGER = [
@@ -128,15 +129,21 @@ def test_incomplete_directory_names_missing_files(tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError) as info:
         load_classifier(str(tmp_path), choose_device("cpu"))
     msg = str(info.value)
-    assert "model_state.pdparams" in msg and "vocab.txt" in msg
+    assert f"has no {MANIFEST_FILE}" in msg  # verified first: nothing in it is read before
+    write_manifest(tmp_path)
+    with pytest.raises(ModelLoadError) as info:
+        load_classifier(str(tmp_path), choose_device("cpu"))
+    msg = str(info.value)
+    assert "model.safetensors" in msg and "vocab.txt" in msg
     assert "config.json" not in msg.split("missing")[1]
 
 
 def test_corrupt_weights(tiny_model_dir: Path, tmp_path: Path) -> None:
     broken = tmp_path / "broken"
     shutil.copytree(tiny_model_dir, broken)
-    (broken / "model_state.pdparams").write_bytes(b"not a paddle checkpoint")
-    with pytest.raises(ModelLoadError, match="model_state.pdparams"):
+    (broken / WEIGHTS_FILE).write_bytes(b"not a safetensors file")
+    write_manifest(broken)
+    with pytest.raises(ModelLoadError, match="model.safetensors is not a readable safetensors file"):
         load_classifier(str(broken), choose_device("cpu"))
 
 
@@ -144,6 +151,7 @@ def test_corrupt_config(tiny_model_dir: Path, tmp_path: Path) -> None:
     broken = tmp_path / "broken"
     shutil.copytree(tiny_model_dir, broken)
     (broken / "config.json").write_text("{ not json", encoding="utf-8")
+    write_manifest(broken)
     with pytest.raises(ModelLoadError, match="config.json is not valid JSON"):
         load_classifier(str(broken), choose_device("cpu"))
 
@@ -152,6 +160,7 @@ def test_invalid_metadata(tiny_model_dir: Path, tmp_path: Path) -> None:
     broken = tmp_path / "broken"
     shutil.copytree(tiny_model_dir, broken)
     (broken / METADATA_FILE).write_text(json.dumps({"name": "x"}), encoding="utf-8")
+    write_manifest(broken)
     with pytest.raises(ModelLoadError, match="sentiment_model.json is invalid"):
         load_classifier(str(broken), choose_device("cpu"))
 
@@ -160,6 +169,7 @@ def test_directory_without_metadata_uses_dir_name_and_defaults(tiny_model_dir: P
     plain = tmp_path / "plain-ernie"
     shutil.copytree(tiny_model_dir, plain)
     (plain / METADATA_FILE).unlink()
+    write_manifest(plain)
     clf = load_classifier(str(plain), choose_device("cpu"))
     assert clf.name == "plain-ernie"
     assert clf.labels == ["negative", "positive"]
@@ -176,7 +186,7 @@ def test_hub_name_download_failure_is_explained(monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setattr(ErnieForSequenceClassification, "from_pretrained", refuse_download)
     with pytest.raises(ModelLoadError) as info:
-        load_classifier("ernie-3.0-medium-zh", choose_device("cpu"))
+        load_classifier("ernie-3.0-medium-zh", choose_device("cpu"), options=InferenceOptions(allow_hub=True))
     msg = str(info.value)
     assert msg.startswith("could not download ernie-3.0-medium-zh (no access to the model hub?)")
     assert "sentiment-worker train" in msg

@@ -13,17 +13,21 @@ import pytest
 from worker.cli.main import main
 from worker.model.device import choose_device
 from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier
+from worker.model.manifest import write_manifest
 from worker.model.metadata import METADATA_FILE
 from worker.model.onnx_backend import ONNX_FILE
 
 
 def _copy_with(source: Path, target: Path, **changes: Any) -> Path:
-    """A copy of the model directory `source` whose sentiment_model.json has `changes` applied."""
+    """A copy of the model directory `source` whose sentiment_model.json has `changes` applied, vouched for
+    (its manifest written again, as `sentiment-worker model-manifest` does): what loading checks after the
+    files match their manifest."""
     shutil.copytree(source, target)
     path = target / METADATA_FILE
     meta = json.loads(path.read_text(encoding="utf-8"))
     meta.update(changes)
     path.write_text(json.dumps(meta), encoding="utf-8")
+    write_manifest(target)
     return target
 
 
@@ -114,6 +118,9 @@ def test_onnx_directory_without_its_model_file_names_that_file(tiny_int8_dir: Pa
     model = tmp_path / "m"
     shutil.copytree(tiny_int8_dir, model)
     (model / ONNX_FILE).unlink()
+    with pytest.raises(ModelLoadError, match=f"lacks {ONNX_FILE}, which its model_manifest.json lists"):
+        _load(model)
+    write_manifest(model)  # vouched for as it is: its metadata still describes the ONNX model
     with pytest.raises(ModelLoadError) as caught:
         _load(model)
     message = str(caught.value)

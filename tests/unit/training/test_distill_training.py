@@ -13,6 +13,9 @@ import paddle
 import pytest
 
 from worker.cli import main
+from worker.model.manifest import verify_model_dir, write_manifest
+from worker.model.metadata import WEIGHTS_FILE
+from worker.model.weights import build_classifier, read_weights, save_weights
 from worker.training.options import METRICS_FILE, SOFT_TARGETS_FILE, TrainingError, TrainOptions
 from worker.training.training import train
 
@@ -67,10 +70,11 @@ def _reordered_copy(model_dir: Path, out: Path) -> Path:
     order = list(range(5)) + list(range(len(tokens) - 1, 4, -1))  # new id -> old id
     assert tokens[:5] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     (out / "vocab.txt").write_text("".join(tokens[i] + "\n" for i in order), "utf-8")
-    state = paddle.load(str(model_dir / "model_state.pdparams"))
+    state = read_weights(model_dir / WEIGHTS_FILE)
     key = "ernie.embeddings.word_embeddings.weight"
-    state[key] = paddle.to_tensor(np.asarray(state[key])[order])
-    paddle.save(state, str(out / "model_state.pdparams"))
+    state[key] = state[key][order]
+    save_weights(state, out)
+    write_manifest(out)
     return out
 
 
@@ -116,8 +120,6 @@ def _three_layer_classifier() -> object:
 
 
 def test_keep_encoder_layers_keeps_the_chosen_layers_with_their_weights(tmp_path: Path) -> None:
-    from paddlenlp.transformers import ErnieForSequenceClassification
-
     from worker.training.distill import keep_encoder_layers
 
     model = _three_layer_classifier()
@@ -133,11 +135,12 @@ def test_keep_encoder_layers_keeps_the_chosen_layers_with_their_weights(tmp_path
     ids = paddle.to_tensor([[1, 5, 9, 2, 0]])
     model.eval()  # type: ignore[attr-defined]
     logits = np.asarray(model(ids))  # type: ignore[operator]
-    model.save_pretrained(str(tmp_path))  # type: ignore[attr-defined]
+    model.config.save_pretrained(str(tmp_path))  # type: ignore[attr-defined]
+    save_weights(model.state_dict(), tmp_path)  # type: ignore[attr-defined]
     config = json.loads((tmp_path / "config.json").read_text("utf-8"))
     assert config["num_hidden_layers"] == 2
-    loaded = ErnieForSequenceClassification.from_pretrained(str(tmp_path))
-    loaded.eval()
+    write_manifest(tmp_path)
+    loaded = build_classifier(verify_model_dir(tmp_path))
     np.testing.assert_allclose(np.asarray(loaded(ids)), logits, atol=1e-6)
     with pytest.raises(ValueError, match="encoder with 2 layers"):
         keep_encoder_layers(model, [0, 2])

@@ -125,13 +125,16 @@ def _flipped_copy(model_dir: Path, out: Path) -> Path:
     """The same model with its classifier head negated: every prediction flips (a clearly worse model)."""
     import shutil
 
-    import paddle
+    from worker.model.manifest import write_manifest
+    from worker.model.metadata import WEIGHTS_FILE
+    from worker.model.weights import read_weights, save_weights
 
     shutil.copytree(model_dir, out)
-    state = paddle.load(str(out / "model_state.pdparams"))
+    state = read_weights(out / WEIGHTS_FILE)
     for name in ("classifier.weight", "classifier.bias"):
         state[name] = -state[name]
-    paddle.save(state, str(out / "model_state.pdparams"))
+    save_weights(state, out)
+    write_manifest(out)
     return out
 
 
@@ -165,7 +168,8 @@ def test_promotion_gate_refuses_a_worse_candidate_and_passes_an_equal_one(
 def test_promote_ships_a_better_candidate_in_float16_and_refuses_a_worse_one(
     tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from worker.model.metadata import METADATA_FILE, weights_version
+    from worker.model.manifest import model_content_hash
+    from worker.model.metadata import METADATA_FILE, WEIGHTS_FILE, weights_version
 
     default = _flipped_copy(tiny_model_dir, tmp_path / "default")  # a bad incumbent
     assert main(["promote", "--candidate", str(tiny_model_dir), "--default", str(default)]) == 0
@@ -173,8 +177,9 @@ def test_promote_ships_a_better_candidate_in_float16_and_refuses_a_worse_one(
     assert "PROMOTE" in out and f"promoted {tiny_model_dir} → {default}" in out
     meta = json.loads((default / METADATA_FILE).read_text("utf-8"))
     assert meta["training"]["weights_dtype"] == "float16" and meta["version"] == weights_version(default)
-    size = (default / "model_state.pdparams").stat().st_size
-    assert size < 0.6 * (tiny_model_dir / "model_state.pdparams").stat().st_size
+    size = (default / WEIGHTS_FILE).stat().st_size
+    assert size < 0.6 * (tiny_model_dir / WEIGHTS_FILE).stat().st_size
+    shipped = model_content_hash(default)  # promote wrote its manifest
     assert not (default / "checkpoint").exists()
     tokenizer_config = json.loads((default / "tokenizer_config.json").read_text("utf-8"))
     assert "name_or_path" not in tokenizer_config and "special_tokens_map_file" not in tokenizer_config
@@ -182,7 +187,8 @@ def test_promote_ships_a_better_candidate_in_float16_and_refuses_a_worse_one(
     worse = _flipped_copy(tiny_model_dir, tmp_path / "worse")
     assert main(["promote", "--candidate", str(worse), "--default", str(default)]) == 1
     assert f"kept {default}" in capsys.readouterr().out
-    assert (default / "model_state.pdparams").stat().st_size == size  # untouched
+    assert (default / WEIGHTS_FILE).stat().st_size == size  # untouched
+    assert model_content_hash(default) == shipped
 
 
 def test_the_gate_refuses_a_candidate_less_calibrated_by_more_than_the_ece_margin() -> None:

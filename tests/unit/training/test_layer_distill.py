@@ -13,6 +13,7 @@ import numpy as np
 import paddle
 import pytest
 
+from worker.model.manifest import write_manifest
 from worker.training.layer_distill import (
     forward_with_layers,
     layer_loss,
@@ -69,12 +70,11 @@ def test_the_layer_loss_measures_direction_only() -> None:
 
 
 def test_the_student_forward_gives_the_logits_and_one_cls_state_per_layer(tiny_model_dir: Path) -> None:
-    from paddlenlp.transformers import ErnieForSequenceClassification
-
+    from worker.model.manifest import verify_model_dir
+    from worker.model.weights import build_classifier
     from worker.training.data import forward, pad_batch
 
-    model = ErnieForSequenceClassification.from_pretrained(str(tiny_model_dir))
-    model.eval()
+    model = build_classifier(verify_model_dir(tiny_model_dir))
     ids, mask = pad_batch([[2, 10, 11, 3], [2, 12, 3]], 0)
     with paddle.no_grad():
         logits, cls = forward_with_layers(model, ids, mask, int(model.config.num_hidden_layers))
@@ -127,6 +127,7 @@ def test_layer_distillation_needs_a_teacher_read_with_the_students_vocabulary(
     shutil.copytree(tiny_model_dir, other)
     tokens = (other / "vocab.txt").read_text("utf-8").splitlines()
     (other / "vocab.txt").write_text("\n".join(tokens[:5] + tokens[5:][::-1]) + "\n", "utf-8")
+    write_manifest(other)  # the init is loaded only when its files match their manifest
     options = TrainOptions(
         output_dir=tmp_path / "out", init=str(other), teacher=str(tiny_model_dir), max_seq_len=64, epochs=1,
         limit=200, layer_weight=1.0,

