@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from typing import Any, Final
-from urllib.parse import unquote
+from urllib.parse import unquote, urljoin
 
 import jsonschema
 from jsonschema.validators import Draft202012Validator, extend, validator_for
@@ -220,6 +220,7 @@ def _collect(root: dict[str, Any]) -> tuple[dict[int, dict[str, Any]], dict[str,
         for name in ("$id", "id"):
             if isinstance(node.get(name), str) and node is not root:
                 anchors[node[name].rstrip("#")] = node
+                anchors[urljoin(_root_id(root), node[name]).rstrip("#")] = node
         stack.extend(child for child, _ in _subschemas(node) if isinstance(child, dict))
     return nodes, anchors
 
@@ -227,12 +228,19 @@ def _collect(root: dict[str, Any]) -> tuple[dict[int, dict[str, Any]], dict[str,
 def _resolve(ref: str, root: dict[str, Any], anchors: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
     """The object subschema `ref` names inside the schema; None for a boolean schema."""
     base, _, fragment = ref.partition("#")
-    node: Any = anchors.get(base, root) if base else root
-    if base and base not in anchors and base != root.get("$id", "").rstrip("#"):
-        raise SchemaRefused(
-            f"its $ref {ref[:100]!r} points outside the schema: register it self-contained "
-            "(schemas with references are not read)"
-        )
+    node: Any = root
+    if base:  # a URI: the schema's own `$id`, or one of its subschemas' (relative to the schema's)
+        root_id = _root_id(root)
+        absolute = urljoin(root_id, base)
+        if root_id and absolute == root_id:
+            node = root
+        elif base in anchors or absolute in anchors:
+            node = anchors.get(base, anchors.get(absolute))
+        else:
+            raise SchemaRefused(
+                f"its $ref {ref[:100]!r} points outside the schema: register it self-contained "
+                "(schemas with references are not read)"
+            )
     if fragment and not fragment.startswith("/"):
         node = anchors.get(f"#{fragment}")
     else:
@@ -248,6 +256,11 @@ def _resolve(ref: str, root: dict[str, Any], anchors: dict[str, dict[str, Any]])
             return None
         raise SchemaRefused(f"its $ref {ref[:100]!r} does not resolve inside the schema")
     return node
+
+
+def _root_id(root: dict[str, Any]) -> str:
+    given = root.get("$id", root.get("id"))
+    return given.rstrip("#") if isinstance(given, str) else ""
 
 
 def schema_error_reason(exc: BaseException) -> str:

@@ -361,3 +361,24 @@ def test_a_protobuf_nan_double_is_refused_not_written_as_a_string(number: float)
     with pytest.raises(ValueRefused, match="is not a JSON value"):
         reader.read(wire_header(3) + b"\x00" + payload)
     assert reader.read(wire_header(3) + b"\x00" + b"\x0a\x01x\x11" + struct.pack("<d", 0.5))["score"] == 0.5
+
+
+def test_refs_to_the_schemas_own_ids_and_anchors_resolve() -> None:
+    schema = {
+        "$id": "https://example.com/schemas/review.schema.json",
+        "type": "object",
+        "properties": {
+            "text": {"$ref": "review.schema.json#/$defs/text"},
+            "shop": {"$ref": "https://example.com/schemas/shop.json"},
+            "tag": {"$ref": "#tag"},
+        },
+        "$defs": {
+            "text": {"type": "string"},
+            "shop": {"$id": "shop.json", "type": "string"},
+            "tag": {"$anchor": "tag", "type": "string"},
+        },
+    }
+    reader = JsonSchemaValues(json.dumps(schema), max_depth=8)
+    assert reader.read(_json_value({"text": "x", "shop": "s", "tag": "t"}))["shop"] == "s"
+    with pytest.raises(jsonschema.ValidationError):
+        reader.read(_json_value({"text": "x", "shop": 5}))
