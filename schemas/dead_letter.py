@@ -57,8 +57,15 @@ class DeadLetterKind(str, Enum):
     UNKNOWN_SCHEMA = "unknown_schema"
     """The value's header names a schema id the Schema Registry does not hold."""
     INVALID_PAYLOAD = "invalid_payload"
-    """The value's bytes after the header do not decode with the schema the header names, or decode to
-    something other than a record/object/message."""
+    """The value's bytes after the header do not decode with the schema the header names, decode to
+    something other than a record/object/message, or break the value limits (nested too deep, NaN or an
+    infinity, too costly to validate)."""
+    INVALID_SCHEMA = "invalid_schema"
+    """The schema the value's header names cannot be read: not a valid Avro / JSON Schema / `.proto`
+    schema, past the schema limits (size, nesting, a `$ref` loop), or with references."""
+    DECODE_FAILED = "decode_failed"
+    """Decoding the value failed in a way the worker does not recognise (the reason names the error): the
+    value is set aside so that it cannot stop its partition."""
     INFERENCE_FAILED = "inference_failed"
     """The model failed on this review even when it was retried alone."""
     TOO_LONG_FOR_MEMORY = "too_long_for_memory"

@@ -5,7 +5,8 @@ request, and not every registry can); Python has no parser for that text without
 the part of proto2/proto3 that message schemas use: `syntax`, `package`, `option` (skipped), messages
 (nested), enums, scalar / message / enum fields, `repeated`, `optional`, `map<K, V>`, `oneof`, `reserved`.
 `import` and `extend` are refused with a ValueError naming them: a schema with references needs them
-resolved first.
+resolved first. Bounded: at most `MAX_NESTING` levels of nested declarations (messages, oneofs; the parser
+recurses once per level) and `MAX_TEXT_CHARS` characters.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ from typing import Final
 from google.protobuf import descriptor_pb2
 
 _F = descriptor_pb2.FieldDescriptorProto
+
+MAX_NESTING: Final = 32
+"""Levels of declarations nested in one another (a message in a message, a oneof in a message)."""
+MAX_TEXT_CHARS: Final = 1_048_576
 
 SCALARS: Final = {
     "double": _F.TYPE_DOUBLE,
@@ -62,6 +67,7 @@ class _Parser:
             tuple[descriptor_pb2.FieldDescriptorProto, str, str]
         ] = []  # (field, written type name, scope)
         self._kinds: dict[str, int] = {}  # full name (".pkg.Msg") -> TYPE_MESSAGE / TYPE_ENUM
+        self._nesting = 0
 
     def _peek(self) -> str | None:
         return self._tokens[self._at] if self._at < len(self._tokens) else None
@@ -153,6 +159,16 @@ class _Parser:
                 field.oneof_index = len(message.oneof_decl) - 1
 
     def _body(self, message: descriptor_pb2.DescriptorProto, full: str, oneof: int | None) -> None:
+        self._nesting += 1
+        if self._nesting > MAX_NESTING:
+            raise ValueError(
+                f".proto text nests declarations more than {MAX_NESTING} levels deep: declare the messages "
+                "side by side"
+            )
+        self._body_items(message, full, oneof)
+        self._nesting -= 1
+
+    def _body_items(self, message: descriptor_pb2.DescriptorProto, full: str, oneof: int | None) -> None:
         while (token := self._next()) != "}":
             if token in ("option", "reserved", "extensions", "extend"):
                 self._skip_statement()
@@ -256,6 +272,8 @@ def _json_name(name: str) -> str:
 def parse_proto(text: str, name: str = "schema.proto") -> descriptor_pb2.FileDescriptorProto:
     """The descriptor of the `.proto` file `text` (named `name` in it). Raises ValueError saying what it
     cannot read."""
+    if len(text) > MAX_TEXT_CHARS:
+        raise ValueError(f".proto text is {len(text):,} characters, more than {MAX_TEXT_CHARS:,}: split it")
     file = _Parser(text).file()
     file.name = name
     return file

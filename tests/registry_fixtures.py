@@ -4,19 +4,25 @@ The registry is, in order of preference:
 1. ``SCHEMA_REGISTRY_URL`` when set: its Confluent-compatible API (`make test` starts one on port 18081 and
    sets it to http://localhost:18081/apis/ccompat/v7);
 2. a registry started with the launcher on a free port, stopped at session end.
-There is no skip: without a registry the tests fail with the reason.
+There is no skip: without a registry the tests fail with the reason. `FakeRegistry` is a registry that
+misbehaves (slow, HTML, `{}`, invalid schemas), a real HTTP server of the test's own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import http.server
 import importlib.util
+import json
+import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -107,3 +113,87 @@ def launched_registry(data_dir: Path, port: int | None = None) -> Iterator[str]:
     finally:
         down = run_registry_launcher("down", *common, timeout_s=60)
         assert down.returncode == 0, f"stopping the registry failed:\n{down.stdout}\n{down.stderr}"
+
+
+class FakeRegistry:
+    """A small real HTTP server in a thread standing in for a Schema Registry that misbehaves, for the tests
+    of the worker's registry client. `GET /schemas/ids/{id}` answers `schemas[id]` (a JSON object) in
+    `mode` "ok" (404 with error code 40403 for an id it lacks, after `delay_s`; a bare 404 for any other
+    path), or in "html" (200, a web page), "empty" (200, `{}`), "trickle" (200, then the body a byte every
+    `trickle_s` seconds, for as long as it is read). `requests` lists the paths asked. A context manager:
+    it listens on a free port of 127.0.0.1 from entry to exit."""
+
+    def __init__(self) -> None:
+        self.schemas: dict[int, dict[str, Any]] = {}
+        self.mode = "ok"
+        self.delay_s = 0.0
+        self.trickle_s = 1.0
+        self.requests: list[str] = []
+        self._closing = threading.Event()
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-registry", daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> FakeRegistry:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._closing.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(10)
+
+    def answer(self, handler: http.server.BaseHTTPRequestHandler) -> None:
+        self.requests.append(handler.path)
+        found = re.fullmatch(r"/schemas/ids/(\d+)(\?.*)?", handler.path)
+        if self.mode == "html":
+            self._send(handler, 200, "text/html", b"<html><body><h1>Welcome to nginx!</h1></body></html>")
+        elif self.mode == "empty":
+            self._send(handler, 200, "application/json", b"{}")
+        elif self.mode == "trickle":
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", "1000000")
+            handler.end_headers()
+            while not self._closing.wait(self.trickle_s):
+                try:
+                    handler.wfile.write(b" ")
+                    handler.wfile.flush()
+                except OSError:
+                    return
+        elif found is None:  # not the registry's API: a web server's own 404 page
+            self._send(handler, 404, "text/html", b"<html><body>Not Found</body></html>")
+        elif int(found.group(1)) in self.schemas:
+            self._send(
+                handler, 200, "application/json", json.dumps(self.schemas[int(found.group(1))]).encode()
+            )
+        else:
+            self._closing.wait(self.delay_s)
+            body = json.dumps({"error_code": 40403, "message": "Schema not found"}).encode()
+            self._send(handler, 404, "application/json", body)
+
+    @staticmethod
+    def _send(
+        handler: http.server.BaseHTTPRequestHandler, status: int, content_type: str, body: bytes
+    ) -> None:
+        handler.send_response(status)
+        handler.send_header("Content-Type", content_type)
+        handler.send_header("Content-Length", str(len(body)))
+        handler.end_headers()
+        handler.wfile.write(body)
+
+
+def _handler(registry: FakeRegistry) -> type[http.server.BaseHTTPRequestHandler]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the http.server name
+            registry.answer(self)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the http.server name
+            pass
+
+    return Handler

@@ -136,8 +136,8 @@ class WorkerSettings(BaseSettings):
     schema_registry_timeout_s: float = Field(
         5.0,
         gt=0,
-        description="Longest one registry request may take; an unanswered one makes the worker wait and "
-        "retry the window (not ready meanwhile), never dead-letter it.",
+        description="Longest one registry answer may take, the whole answer (not each read); an unanswered "
+        "one makes the worker wait and retry the window (not ready meanwhile), never dead-letter it.",
     )
     output_partitioning: Literal["source", "key"] = Field(
         "source",
@@ -302,7 +302,12 @@ class WorkerSettings(BaseSettings):
     # --- input limits ---
     max_text_chars: int = Field(10_000, ge=1, description="Longer texts are dead-lettered (text_too_long).")
     max_value_bytes: int = Field(1_048_576, ge=1, description="Larger values are dead-lettered.")
-    max_json_depth: int = Field(32, ge=1, description="Deeper JSON nesting is dead-lettered.")
+    max_json_depth: int = Field(
+        32,
+        ge=1,
+        description="Deeper JSON nesting is dead-lettered (registry formats: records, maps, arrays and "
+        "messages alike, at most 64).",
+    )
 
     # --- model ---
     model: str = Field(

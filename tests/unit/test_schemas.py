@@ -169,6 +169,8 @@ def test_dead_letter_kinds_are_the_contract_values() -> None:
         "not_wire_format",
         "unknown_schema",
         "invalid_payload",
+        "invalid_schema",
+        "decode_failed",
         "inference_failed",
         "too_long_for_memory",
     }

@@ -5,9 +5,10 @@ batch plan and the model lanes are the engine's (`worker.inference`), which the 
 Modules, in the order a message meets them: `consumer` (group member, rebalances, commits),
 `consume_window` (when a window is due) and `window_shape` (its size on the device), `decode`
 (bytes → review or dead-letter reason; `registry_decode` and `wire_format` for Avro, JSON Schema and
-Protobuf values through a Schema Registry), `windows` (a window's records in input order), `records` and
-`producer` (results, dead letters, delivery reports; `result_encoding`: a result's bytes in the output
-format), `committers` (the one owner of what was published and
+Protobuf values through a Schema Registry: `registry_client` asks it, `avro_values`, `json_schema_values` and
+`protobuf_values` read each format within `registry_limits`), `windows` (a window's records in input
+order), `records` and `producer` (results, dead letters, delivery reports; `result_encoding`: a result's
+bytes in the output format), `committers` (the one owner of what was published and
 what may be committed: delivery accounting, too-large stand-ins, commits, one per delivery mode), `offsets`
 and `partitions` (per-partition bookkeeping), `backpressure`, `lag_clock` and `lag_gauges` (lag in messages
 and seconds), `run_tracker` (stop conditions, the run's summary), `kafka_clients` (opening the producer and

@@ -32,7 +32,7 @@ from worker.kafka.lag_gauges import LagGauges
 from worker.kafka.partitions import PartitionBook, PartitionKey, format_partitions
 from worker.kafka.producer import ResultPublisher, SourcePosition
 from worker.kafka.records import InputMessage, OutboundRecords
-from worker.kafka.registry_decode import RegistryUnavailable, registry_decoder
+from worker.kafka.registry_decode import RegistryUnavailable, RegistryWaitStopped, registry_decoder
 from worker.kafka.result_encoding import ResultEncoder, registered_result_encoder
 from worker.kafka.run_tracker import RunSummary, RunTracker
 from worker.kafka.window_shape import WindowShape
@@ -109,7 +109,9 @@ class SentimentWorker:
         )
         self._window_shape = WindowShape.for_device(settings, on_gpu=labeller.on_gpu)
         self._window: ConsumeWindow[InputMessage] = self._new_window()
-        self._decode_options = DecodeOptions.from_settings(settings, registry_decoder(settings))
+        # The registry's answers are waited for on the poll thread, given up when a stop is requested.
+        decoder = registry_decoder(settings, stop=self._run.stop_event)
+        self._decode_options = DecodeOptions.from_settings(settings, decoder)
         self._registry_retry_at = 0.0  # the window is not prepared before this while the registry is away
         self._registry_failures = 0
         self._parts: _StartedParts | None = None  # built once by _start()
@@ -372,8 +374,8 @@ class SentimentWorker:
         self._metrics.ready.set(0)
         deadline = self._clock() + self._settings.shutdown_timeout_s
         while (len(self._window) or windows.in_flight) and self._clock() < deadline:
-            if len(self._window) and windows.has_room():
-                self._submit_window()
+            if len(self._window) and windows.has_room() and not self._submit_window():
+                self._leave_window_unprepared()
             self._publish_labelled(timeout_s=0.1)
         remaining = publisher.flush(max(0.0, deadline - self._clock()))
         committer.settle()
@@ -418,22 +420,35 @@ class SentimentWorker:
             self._run.consumed(count)
             self._metrics.messages_consumed.labels(topic).inc(count)
 
-    def _submit_window(self) -> None:
-        """The window's messages decoded here, their valid reviews submitted to the Labeller. While the Schema
-        Registry cannot answer, the window stays as it is (full, it stops consumption) and is prepared again
-        after a wait; /readyz says why meanwhile. Nothing of it is dead-lettered for that."""
+    def _submit_window(self) -> bool:
+        """The window's messages decoded here, their valid reviews submitted to the Labeller; False when it
+        was not. While the Schema Registry cannot answer (each answer waited for at most
+        schema_registry_timeout_s, and not past a stop request), the window stays as it is (full, it stops
+        consumption) and is prepared again after a wait; /readyz says why meanwhile. Nothing of it is
+        dead-lettered for that."""
         if self._registry_failures and self._clock() < self._registry_retry_at:
-            return
+            return False
         items = self._window.take()
         try:
             prepared = prepare_window(items, self._decode_options)
         except RegistryUnavailable as exc:
             for item in items:
                 self._window.add(item, len(item.value or b""))
-            self._registry_away(str(exc))
-            return
+            if not isinstance(exc, RegistryWaitStopped):
+                self._registry_away(str(exc))
+            return False
         self._registry_back()
         self._started.windows.submit(prepared, prepared.reviews)
+        return True
+
+    def _leave_window_unprepared(self) -> None:
+        """Stopping while the window waits for the Schema Registry: a stop does not wait for it. Its inputs
+        stay uncommitted, so they are read again by the next run (or the partition's next owner)."""
+        items = self._window.take()
+        log.warning(
+            "stopping with %d inputs that wait for the Schema Registry: left uncommitted, read again later",
+            len(items),
+        )
 
     def _registry_back(self) -> None:
         if self._registry_failures:

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any, Final, Literal
 
 from schemas.dead_letter import DeadLetterKind
@@ -41,6 +43,15 @@ class _NumberOutOfRangeError(ValueError):
 
 def _reject_constant(name: str) -> Any:
     raise _NonStandardConstantError(name)
+
+
+def non_finite_reason(number: str) -> str:
+    """The one rule for NaN and the infinities, at every door (JSON, Avro, JSON Schema, Protobuf): a value
+    holding one is refused, never changed. A JSON result cannot carry them, and writing null or a string
+    instead would change the producer's value. `number` as the input wrote it (NaN, Infinity, nan, inf)."""
+    return (
+        f"{number} is not a JSON value: NaN and infinities are refused, never changed; use null or a string"
+    )
 
 
 def _float_in_range(literal: str) -> float:
@@ -85,6 +96,20 @@ def _depth_exceeds(document: Any, max_depth: int) -> bool:
             if isinstance(child, (dict, list)):
                 stack.append((child, depth + 1))
     return False
+
+
+_JSON_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
+_BRACKET_STEP: Final = [1 if b in b"[{" else -1 if b in b"]}" else 0 for b in range(256)]
+
+
+def json_depth(raw: bytes) -> int:
+    """How many levels of arrays/objects the JSON text `raw` nests (the top-level object counting as 1),
+    read from the bytes without parsing them: strings dropped, the brackets left counted up and down. Linear,
+    iterative and C-speed (a regex, a translate, an accumulate), so a 5,000-level value is measured before
+    anything walks it recursively. Brackets of an invalid text count as they stand."""
+    brackets = _JSON_STRING.sub(b"", raw).translate(None, _NOT_BRACKETS)
+    return max(accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0)
 
 
 def _has_lone_surrogate(document: Any) -> bool:
@@ -161,30 +186,9 @@ def _decode_json(
     text_field: str,
     id_field: str,
 ) -> Review | DecodeFailure:
-    try:
-        document = _DECODER.decode(decoded)
-    except RecursionError:
-        return _too_deep(max_json_depth)
-    except _NonStandardConstantError as exc:
-        return DecodeFailure(
-            DeadLetterKind.INVALID_JSON,
-            f"value is not valid JSON ({exc} is not a JSON value; use null or a string): {_EXAMPLE}",
-        )
-    except _NumberOutOfRangeError as exc:
-        number = _shortened(str(exc))
-        return DecodeFailure(
-            DeadLetterKind.INVALID_JSON,
-            f"JSON holds the number {number}, which a 64-bit float cannot hold (it would become "
-            f'infinity or 0): send it as a string ("{number}") to have it kept exactly',
-        )
-    except json.JSONDecodeError as exc:
-        return DecodeFailure(DeadLetterKind.INVALID_JSON, f"value is not valid JSON ({exc}): {_EXAMPLE}")
-    except ValueError:  # the decoder's one other error: an integer literal too long to convert
-        return DecodeFailure(
-            DeadLetterKind.INVALID_JSON,
-            f"JSON holds an integer of more than {sys.get_int_max_str_digits():,} digits: "
-            "send it as a string",
-        )
+    document = _parsed(decoded)
+    if isinstance(document, _JsonProblem):
+        return DecodeFailure(DeadLetterKind.INVALID_JSON, document.reason or _too_deep(max_json_depth))
 
     if not isinstance(document, dict):
         return DecodeFailure(
@@ -194,16 +198,10 @@ def _decode_json(
     # Depth can only exceed the limit if there are more opening brackets than levels allowed: counting
     # bytes is C-speed and almost always lets us skip the walk.
     if (raw.count(b"{") + raw.count(b"[") > max_json_depth) and _depth_exceeds(document, max_json_depth):
-        return _too_deep(max_json_depth)
+        return DecodeFailure(DeadLetterKind.INVALID_JSON, _too_deep(max_json_depth))
 
-    # An unpaired \ud800-\udfff escape parses fine but cannot be encoded to UTF-8 for the result;
-    # such escapes are rare, so only then pay for a full check.
-    if (b"\\ud" in raw or b"\\uD" in raw) and _has_lone_surrogate(document):
-        return DecodeFailure(
-            DeadLetterKind.INVALID_JSON,
-            "JSON contains an unpaired surrogate escape (\\ud800-\\udfff) that is not valid Unicode: "
-            f"{_EXAMPLE} with valid characters",
-        )
+    if _has_lone_surrogate_escape(raw, document):
+        return DecodeFailure(DeadLetterKind.INVALID_JSON, _LONE_SURROGATE)
 
     if text_field not in document:
         return DecodeFailure(
@@ -264,8 +262,65 @@ def _shortened(literal: str, limit: int = 40) -> str:
     return literal if len(literal) <= limit else f"{literal[: limit - 3]}..."
 
 
-def _too_deep(max_json_depth: int) -> DecodeFailure:
-    return DecodeFailure(
-        DeadLetterKind.INVALID_JSON,
-        f"JSON is nested more than {max_json_depth} levels deep: {_EXAMPLE} with flat metadata",
-    )
+def _too_deep(max_json_depth: int) -> str:
+    return f"JSON is nested more than {max_json_depth} levels deep: {_EXAMPLE} with flat metadata"
+
+
+_LONE_SURROGATE: Final = (
+    "JSON contains an unpaired surrogate escape (\\ud800-\\udfff) that is not valid Unicode: "
+    f"{_EXAMPLE} with valid characters"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _JsonProblem:
+    reason: str  # empty: nested deeper than the interpreter parses (the caller names its limit)
+
+
+def _parsed(text: str) -> Any:
+    """`text` parsed by the JSON door's rules, or the `_JsonProblem` saying why not: numbers kept exactly or
+    refused (NaN and infinities by `non_finite_reason`, a float out of range, an integer too long)."""
+    try:
+        return _DECODER.decode(text)
+    except RecursionError:
+        return _JsonProblem("")
+    except _NonStandardConstantError as exc:
+        return _JsonProblem(f"value is not valid JSON ({non_finite_reason(str(exc))}): {_EXAMPLE}")
+    except _NumberOutOfRangeError as exc:
+        number = _shortened(str(exc))
+        return _JsonProblem(
+            f"JSON holds the number {number}, which a 64-bit float cannot hold (it would become "
+            f'infinity or 0): send it as a string ("{number}") to have it kept exactly'
+        )
+    except json.JSONDecodeError as exc:
+        return _JsonProblem(f"value is not valid JSON ({exc}): {_EXAMPLE}")
+    except ValueError:  # the decoder's one other error: an integer literal too long to convert
+        return _JsonProblem(
+            f"JSON holds an integer of more than {sys.get_int_max_str_digits():,} digits: send it as a string"
+        )
+
+
+def _has_lone_surrogate_escape(raw: bytes, document: Any) -> bool:
+    # An unpaired \ud800-\udfff escape parses fine but cannot be encoded to UTF-8 for the result; such
+    # escapes are rare, so only then pay for a full check.
+    return (b"\\ud" in raw or b"\\uD" in raw) and _has_lone_surrogate(document)
+
+
+class JsonRefused(ValueError):
+    """A JSON payload refused by the JSON door's rules; `str()` is the reason."""
+
+
+def parse_json(raw: bytes, max_depth: int) -> Any:
+    """A JSON payload of another door (a JSON Schema value) by the JSON door's rules: UTF-8, numbers kept
+    exactly or refused, no unpaired surrogate, at most `max_depth` levels. The depth is measured from the
+    bytes (`json_depth`) before anything is parsed, so no recursion ever meets a deeper value. Raises
+    `JsonRefused` (and UnicodeDecodeError for bytes that are not UTF-8)."""
+    text = raw.decode("utf-8")
+    if raw.count(b"{") + raw.count(b"[") > max_depth and json_depth(raw) > max_depth:
+        raise JsonRefused(_too_deep(max_depth))
+    document = _parsed(text)
+    if isinstance(document, _JsonProblem):
+        raise JsonRefused(document.reason or _too_deep(max_depth))
+    if _has_lone_surrogate_escape(raw, document):
+        raise JsonRefused(_LONE_SURROGATE)
+    return document

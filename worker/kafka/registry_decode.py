@@ -2,70 +2,91 @@
 goes to the dead-letter topic; or `RegistryUnavailable` when the registry cannot answer (not bad input: the
 caller keeps the window and decodes it again later).
 
-Decoding is confluent-kafka's `schema_registry` serdes with the schema the value's header names (the
-writer's schema; the client caches it after the first fetch, so only a new schema id asks the registry).
+Total: whatever a value holds, decoding it ends in a review or a dead letter, never an exception for the
+window (a poison value cannot stop its partition). Each schema id is asked once (`registry_client`, a deadline
+per answer) and read once into a reader of its format within the limits (`avro_values`, `json_schema_values`,
+`protobuf_values`, `registry_limits`), kept for the next values of that id; a schema that cannot be read is
+kept as the dead letter its values get (`invalid_schema`).
 """
 
 from __future__ import annotations
 
-import base64
 import json
+import logging
+import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final, Protocol
 
 import jsonschema
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-from confluent_kafka.schema_registry.avro import AvroDeserializer
 from confluent_kafka.schema_registry.common._httpx_compat import (
     httpx,
-)  # the HTTP client it uses (httpx2 or httpx)
-from confluent_kafka.schema_registry.common.protobuf import _init_pool
+)  # the HTTP client confluent-kafka's registry client uses (httpx2 or httpx)
 from confluent_kafka.schema_registry.error import SchemaRegistryError
-from confluent_kafka.schema_registry.json_schema import JSONDeserializer
-from confluent_kafka.serialization import SerializationError
-from google.protobuf import descriptor_pb2, json_format
-from google.protobuf.descriptor_pool import DescriptorPool
 from google.protobuf.message import DecodeError
-from google.protobuf.message import Message as ProtobufMessage
-from google.protobuf.message_factory import GetMessageClass
 
 from schemas.dead_letter import DeadLetterKind
-from schemas.proto_text import parse_proto
 from schemas.review_input import Review
 from worker.config import REGISTRY_FORMATS, WorkerSettings
-from worker.errors import OperationError
+from worker.kafka.avro_values import AvroValues
 from worker.kafka.decode import DecodeFailure, checked_review, review_id_of
-from worker.kafka.wire_format import HEADER_BYTES, json_safe, not_wire_format_reason, schema_id_of
+from worker.kafka.json_schema_values import JsonSchemaValues, schema_error_reason
+from worker.kafka.protobuf_values import ProtobufValues
+from worker.kafka.registry_client import (
+    OversizedSchema,
+    RegisteredSchema,
+    RegistryClient,
+    RegistryUnavailable,
+    RegistryWaitStopped,
+    UnknownSchemaId,
+)
+from worker.kafka.registry_limits import (
+    MAX_VALUE_DEPTH,
+    SchemaRefused,
+    ValueRefused,
+    plain_json,
+    reason_of,
+    value_depth,
+)
+from worker.kafka.wire_format import not_wire_format_reason, schema_id_of
 
-_NOT_FOUND = 404
-_SCHEMA_NOT_FOUND_CODE = 40403
+__all__ = [
+    "FORMAT_OF_SCHEMA_TYPE",
+    "SCHEMA_TYPES",
+    "RegistryDecoder",
+    "RegistryUnavailable",
+    "RegistryWaitStopped",
+    "SchemaReaders",
+    "registry_decoder",
+    "registry_trouble",
+    "review_of_record",
+]
+
+log = logging.getLogger(__name__)
+
 SCHEMA_TYPES = {"avro": "AVRO", "json_schema": "JSON", "protobuf": "PROTOBUF"}
 """A registry format → the `schemaType` its schemas have in the registry (Avro's may be left out)."""
 FORMAT_OF_SCHEMA_TYPE = {schema_type: fmt for fmt, schema_type in SCHEMA_TYPES.items()}
 
 _PAYLOAD_ERRORS = (
-    SerializationError,
     EOFError,
-    ValueError,  # includes json.JSONDecodeError and UnicodeDecodeError
+    ValueError,  # includes json.JSONDecodeError, UnicodeDecodeError and ValueRefused
     IndexError,
     OverflowError,
+    ArithmeticError,  # decimal conversions
     DecodeError,
     jsonschema.ValidationError,
 )
-"""What the serdes raise for a payload that does not decode with its schema (fastavro reading past the end,
-a Protobuf parse error, a JSON document the schema refuses)."""
+"""What the readers raise for a payload that does not fit its schema (fastavro reading past the end, a
+Protobuf parse error, a JSON document the schema refuses): `invalid_payload`. Any other exception is
+`decode_failed`."""
+_READERS_KEPT: Final = 1024  # schema ids whose reader (or refusal) is kept
 _UNAVAILABLE = frozenset({401, 403, 408, 429})  # and 5xx: answers about the registry, not about a value
 
 
-class RegistryUnavailable(OperationError):
-    """The Schema Registry did not answer (unreachable, timed out, 5xx, refused our credentials): the value
-    is not at fault. `str()` says what happened and what to check."""
-
-
 def registry_trouble(exc: BaseException, url: str) -> RegistryUnavailable | None:
-    """`exc` as the registry being unavailable (unreachable, timed out, overloaded, failing, refusing our
-    credentials), or None when it is an answer about what was asked (an unknown schema id, a payload that
-    does not decode, a schema refused as incompatible)."""
+    """An exception of confluent-kafka's registry client (start-up, `doctor`, `produce`) as the registry
+    being unavailable (unreachable, timed out, overloaded, failing, refusing our credentials), or None when
+    it is an answer about what was asked (an unknown subject, a schema refused as incompatible)."""
     if isinstance(exc, httpx.TransportError):
         return RegistryUnavailable(
             f"Schema Registry at {url} cannot be reached ({type(exc).__name__}: {exc}): start it or fix "
@@ -84,145 +105,109 @@ def registry_trouble(exc: BaseException, url: str) -> RegistryUnavailable | None
     return None
 
 
-def is_unknown_schema(exc: BaseException) -> bool:
-    """True when the registry said it holds no schema of that id (404)."""
-    return isinstance(exc, SchemaRegistryError) and (
-        exc.http_status_code == _NOT_FOUND or exc.error_code == _SCHEMA_NOT_FOUND_CODE
+class _Reader(Protocol):
+    def read(self, value: bytes) -> Any: ...
+
+
+_READER_TYPES: dict[str, Callable[..., _Reader]] = {
+    "avro": AvroValues,
+    "json_schema": JsonSchemaValues,
+    "protobuf": ProtobufValues,
+}
+
+
+class SchemaReaders:
+    """Per schema id, what reads its values: `(format, reader)`, or the `DecodeFailure` all its values get
+    (an unknown id for `UNKNOWN_ID_TTL_S`, a schema that cannot be read for good). Built on first use from
+    the registry's answer, kept for the next values (at most 1,024 ids; the oldest goes first)."""
+
+    def __init__(self, client: RegistryClient, *, max_depth: int) -> None:
+        self.client = client
+        self.max_depth = max_depth
+        self._readers: dict[int, tuple[str, _Reader] | DecodeFailure] = {}
+
+    def reader(self, schema_id: int) -> tuple[str, _Reader] | DecodeFailure:
+        """Raises `RegistryUnavailable` when the registry cannot answer for a schema not kept yet."""
+        known = self._readers.get(schema_id)
+        if known is not None:
+            return known
+        try:
+            registered = self.client.schema(schema_id)
+        except UnknownSchemaId:  # the client remembers it for a while; not kept here
+            return DecodeFailure(
+                DeadLetterKind.UNKNOWN_SCHEMA,
+                f"value names schema id {schema_id}, which the Schema Registry at {self.client.url} does not "
+                "hold: produce with a serializer registered in this registry",
+            )
+        except OversizedSchema as exc:
+            known = _invalid_schema(schema_id, str(exc))
+        else:
+            known = self._built(registered)
+        if len(self._readers) >= _READERS_KEPT:
+            del self._readers[next(iter(self._readers))]
+        self._readers[schema_id] = known
+        return known
+
+    def _built(self, registered: RegisteredSchema) -> tuple[str, _Reader] | DecodeFailure:
+        fmt = FORMAT_OF_SCHEMA_TYPE.get(registered.schema_type)
+        if fmt is None:
+            return DecodeFailure(
+                DeadLetterKind.INVALID_SCHEMA,
+                f"value names schema id {registered.schema_id}, of type {registered.schema_type[:40]!r}, "
+                "which is none of AVRO, JSON, PROTOBUF: produce avro, json_schema or protobuf",
+            )
+        if registered.references:
+            return _invalid_schema(
+                registered.schema_id,
+                f"it references {registered.references} other schema(s); schemas with references are not "
+                "read: register it self-contained",
+            )
+        try:
+            return fmt, _READER_TYPES[fmt](registered.schema_str, max_depth=self.max_depth)
+        except SchemaRefused as exc:
+            return _invalid_schema(registered.schema_id, str(exc))
+        except Exception as exc:  # noqa: BLE001 - anything reading a schema fails on is the schema's
+            return _invalid_schema(registered.schema_id, f"reading it failed ({reason_of(exc)})")
+
+
+def _invalid_schema(schema_id: int, why: str) -> DecodeFailure:
+    return DecodeFailure(
+        DeadLetterKind.INVALID_SCHEMA,
+        f"value names schema id {schema_id}, which cannot be read: {why}; register a schema within the "
+        "limits (docs/schema-registry.md) and produce with it",
     )
 
 
-class _ProtobufReader:
-    """Protobuf values as dicts with the writer's message type, built from the registered schema (the
-    serdes' `ProtobufDeserializer` needs a compiled message class; a topic's producer owns that, not us)."""
-
-    def __init__(self, client: SchemaRegistryClient) -> None:
-        self._client = client
-        self._classes: dict[tuple[int, tuple[int, ...]], type[ProtobufMessage]] = {}
-
-    def __call__(self, value: bytes) -> dict[str, Any]:
-        schema_id = schema_id_of(value)
-        assert schema_id is not None  # checked by the caller
-        indexes, payload_at = _message_indexes(value, HEADER_BYTES)
-        message_class = self._classes.get((schema_id, indexes))
-        if message_class is None:
-            message_class = self._message_class(schema_id, indexes)
-            self._classes[(schema_id, indexes)] = message_class
-        message = message_class()
-        message.ParseFromString(value[payload_at:])
-        # Fields at their default ("" text, 0 id) are kept: an empty text is empty_text, not missing_text.
-        document = json_format.MessageToDict(
-            message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
-        )
-        return dict(document)
-
-    def _message_class(self, schema_id: int, indexes: tuple[int, ...]) -> type[ProtobufMessage]:
-        schema: Schema = self._client.get_schema(schema_id, fmt="serialized")
-        file_proto = _file_descriptor(schema.schema_str or "")
-        pool = DescriptorPool()
-        _init_pool(pool)
-        pool.Add(file_proto)
-        # The indexes walk the declarations: the n-th top-level message, then its m-th nested one, ...
-        message = file_proto.message_type[indexes[0]]
-        name = f"{file_proto.package}.{message.name}" if file_proto.package else message.name
-        for index in indexes[1:]:
-            message = message.nested_type[index]
-            name = f"{name}.{message.name}"
-        return GetMessageClass(pool.FindMessageTypeByName(name))  # type: ignore[no-any-return]
-
-
-def _file_descriptor(schema_str: str) -> descriptor_pb2.FileDescriptorProto:
-    """A registered Protobuf schema: the serialized descriptor in base64 (what `format=serialized` asks
-    for), or `.proto` text (what registries keep, and some return whatever the format asked)."""
-    try:
-        return descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(schema_str, validate=True))
-    except (ValueError, DecodeError):  # binascii.Error is a ValueError
-        return parse_proto(schema_str)
-
-
-def _message_indexes(value: bytes, at: int) -> tuple[tuple[int, ...], int]:
-    """Protobuf wire format: after the 5-byte header, a zig-zag varint count of message indexes and the
-    indexes themselves (a count of 0 means the first message, [0]). Returns the indexes and where the
-    payload starts."""
-    count, at = _zigzag_varint(value, at)
-    if count == 0:
-        return (0,), at
-    indexes = []
-    for _ in range(count):
-        index, at = _zigzag_varint(value, at)
-        indexes.append(index)
-    return tuple(indexes), at
-
-
-def _zigzag_varint(value: bytes, at: int) -> tuple[int, int]:
-    result, shift = 0, 0
-    while True:
-        if at >= len(value):
-            raise ValueError("value ends inside the message index list")
-        byte = value[at]
-        at += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return (result >> 1) ^ -(result & 1), at
-        shift += 7
-
-
-def _no_subject(ctx: object, record_name: object) -> None:
-    """The deserializers' subject: none (the header's schema id is all they need)."""
-    return None
-
-
 class RegistryDecoder:
-    """Decodes values in one registry format with one client (its schema cache shared by every window)."""
+    """Decodes values in one registry format with one client (its schema readers kept across windows)."""
 
     def __init__(
         self,
-        client: SchemaRegistryClient,
+        client: RegistryClient,
         input_format: str,
         *,
-        url: str,
         text_field: str = "text",
         id_field: str = "id",
         max_value_bytes: int,
         max_text_chars: int,
+        max_json_depth: int = 32,
     ) -> None:
-        self._client = client
+        if input_format not in SCHEMA_TYPES:
+            raise ValueError(
+                f"not a registry format: {input_format!r}; expected avro, json_schema or protobuf"
+            )
+        self._readers = SchemaReaders(client, max_depth=value_depth(max_json_depth))
         self._format = input_format
-        self._url = url
+        self._url = client.url
         self._text_field = text_field
         self._id_field = id_field
         self._max_value_bytes = max_value_bytes
         self._max_text_chars = max_text_chars
-        self._read: Callable[[bytes], Any]
-        # Called without a SerializationContext: the schema is the writer's (the header's id), so no
-        # subject is looked up and no data-contract rules run.
-        conf = {"subject.name.strategy": _no_subject}
-        if input_format == "avro":
-            self._read = AvroDeserializer(client, conf=conf)
-        elif input_format == "json_schema":
-            self._read = JSONDeserializer(None, schema_registry_client=client, conf=conf)
-        elif input_format == "protobuf":
-            self._read = _ProtobufReader(client)
-        else:
-            raise ValueError(
-                f"not a registry format: {input_format!r}; expected avro, json_schema or protobuf"
-            )
-
-    def fields(self, value: bytes) -> dict[str, Any] | None:
-        """A wire-format value's record as JSON-able fields; None when it does not decode (an unknown
-        schema id, a payload that does not fit it). Raises `RegistryUnavailable`."""
-        try:
-            document = self._read(value)
-        except (httpx.TransportError, SchemaRegistryError) as exc:
-            trouble = registry_trouble(exc, self._url)
-            if trouble is not None:
-                raise trouble from exc
-            return None
-        except _PAYLOAD_ERRORS:
-            return None
-        return json_safe(document) if isinstance(document, dict) else None
+        self._failures_logged: set[str] = set()
 
     def decode(self, value: bytes | None, default_id: str) -> Review | DecodeFailure:
-        """One value: a review, or a dead letter's kind and reason. Raises `RegistryUnavailable`."""
+        """One value: a review, or a dead letter's kind and reason; never raises for the value. Raises
+        `RegistryUnavailable` when the registry cannot answer for a schema not read yet."""
         if value is None or not value:
             what = "null (a tombstone)" if value is None else "empty (0 bytes)"
             return DecodeFailure(DeadLetterKind.EMPTY_VALUE, f"value is {what}: send a {self._format} record")
@@ -235,42 +220,52 @@ class RegistryDecoder:
         schema_id = schema_id_of(value)
         if schema_id is None:
             return DecodeFailure(DeadLetterKind.NOT_WIRE_FORMAT, not_wire_format_reason(value, self._format))
-        try:
-            # The client caches the schema by id: a dictionary look-up after the first value of an id.
-            schema_type = (self._client.get_schema(schema_id).schema_type or "AVRO").upper()
-            if schema_type != SCHEMA_TYPES[self._format]:
-                written = FORMAT_OF_SCHEMA_TYPE.get(schema_type, schema_type)
-                return DecodeFailure(
-                    DeadLetterKind.INVALID_PAYLOAD,
-                    f"value names schema id {schema_id}, which is {written}, and this worker reads "
-                    f"{self._format}: produce {self._format}, or set SENTIMENT_INPUT_FORMAT={written}",
-                )
-            document = self._read(value)
-        except (httpx.TransportError, SchemaRegistryError) as exc:
-            trouble = registry_trouble(exc, self._url)
-            if trouble is not None:
-                raise trouble from exc
-            if is_unknown_schema(exc):
-                return DecodeFailure(
-                    DeadLetterKind.UNKNOWN_SCHEMA,
-                    f"value names schema id {schema_id}, which the Schema Registry at {self._url} does not "
-                    "hold: produce with a serializer registered in this registry",
-                )
-            raise
-        except _PAYLOAD_ERRORS as exc:  # anything else is a fault of ours: it stops the worker, loudly
+        known = self._readers.reader(schema_id)
+        if isinstance(known, DecodeFailure):
+            return known
+        fmt, reader = known
+        if fmt != self._format:
             return DecodeFailure(
                 DeadLetterKind.INVALID_PAYLOAD,
-                f"value does not decode as {self._format} with schema id {schema_id} "
-                f"({type(exc).__name__}: {str(exc)[:200]}): produce it with that schema's serializer",
+                f"value names schema id {schema_id}, which is {fmt}, and this worker reads "
+                f"{self._format}: produce {self._format}, or set SENTIMENT_INPUT_FORMAT={fmt}",
             )
-        return review_of_record(
-            document,
-            input_format=self._format,
-            schema_id=schema_id,
-            default_id=default_id,
-            text_field=self._text_field,
-            id_field=self._id_field,
-            max_text_chars=self._max_text_chars,
+        try:
+            return review_of_record(
+                reader.read(value),
+                input_format=self._format,
+                schema_id=schema_id,
+                default_id=default_id,
+                text_field=self._text_field,
+                id_field=self._id_field,
+                max_text_chars=self._max_text_chars,
+                max_depth=self._readers.max_depth,
+            )
+        except RegistryUnavailable:
+            raise
+        except Exception as exc:  # noqa: BLE001 - totality: a value's failure is its own dead letter
+            return self._failure(exc, schema_id)
+
+    def _failure(self, exc: Exception, schema_id: int) -> DecodeFailure:
+        if isinstance(exc, ValueRefused):
+            return DecodeFailure(
+                DeadLetterKind.INVALID_PAYLOAD, f"value decodes with schema id {schema_id}, but {exc}"
+            )
+        if isinstance(exc, _PAYLOAD_ERRORS):
+            detail = schema_error_reason(exc)
+            return DecodeFailure(
+                DeadLetterKind.INVALID_PAYLOAD,
+                f"value does not decode as {self._format} with schema id {schema_id} ({detail}): produce "
+                "it with that schema's serializer",
+            )
+        kind = type(exc).__name__
+        if kind not in self._failures_logged:  # once per kind of error: a flood must not flood the log
+            self._failures_logged.add(kind)
+            log.warning("decoding a %s value failed unexpectedly; dead-lettered", self._format, exc_info=exc)
+        return DecodeFailure(
+            DeadLetterKind.DECODE_FAILED,
+            f"decoding the value as {self._format} with schema id {schema_id} failed ({reason_of(exc)}); "
+            "it is set aside so its partition goes on: report it with the value",
         )
 
 
@@ -283,10 +278,12 @@ def review_of_record(
     text_field: str,
     id_field: str,
     max_text_chars: int,
+    max_depth: int = MAX_VALUE_DEPTH,
 ) -> Review | DecodeFailure:
     """A decoded record (`document`, written with schema `schema_id`) as a review: the text from
     `text_field`, the id from `id_field` (a string or an integer; absent or null: `default_id`), the other
-    fields as JSON-able metadata; or the dead letter's kind and reason."""
+    fields as plain JSON metadata (`plain_json`: raises `ValueRefused` past `max_depth` levels, the record
+    counting as 1, or for NaN or an infinity); or the dead letter's kind and reason."""
     if not isinstance(document, dict):
         return DecodeFailure(
             DeadLetterKind.INVALID_PAYLOAD,
@@ -311,20 +308,20 @@ def review_of_record(
     review_id = review_id_of(raw_id, default_id, id_field, lambda value: f"a {type(value).__name__}")
     if isinstance(review_id, DecodeFailure):
         return review_id
-    return checked_review(text, max_text_chars, review_id, json_safe(document))
+    return checked_review(text, max_text_chars, review_id, plain_json(document, max_depth))
 
 
-def registry_decoder(settings: WorkerSettings) -> RegistryDecoder | None:
-    """The decoder of a registry input format, with its own client; None for json and text."""
+def registry_decoder(settings: WorkerSettings, stop: threading.Event | None = None) -> RegistryDecoder | None:
+    """The decoder of a registry input format, with its own client (its waits given up when `stop` is
+    set); None for json and text."""
     if settings.input_format not in REGISTRY_FORMATS:
         return None
-    conf = settings.schema_registry_conf()
     return RegistryDecoder(
-        SchemaRegistryClient(conf),
+        RegistryClient.from_conf(settings.schema_registry_conf(), stop=stop),
         settings.input_format,
-        url=conf["url"],
         text_field=settings.text_field,
         id_field=settings.id_field,
         max_value_bytes=settings.max_value_bytes,
         max_text_chars=settings.max_text_chars,
+        max_json_depth=settings.max_json_depth,
     )

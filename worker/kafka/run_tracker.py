@@ -97,6 +97,11 @@ class RunTracker:
     def stop_requested(self) -> bool:
         return self._stop.is_set()
 
+    @property
+    def stop_event(self) -> Event:
+        """The stop request as an event, for a wait elsewhere to watch (the Schema Registry's answers)."""
+        return self._stop
+
     def wait_for_stop(self, timeout_s: float) -> bool:
         """Waits up to `timeout_s` (a retry's pause); True when a stop was asked for meanwhile."""
         return self._stop.wait(max(0.0, timeout_s))

@@ -5,12 +5,8 @@ Pure functions, no registry: what a value's header says, what a failure to decod
 
 from __future__ import annotations
 
-import base64
-import datetime
-import decimal
 import struct
-import uuid
-from typing import Any, Final
+from typing import Final
 
 MAGIC_BYTE: Final = 0
 HEADER_BYTES: Final = 5
@@ -42,21 +38,3 @@ def not_wire_format_reason(value: bytes, input_format: str) -> str:
             f"then the {input_format} payload): {fix}"
         )
     return f"value starts with byte {value[0]:#04x}, not the wire format's magic byte 0x00: {fix}"
-
-
-def json_safe(value: Any) -> Any:
-    """A decoded Avro / Protobuf / JSON value as plain JSON values, for a result's metadata: bytes as
-    base64 text, decimals, UUIDs and dates as their text, tuples and sets as lists."""
-    if value is None or isinstance(value, (str, bool, int, float)):
-        return value
-    if isinstance(value, dict):
-        return {str(key): json_safe(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [json_safe(item) for item in value]
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return base64.b64encode(bytes(value)).decode("ascii")
-    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
-        return value.isoformat()
-    if isinstance(value, (decimal.Decimal, uuid.UUID)):
-        return str(value)
-    return str(value)

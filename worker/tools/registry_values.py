@@ -21,12 +21,10 @@ from google.protobuf.message_factory import GetMessageClass
 from schemas.proto_text import parse_proto
 from worker.config import REGISTRY_FORMATS, WorkerSettings
 from worker.errors import ConfigurationError, OperationError
-from worker.kafka.registry_decode import (
-    FORMAT_OF_SCHEMA_TYPE,
-    RegistryDecoder,
-    RegistryUnavailable,
-    registry_trouble,
-)
+from worker.kafka.decode import DecodeFailure
+from worker.kafka.registry_client import RegistryClient
+from worker.kafka.registry_decode import RegistryUnavailable, SchemaReaders, registry_trouble
+from worker.kafka.registry_limits import MAX_VALUE_DEPTH, plain_json
 from worker.kafka.wire_format import schema_id_of, wire_header
 
 SCHEMA_SUFFIXES = {".avsc": "avro", ".json": "json_schema", ".proto": "protobuf"}
@@ -128,36 +126,26 @@ def _protobuf_serializer(
 
 
 class ValueReader:
-    """`tail`: a value in any registry format → its fields, by the schema id in its header (the client's
-    schema type says the format); None for a value not in the wire format (plain JSON, text)."""
+    """`tail`: a value in any registry format → its fields, by the schema id in its header (the schema's
+    type says the format); None for a value not in the wire format (plain JSON, text) or one that does not
+    decode (shown as the raw value)."""
 
     def __init__(self, settings: WorkerSettings) -> None:
-        conf = settings.schema_registry_conf()
-        self._url = conf["url"]
-        self._client = SchemaRegistryClient(conf)
-        self._decoders: dict[str, RegistryDecoder] = {}
+        client = RegistryClient.from_conf(settings.schema_registry_conf())
+        self._readers = SchemaReaders(client, max_depth=MAX_VALUE_DEPTH)
 
     def fields(self, value: bytes | None) -> dict[str, Any] | None:
         schema_id = schema_id_of(value) if value else None
         if schema_id is None or value is None:
             return None
         try:
-            schema_type = self._client.get_schema(schema_id).schema_type or "AVRO"
-        except Exception as exc:
-            trouble = registry_trouble(exc, self._url)
-            if trouble is not None:
-                raise OperationError(str(trouble)) from None
-            return None  # an unknown id: shown as the raw value
-        fmt = FORMAT_OF_SCHEMA_TYPE.get(schema_type.upper())
-        if fmt is None:
-            return None
-        decoder = self._decoders.get(fmt)
-        if decoder is None:
-            decoder = RegistryDecoder(
-                self._client, fmt, url=self._url, max_value_bytes=2**31, max_text_chars=2**31
-            )
-            self._decoders[fmt] = decoder
-        try:
-            return decoder.fields(value)
+            known = self._readers.reader(schema_id)
         except RegistryUnavailable as exc:
             raise OperationError(str(exc)) from None
+        if isinstance(known, DecodeFailure):
+            return None  # an unknown id or a schema that cannot be read: shown as the raw value
+        try:
+            document = plain_json(known[1].read(value), MAX_VALUE_DEPTH)
+        except Exception:  # noqa: BLE001 - a value that does not decode is shown as the raw value
+            return None
+        return document if isinstance(document, dict) else None

@@ -15,7 +15,6 @@ import uuid
 
 import fastavro
 import pytest
-from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.common._httpx_compat import httpx
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 from google.protobuf import json_format
@@ -36,15 +35,16 @@ from tests.unit.kafka.test_app import MODEL, TOPIC, FakeLengthClassifier, settin
 from worker.kafka.app import SentimentWorker
 from worker.kafka.decode import DecodeFailure
 from worker.kafka.producer import SourcePosition
+from worker.kafka.protobuf_values import _message_indexes
 from worker.kafka.records import InputMessage
+from worker.kafka.registry_client import RegistryClient
 from worker.kafka.registry_decode import (
     RegistryDecoder,
     RegistryUnavailable,
-    _message_indexes,
-    is_unknown_schema,
     registry_trouble,
     review_of_record,
 )
+from worker.kafka.registry_limits import plain_json
 from worker.kafka.result_encoding import (
     avro_encoder,
     json_schema_encoder,
@@ -54,7 +54,7 @@ from worker.kafka.result_encoding import (
 )
 from worker.kafka.run_tracker import RunSummary
 from worker.kafka.windows import DecodeOptions, prepare_window
-from worker.kafka.wire_format import json_safe, not_wire_format_reason, schema_id_of, wire_header
+from worker.kafka.wire_format import not_wire_format_reason, schema_id_of, wire_header
 
 CLOSED_PORT_URL = "http://127.0.0.1:1"  # nothing listens there: a registry that cannot be reached
 
@@ -153,9 +153,9 @@ def test_missing_text_names_the_field_and_the_setting() -> None:
     assert '"text"' in failure.reason and "SENTIMENT_TEXT_FIELD" in failure.reason
 
 
-def test_json_safe_keeps_json_values_and_writes_the_others_as_text() -> None:
+def test_plain_json_keeps_json_values_and_writes_the_others_as_text() -> None:
     some_id = uuid.UUID(int=1)
-    assert json_safe({"a": [1, 2.5, None, True], "u": some_id, "t": (1, 2)}) == {
+    assert plain_json({"a": [1, 2.5, None, True], "u": some_id, "t": (1, 2)}, 3) == {
         "a": [1, 2.5, None, True],
         "u": str(some_id),
         "t": [1, 2],
@@ -172,16 +172,14 @@ def test_unreachable_5xx_and_refused_credentials_are_the_registrys_trouble() -> 
     assert refused is not None and "BASIC_AUTH_USER_INFO" in str(refused)
 
 
-def test_an_unknown_id_and_an_incompatible_schema_are_answers_not_trouble() -> None:
-    unknown = SchemaRegistryError(404, 40403, "Schema not found")
-    assert registry_trouble(unknown, "http://r") is None and is_unknown_schema(unknown)
+def test_an_unknown_subject_and_an_incompatible_schema_are_answers_not_trouble() -> None:
+    assert registry_trouble(SchemaRegistryError(404, 40401, "Subject not found"), "http://r") is None
     assert registry_trouble(SchemaRegistryError(409, 409, "incompatible"), "http://r") is None
-    assert not is_unknown_schema(SchemaRegistryError(409, 409, "incompatible"))
 
 
 def _decoder(input_format: str, url: str = CLOSED_PORT_URL) -> RegistryDecoder:
-    client = SchemaRegistryClient({"url": url, "timeout": 2, "max.retries": 0})
-    return RegistryDecoder(client, input_format, url=url, max_value_bytes=1000, max_text_chars=100)
+    client = RegistryClient(url, timeout_s=2)
+    return RegistryDecoder(client, input_format, max_value_bytes=1000, max_text_chars=100)
 
 
 @pytest.mark.parametrize("input_format", ["avro", "json_schema", "protobuf"])
