@@ -13,9 +13,9 @@ import json
 import timeit
 from collections.abc import Callable
 
+from schemas.review_decode import decode_review
 from schemas.review_input import text_problem
 from worker.http.validation import RequestLimits, validate_body
-from worker.kafka.decode import decode_review
 
 MB = 1_048_576
 LIMIT = 10_000

@@ -22,10 +22,10 @@ from typing import Any, Final
 
 import httpx
 
+from schemas.review_decode import decode_review
 from schemas.review_input import Review
 from schemas.sentiment_result import ModelRef
 from worker.config import WorkerSettings
-from worker.kafka.decode import decode_review
 from worker.kafka.producer import SourcePosition
 from worker.kafka.records import InputMessage, ResultWriter
 from worker.runtime.logs import configure_logging

@@ -1,6 +1,7 @@
 """Versioned contracts of the sentiment worker: Kafka messages, dead-letter headers and the HTTP API
-(pydantic v2 models + exported JSON Schema); the result's Avro and Protobuf twins (`registry_schemas`, the
-`.proto` reader `proto_text`)."""
+(pydantic v2 models + exported JSON Schema); the review input's decoding, which every front door shares
+(`review_decode`); the result's Avro and Protobuf twins (`registry_schemas`, the `.proto` reader
+`proto_text`)."""
 
 from schemas.dead_letter import (
     DLQ_VERSION,

@@ -14,13 +14,13 @@ OUT=$PWD/var/mutation
 declare -A SOURCE=(
     [offsets]=worker/kafka/offsets.py [partitions]=worker/kafka/partitions.py
     [backpressure]=worker/kafka/backpressure.py [records]=worker/kafka/records.py
-    [decode]=worker/kafka/decode.py [batch_plan]=worker/inference/batch_plan.py
+    [decode]=schemas/review_decode.py [batch_plan]=worker/inference/batch_plan.py
     [consume_window]=worker/kafka/consume_window.py
 )
 declare -A TESTS=(
     [offsets]=tests/unit/kafka/test_offsets.py [partitions]=tests/unit/kafka/test_partitions.py
     [backpressure]=tests/unit/kafka/test_backpressure.py [records]=tests/unit/kafka/test_records.py
-    [decode]=tests/unit/kafka/test_decode.py [batch_plan]=tests/unit/inference/test_batch_plan.py
+    [decode]=tests/unit/test_review_decode.py [batch_plan]=tests/unit/inference/test_batch_plan.py
     [consume_window]=tests/unit/inference/test_batch_plan.py
 )
 

@@ -18,9 +18,9 @@ from confluent_kafka import Consumer, TopicPartition
 from tests.integration.helpers import SAMPLES
 from tests.kafka_fixtures import DLQ_CONFIG
 from worker.bench.worker_process import free_port
+from worker.files.predict import predict_lines
 from worker.labelling.labeller import Labeller
 from worker.model.manifest import model_content_hash
-from worker.tools.predict import predict_lines
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

@@ -24,6 +24,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from schemas.dead_letter import DeadLetterKind, parse_dead_letter_headers
+from schemas.review_decode import DecodeFailure
 from schemas.sentiment_result import ModelRef
 from tests.integration.helpers import make_settings
 from tests.integration.kafka_io import produce, read_topic
@@ -33,7 +34,6 @@ from worker.bench.worker_process import free_port
 from worker.config import WorkerSettings
 from worker.health import endpoint_answer
 from worker.kafka.app import SentimentWorker
-from worker.kafka.decode import DecodeFailure
 from worker.kafka.registry_decode import registry_decoder
 from worker.kafka.wire_format import wire_header
 from worker.tools.registry_checks import check_registry

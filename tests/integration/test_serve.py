@@ -15,8 +15,8 @@ from schemas.http_api import SentimentResponse
 from tests.integration.helpers import SAMPLES
 from tests.integration.serve_helpers import SlowClassifier, scrape, serving
 from worker.config import DEFAULT_LOW_CONFIDENCE
+from worker.files.predict import predict_lines
 from worker.labelling.labeller import Labeller
-from worker.tools.predict import predict_lines
 
 API = "/v1/sentiment"
 TEXTS = [json.loads(line)["text"] for line in SAMPLES.read_text(encoding="utf-8").splitlines()]

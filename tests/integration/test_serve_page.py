@@ -20,8 +20,8 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.integration.helpers import SAMPLES
 from tests.integration.serve_helpers import serving
+from worker.files.predict import predict_lines
 from worker.labelling.labeller import Labeller
-from worker.tools.predict import predict_lines
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "var" / "test-artifacts"
 TEXTS = [json.loads(line)["text"] for line in SAMPLES.read_text(encoding="utf-8").splitlines()][:5]

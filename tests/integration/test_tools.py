@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
+from worker.files.review_files import ReviewFile
 from worker.tools import topics
 from worker.tools.produce import check_file, feed_records, produce_reviews
-from worker.tools.review_files import ReviewFile
 from worker.tools.tail import TailedRecord, TailError, format_table, result_row, tail_records
 
 pytestmark = pytest.mark.integration

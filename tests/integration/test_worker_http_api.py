@@ -18,10 +18,10 @@ from tests.integration.kafka_io import produce, read_topic, results_of, review_r
 from tests.integration.serve_helpers import SlowClassifier
 from tests.labellers import labeller_for
 from worker.bench.worker_process import free_port
+from worker.files.predict import predict_lines
 from worker.http.serving import WorkerApi
 from worker.kafka.app import SentimentWorker
 from worker.labelling.labeller import Labeller
-from worker.tools.predict import predict_lines
 
 pytestmark = pytest.mark.integration
 

@@ -14,9 +14,9 @@ import pytest
 
 import schemas.review_input as review_input
 from schemas.dead_letter import DeadLetterKind
+from schemas.review_decode import DecodeFailure, decode_review
 from schemas.review_input import has_visible_character, text_problem
 from worker.http.validation import Refusal, RequestLimits, validate_body
-from worker.kafka.decode import DecodeFailure, decode_review
 
 MB = 1_048_576
 

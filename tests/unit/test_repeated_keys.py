@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from schemas.review_decode import decode_review
 from schemas.review_input import Review
 from worker.http.validation import Refusal, RequestLimits, validate_body
-from worker.kafka.decode import decode_review
 
 LIMITS = RequestLimits(max_texts=8, max_text_chars=100)
 ESCAPED = b'{"id": "a", "text": "\\u0074ext", "\\u0074ext": "last"}'  # an escaped key is the same key

@@ -55,10 +55,10 @@ def register(subparsers: Subparsers) -> None:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    from worker.files.predict import ProgressBar, predict_rows
+    from worker.files.review_files import ReviewFile
     from worker.inference.engine import EngineOptions
     from worker.labelling.labeller import Labeller
-    from worker.tools.predict import ProgressBar, predict_rows
-    from worker.tools.review_files import ReviewFile
 
     configure_logging("WARNING")
     if args.input is not None and not args.input.is_file():

@@ -17,6 +17,7 @@ from worker.cli.common import (
 )
 from worker.config import REGISTRY_FORMATS
 from worker.errors import ConfigurationError
+from worker.files.review_files import BadRow, ReviewFile
 from worker.tools.produce import (
     FeedFileError,
     MessageFields,
@@ -26,7 +27,6 @@ from worker.tools.produce import (
     produce_reviews,
 )
 from worker.tools.registry_values import value_encoder, value_format
-from worker.tools.review_files import BadRow, ReviewFile
 
 
 def register(subparsers: Subparsers) -> None:

@@ -20,7 +20,7 @@ from urllib.parse import unquote, urljoin
 import jsonschema
 from jsonschema.validators import Draft202012Validator, extend, validator_for
 
-from worker.kafka.decode import JsonRefused, json_depth, parse_json
+from schemas.review_decode import JsonRefused, json_depth, parse_json
 from worker.kafka.registry_limits import (
     MAX_REF_CHAIN,
     SchemaRefused,

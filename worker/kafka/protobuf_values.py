@@ -23,7 +23,7 @@ from google.protobuf.message import Message as ProtobufMessage
 from google.protobuf.message_factory import GetMessageClass
 
 from schemas.proto_text import parse_proto
-from worker.kafka.decode import non_finite_reason
+from schemas.review_decode import non_finite_reason
 from worker.kafka.registry_limits import MAX_SCHEMA_CHARS, SchemaRefused, ValueRefused, reason_of
 from worker.kafka.wire_format import HEADER_BYTES
 

@@ -25,10 +25,10 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from google.protobuf.message import DecodeError
 
 from schemas.dead_letter import DeadLetterKind
+from schemas.review_decode import DecodeFailure, checked_review, review_id_of
 from schemas.review_input import Review
 from worker.config import REGISTRY_FORMATS, WorkerSettings
 from worker.kafka.avro_values import AvroValues
-from worker.kafka.decode import DecodeFailure, checked_review, review_id_of
 from worker.kafka.json_schema_values import JsonSchemaValues, schema_error_reason
 from worker.kafka.protobuf_values import ProtobufValues
 from worker.kafka.registry_client import (

@@ -16,7 +16,7 @@ import math
 import uuid
 from typing import Any, Final
 
-from worker.kafka.decode import JsonRefused, non_finite_reason, parse_json
+from schemas.review_decode import JsonRefused, non_finite_reason, parse_json
 
 MAX_SCHEMA_CHARS: Final = 1_048_576
 """Characters of a schema (Avro or JSON Schema document, `.proto` text); the registry's answer may be up

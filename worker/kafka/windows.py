@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from schemas.review_decode import DecodeFailure, InputFormat, decode_review
 from schemas.review_input import Review
 from worker.config import REGISTRY_FORMATS, WorkerSettings
 from worker.inference.classifier import InferenceFailure
-from worker.kafka.decode import DecodeFailure, InputFormat, decode_review
 from worker.kafka.partitions import PartitionBook
 from worker.kafka.producer import OutboundRecord
 from worker.kafka.records import InputMessage, OutboundRecords

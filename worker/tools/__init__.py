@@ -1,7 +1,7 @@
 """What the operator commands do, without argparse: `produce`, `tail`, `lag`, `topics` (and `topics acls`),
-`doctor` (its `checks`, `registry_checks`), `predict`, `tune` (its report) and `run --processes`
-(`processes`); `review_files` reads review files for `produce` and `predict`; `registry_values` writes and
-reads Schema Registry values for `produce` and `tail`. The measuring instruments are `worker.bench`.
+`doctor` (its `checks`, `registry_checks`), `tune` (its report); `registry_values` writes and reads Schema
+Registry values for `produce` and `tail`. The files door (`predict`) is `worker.files`, the `--processes`
+supervisor `worker.runtime.processes`; the measuring instruments are `worker.bench`.
 
 Each module is imported by its command in `worker.cli` and by tests; nothing in the run path imports them.
 """
@@ -11,12 +11,9 @@ __all__ = [
     "checks",
     "doctor",
     "lag",
-    "predict",
-    "processes",
     "produce",
     "registry_checks",
     "registry_values",
-    "review_files",
     "tail",
     "tls",
     "topics",

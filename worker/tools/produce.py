@@ -21,7 +21,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from worker.tools.review_files import BadRow, FeedFileError, FileReview, ReviewFile
+from worker.files.review_files import BadRow, FeedFileError, FileReview, ReviewFile
 
 PROGRESS_INTERVAL_S = 2.0
 

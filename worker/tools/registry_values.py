@@ -19,9 +19,9 @@ from google.protobuf.descriptor_pool import DescriptorPool
 from google.protobuf.message_factory import GetMessageClass
 
 from schemas.proto_text import parse_proto
+from schemas.review_decode import DecodeFailure
 from worker.config import REGISTRY_FORMATS, WorkerSettings
 from worker.errors import ConfigurationError, OperationError
-from worker.kafka.decode import DecodeFailure
 from worker.kafka.registry_client import RegistryClient
 from worker.kafka.registry_decode import RegistryUnavailable, SchemaReaders, registry_trouble
 from worker.kafka.registry_limits import MAX_VALUE_DEPTH, plain_json

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from schemas.dead_letter import DeadLetterKind
+from schemas.review_decode import DecodeFailure
 from schemas.review_input import Review
 from tests.registry_fixtures import FakeRegistry
-from worker.kafka.decode import DecodeFailure
 from worker.kafka.json_schema_values import JsonSchemaValues
 from worker.kafka.registry_client import (
     UNKNOWN_ID_TTL_S,

@@ -26,6 +26,7 @@ from schemas.registry_schemas import (
     json_result_schema,
     protobuf_result_file,
 )
+from schemas.review_decode import DecodeFailure
 from schemas.review_input import Review
 from schemas.sentiment_result import ModelRef, SentimentResult, SourceRef
 from tests.labellers import labeller_for
@@ -33,7 +34,6 @@ from tests.polling import wait_until
 from tests.unit.kafka.fake_kafka import FakePublisher, fake_clients
 from tests.unit.kafka.test_app import MODEL, TOPIC, FakeLengthClassifier, settings
 from worker.kafka.app import SentimentWorker
-from worker.kafka.decode import DecodeFailure
 from worker.kafka.producer import SourcePosition
 from worker.kafka.protobuf_values import _message_indexes
 from worker.kafka.records import InputMessage

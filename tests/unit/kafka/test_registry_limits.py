@@ -20,8 +20,8 @@ import pytest
 
 from schemas.dead_letter import DeadLetterKind
 from schemas.proto_text import MAX_NESTING, parse_proto
+from schemas.review_decode import DecodeFailure, decode_review, json_depth
 from worker.kafka.avro_values import MAX_DECIMAL_BYTES, AvroValues
-from worker.kafka.decode import DecodeFailure, decode_review, json_depth
 from worker.kafka.json_schema_values import JsonSchemaValues
 from worker.kafka.protobuf_values import ProtobufValues
 from worker.kafka.registry_decode import review_of_record

@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
+from schemas.review_decode import InputFormat, decode_review
 from schemas.review_input import Review
 from worker.cli.produce import summary
-from worker.kafka.decode import InputFormat, decode_review
+from worker.files.review_files import BadRow, FeedFileError, ReviewFile, detect_format
 from worker.tools.produce import (
     DeliveryTally,
     FeedRecord,
@@ -22,7 +23,6 @@ from worker.tools.produce import (
     check_file,
     feed_records,
 )
-from worker.tools.review_files import BadRow, FeedFileError, ReviewFile, detect_format
 
 
 def write(tmp_path: Path, name: str, content: str | bytes) -> Path:

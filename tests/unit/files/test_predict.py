@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
+from worker.files.predict import ProgressBar, predict_lines, predict_rows
+from worker.files.review_files import ReviewFile
 from worker.labelling.labeller import Labeller
-from worker.tools.predict import ProgressBar, predict_lines, predict_rows
-from worker.tools.review_files import ReviewFile
 
 
 class ThreadNotingModel:

@@ -1,12 +1,14 @@
-"""Review files, read one way for `produce` and `predict`: TXT (a review per line), CSV (a header row, then
-a review per row) and JSONL (a JSON object per line), the text and id taken from the columns or fields named.
+"""Review files, read one way for `produce` and `predict`: TXT (a review per line), CSV (a header row, then a
+review per row) and JSONL (a JSON object per line), the text and id taken from the columns or fields
+named.
 
-Every data row becomes a `FileReview` or a `BadRow` (its line, kind and reason): a row is bad by the rules the
-worker decodes a message with (`worker.kafka.decode`, whose text rule is `schemas.review_input.text_problem`:
-no visible character is `empty_text`, too many characters `text_too_long`), plus what only a file can get
-wrong (a CSV row with the wrong number of fields is `invalid_csv`, a byte that is not UTF-8 `invalid_utf8`).
-A blank line or row is `empty_text` in every format. What makes the whole file unreadable (it cannot be
-opened, a CSV header without the text column, broken CSV quoting) raises FeedFileError.
+Every data row becomes a `FileReview` or a `BadRow` (its line, kind and reason): a row is bad by the rules
+the worker decodes a message with (`schemas.review_decode`, whose text rule is
+`schemas.review_input.text_problem`: no visible character is `empty_text`, too many characters
+`text_too_long`), plus what only a file can get wrong (a CSV row with the wrong number of fields is
+`invalid_csv`, a byte that is not UTF-8 `invalid_utf8`). A blank line or row is `empty_text` in every
+format. What makes the whole file unreadable (it cannot be opened, a CSV header without the text column,
+broken CSV quoting) raises FeedFileError.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from pathlib import Path
 from typing import Any, BinaryIO, Final, Literal
 
 from schemas.dead_letter import DeadLetterKind
+from schemas.review_decode import decode_review
 from schemas.review_input import Review, has_visible_character, text_problem
 from worker.errors import ConfigurationError
-from worker.kafka.decode import decode_review
 
 FileFormat = Literal["auto", "jsonl", "csv", "txt"]
 

@@ -9,9 +9,9 @@ import pytest
 from pydantic import ValidationError
 
 from schemas import DeadLetterKind, ReviewInput
+from schemas.review_decode import DecodeFailure, InputFormat, decode_review
 from schemas.review_input import Review
 from worker.config import WorkerSettings
-from worker.kafka.decode import DecodeFailure, InputFormat, decode_review
 from worker.kafka.windows import DecodeOptions
 
 DEFAULT_ID = "reviews/0/17"

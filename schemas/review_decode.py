@@ -1,4 +1,6 @@
-"""Kafka record value bytes → a validated review, or the reason it goes to the dead-letter topic.
+"""A review input's bytes → a validated review, or the reason it cannot be labelled: the one decoding of the
+review input contract (`review_input`) that the front doors share (a Kafka value, a JSONL line of a review
+file); a Kafka input refused here goes to the dead-letter topic.
 
 Runs once per consumed record, so it is written for speed: plain checks instead of pydantic validation
 (the rules match `schemas.ReviewInput`; a unit test keeps the two in agreement) and a depth scan that only

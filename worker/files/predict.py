@@ -15,11 +15,11 @@ from itertools import islice
 from typing import Any, TextIO
 
 from schemas.review_input import Review
+from worker.files.review_files import BadRow, FileReview, Row, text_lines
 from worker.inference.classifier import InferenceFailure, Output
 from worker.inference.label_fields import label_fields
 from worker.labelling.in_order import InOrder
 from worker.labelling.labeller import Labeller
-from worker.tools.review_files import BadRow, FileReview, Row, text_lines
 
 _CHUNK_ROWS = 512
 _QUEUED_CHUNKS = 2
