@@ -308,21 +308,24 @@ def _has_lone_surrogate_escape(raw: bytes, document: Any) -> bool:
     return (b"\\ud" in raw or b"\\uD" in raw) and _has_lone_surrogate(document)
 
 
-class JsonRefused(ValueError):
-    """A JSON payload refused by the JSON door's rules; `str()` is the reason."""
+@dataclass(frozen=True, slots=True)
+class JsonRefusal:
+    """Why a JSON payload is refused by the JSON door's rules: the reason in words."""
+
+    reason: str
 
 
 def parse_json(raw: bytes, max_depth: int) -> Any:
     """A JSON payload of another door (a JSON Schema value) by the JSON door's rules: UTF-8, numbers kept
-    exactly or refused, no unpaired surrogate, at most `max_depth` levels. The depth is measured from the
-    bytes (`json_depth`) before anything is parsed, so no recursion ever meets a deeper value. Raises
-    `JsonRefused` (and UnicodeDecodeError for bytes that are not UTF-8)."""
+    exactly or refused, no unpaired surrogate, at most `max_depth` levels; or the `JsonRefusal` saying why
+    not. The depth is measured from the bytes (`json_depth`) before anything is parsed, so no recursion ever
+    meets a deeper value. Raises UnicodeDecodeError for bytes that are not UTF-8."""
     text = raw.decode("utf-8")
     if raw.count(b"{") + raw.count(b"[") > max_depth and json_depth(raw) > max_depth:
-        raise JsonRefused(_too_deep(max_depth))
+        return JsonRefusal(_too_deep(max_depth))
     document = _parsed(text)
     if isinstance(document, _JsonProblem):
-        raise JsonRefused(document.reason or _too_deep(max_depth))
+        return JsonRefusal(document.reason or _too_deep(max_depth))
     if _has_lone_surrogate_escape(raw, document):
-        raise JsonRefused(_LONE_SURROGATE)
+        return JsonRefusal(_LONE_SURROGATE)
     return document

@@ -57,6 +57,11 @@ EXIT_CODES = {
     "VocabularyError": 1,
     "WeightsError": 2,
     "WorkerProcessError": 1,
+    "OversizedSchema": 1,
+    "RegistryWaitStopped": 1,
+    "SchemaRefused": 1,
+    "UnknownSchemaId": 1,
+    "ValueRefused": 1,
 }
 
 

@@ -20,7 +20,7 @@ from urllib.parse import unquote, urljoin
 import jsonschema
 from jsonschema.validators import Draft202012Validator, extend, validator_for
 
-from schemas.review_decode import JsonRefused, json_depth, parse_json
+from schemas.review_decode import JsonRefusal, json_depth, parse_json
 from worker.kafka.registry_limits import (
     MAX_REF_CHAIN,
     SchemaRefused,
@@ -74,10 +74,9 @@ class JsonSchemaValues:
         """The value (header included) parsed and validated. Raises `ValueRefused`, UnicodeDecodeError
         or `jsonschema.ValidationError`."""
         payload = value[HEADER_BYTES:]
-        try:
-            document = parse_json(payload, self._max_depth)
-        except JsonRefused as exc:
-            raise ValueRefused(str(exc)) from None
+        document = parse_json(payload, self._max_depth)
+        if isinstance(document, JsonRefusal):
+            raise ValueRefused(document.reason)
         if _frames(payload.count(b"{") + payload.count(b"["), self._chain) > VALIDATION_FRAMES:
             depth = json_depth(payload)
             if _frames(depth, self._chain) > VALIDATION_FRAMES:

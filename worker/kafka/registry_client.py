@@ -50,11 +50,11 @@ class RegistryWaitStopped(RegistryUnavailable):
     """A stop was requested while a request waited for the registry: the request was given up."""
 
 
-class UnknownSchemaId(LookupError):
+class UnknownSchemaId(OperationError, LookupError):
     """The registry holds no schema of that id (404, error code 40403)."""
 
 
-class OversizedSchema(ValueError):
+class OversizedSchema(OperationError, ValueError):
     """The registry's answer for a schema id is longer than `MAX_ANSWER_BYTES`."""
 
 

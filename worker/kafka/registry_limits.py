@@ -16,7 +16,8 @@ import math
 import uuid
 from typing import Any, Final
 
-from schemas.review_decode import JsonRefused, non_finite_reason, parse_json
+from schemas.review_decode import JsonRefusal, non_finite_reason, parse_json
+from worker.errors import OperationError
 
 MAX_SCHEMA_CHARS: Final = 1_048_576
 """Characters of a schema (Avro or JSON Schema document, `.proto` text); the registry's answer may be up
@@ -32,12 +33,12 @@ MAX_REF_CHAIN: Final = 16
 without descending into the value."""
 
 
-class SchemaRefused(ValueError):
+class SchemaRefused(OperationError, ValueError):
     """A schema its values cannot be read with: not valid, or past the limits. `str()` is the reason,
     naming what to change in the schema; its values become `invalid_schema` dead letters."""
 
 
-class ValueRefused(ValueError):
+class ValueRefused(OperationError, ValueError):
     """A value past the limits (nested too deep, NaN or an infinity, an array of millions of nothing, too
     costly to validate); `str()` is the reason. It becomes an `invalid_payload` dead letter."""
 
@@ -55,12 +56,13 @@ def schema_document(schema_str: str, what: str) -> Any:
             f"the {what} is {len(schema_str):,} characters, more than {MAX_SCHEMA_CHARS:,}: split it"
         )
     try:
-        return parse_json(schema_str.encode("utf-8", "surrogatepass"), MAX_SCHEMA_DEPTH)
-    except JsonRefused as exc:
-        reason = str(exc).replace("JSON is nested", "it is nested").partition(": send")[0]
-        raise SchemaRefused(f"the {what} is not JSON the worker reads ({reason})") from None
+        document = parse_json(schema_str.encode("utf-8", "surrogatepass"), MAX_SCHEMA_DEPTH)
     except UnicodeDecodeError:
         raise SchemaRefused(f"the {what} holds an unpaired surrogate") from None
+    if isinstance(document, JsonRefusal):
+        reason = document.reason.replace("JSON is nested", "it is nested").partition(": send")[0]
+        raise SchemaRefused(f"the {what} is not JSON the worker reads ({reason})")
+    return document
 
 
 def plain_json(value: Any, max_depth: int) -> Any:
