@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from pathlib import Path
 
@@ -144,3 +145,24 @@ def test_registry_user_info_needs_a_colon_and_blank_means_unset() -> None:
     assert (
         WorkerSettings(schema_registry_basic_auth_user_info=" ").schema_registry_basic_auth_user_info is None
     )  # type: ignore[arg-type]
+
+
+def test_fetch_limits_reach_the_consumer_and_kafka_extra_may_override_them() -> None:
+    settings = WorkerSettings(kafka_extra={"fetch.max.bytes": 2_000_000})
+    conf = {**settings.consumer_fetch_limits(), **settings.librdkafka_common()}
+    assert conf["fetch.max.bytes"] == 2_000_000
+    assert conf["receive.message.max.bytes"] == 64 * 1024 * 1024
+    assert conf["max.partition.fetch.bytes"] == 1_048_576
+    assert conf["queued.max.messages.kbytes"] == 16_384
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"fetch_max_bytes": 8_000_000, "receive_message_max_bytes": 8_000_000}, "fetch_max_bytes + 512"),
+        ({"transaction_call_timeout_s": 60}, "below transaction_timeout_ms"),
+    ],
+)
+def test_limits_that_cannot_work_are_refused(values: dict[str, int], message: str) -> None:
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        WorkerSettings(**values)

@@ -41,6 +41,7 @@ from worker.stream.records import InputMessage, OutboundRecords
 from worker.stream.registry_decode import RegistryUnavailable, registry_decoder
 from worker.stream.result_encoding import ResultEncoder, registered_result_encoder
 from worker.stream.run_tracker import RunSummary, RunTracker
+from worker.stream.undecodable import UNDECODABLE_CODES, DeadLetterRange, Seek, UndecodableBatches
 from worker.stream.windows import DecodeOptions, PreparedWindow, prepare_window, window_records
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class _StartedParts(NamedTuple):
     engine: Engine
     windows: InOrder[PreparedWindow]  # submitted to the engine, collected in order (bounded)
     committer: Committer
+    undecodable: UndecodableBatches  # partitions held by a record batch the consumer cannot read
 
 
 class SentimentWorker:
@@ -200,7 +202,8 @@ class SentimentWorker:
             self._model.version,
         )
         windows: InOrder[PreparedWindow] = InOrder(engine, capacity=s.max_queued_windows)
-        self._parts = _StartedParts(consumer, publisher, records, engine, windows, committer)
+        undecodable = UndecodableBatches(s.undecodable_batch_retries, consumer.high_watermark)
+        self._parts = _StartedParts(consumer, publisher, records, engine, windows, committer, undecodable)
         consumer.subscribe()
         log.info(
             "consuming %s as group %s → results to %s, dead letters to %s; %s",
@@ -413,18 +416,31 @@ class SentimentWorker:
         """Takes one consume call's messages into the window (data), or handles them (errors); the counts
         and metrics once for all of them."""
         now = self._clock()
-        book, window = self._book, self._window
+        book, window, undecodable = self._book, self._window, self._started.undecodable
         consumed: dict[str, int] = {}
+        moved: set[PartitionKey] = set()  # seeked this turn: the rest of their messages here are stale
+        for action in undecodable.tick(now):
+            self._carry_out(action, moved)
         for message in messages:
             err = message.error()
             if err is not None:
                 if is_authorization_error(err):  # a missing ACL: retrying would only log it forever
                     raise consume_refusal(self._settings, err)
-                if handle_consume_error(err, self._settings.input_topic):  # True: brokers unreachable
+                if err.code() in UNDECODABLE_CODES and message.partition() is not None:
+                    self._unreadable_batch(message, err.str(), now, moved)
+                elif handle_consume_error(err, self._settings.input_topic):  # True: brokers unreachable
                     self._health.broker_reachable = False
                 continue
             topic, partition, offset = message.topic(), message.partition(), message.offset()
             assert topic is not None and partition is not None and offset is not None  # data messages do
+            if (topic, partition) in moved:
+                continue
+            if undecodable.holds((topic, partition)):
+                drop, answer = undecodable.data((topic, partition), offset, now)
+                if answer is not None:
+                    self._carry_out(answer, moved)
+                if drop:
+                    continue
             ts_type, ts = message.timestamp()
             position = SourcePosition(topic, partition, offset, ts if ts_type and ts >= 0 else None)
             value = message.value()
@@ -436,6 +452,41 @@ class SentimentWorker:
         for topic, count in consumed.items():
             self._run.consumed(count)
             self._metrics.messages_consumed.labels(topic).inc(count)
+
+    def _unreadable_batch(self, message: Message, reason: str, now: float, moved: set[PartitionKey]) -> None:
+        """An error event pinning a partition at a record batch the consumer cannot read (see
+        worker/stream/undecodable.py): retried, then probed for its end, then dead-lettered."""
+        topic, partition, offset = message.topic(), message.partition(), message.offset()
+        if topic is None or partition is None or offset is None or offset < 0 or (topic, partition) in moved:
+            return
+        action = self._started.undecodable.error((topic, partition), offset, reason, now)
+        if action is not None:
+            self._carry_out(action, moved)
+
+    def _carry_out(self, action: Seek | DeadLetterRange, moved: set[PartitionKey]) -> None:
+        """A probe's seek; or the batch's offsets into the window as dead letters, the partition past them."""
+        consumer = self._started.consumer
+        moved.add(action.key)
+        if isinstance(action, Seek):
+            consumer.seek(action.key, action.offset)
+            return
+        (topic, partition), first, last = action.key, action.first, action.last
+        reason = (
+            f"the record batch holding offsets {first}-{last} of {topic}[{partition}] could not be read: "
+            f"{action.reason} (e.g. it decompresses to more than SENTIMENT_RECEIVE_MESSAGE_MAX_BYTES="
+            f"{self._settings.receive_message_max_bytes} bytes, or uses a codec this client lacks); nothing "
+            "of its keys and values is kept"
+        )
+        log.warning("%s[%d]: offsets %d-%d dead-lettered as undecodable_batch: %s", *action.key, first, last,
+                    action.reason)  # fmt: skip
+        now = self._clock()
+        for offset in range(first, last + 1):
+            position = SourcePosition(topic, partition, offset, None)
+            epoch = self._book.consumed(action.key, offset, None)
+            self._window.add(InputMessage(position, None, None, now, epoch, None, reason), 0)
+        self._run.consumed(last - first + 1)
+        self._metrics.messages_consumed.labels(topic).inc(last - first + 1)
+        consumer.seek(action.key, last + 1)
 
     def _submit_window(self) -> None:
         """The window's messages decoded here, their valid reviews submitted to the engine. While the Schema
@@ -485,6 +536,7 @@ class SentimentWorker:
         consumer = self._started.consumer
         self._drop_window_items(partitions)
         self._book.rewind(partitions)  # windows still in the pipeline for them are stale
+        self._started.undecodable.forget(partitions)
         consumer.rewind_to_committed(partitions)
 
     def _set_paused(self, paused: bool) -> None:
@@ -538,6 +590,7 @@ class SentimentWorker:
 
     def _forget(self, partitions: list[PartitionKey]) -> None:
         self._book.forget(partitions)
+        self._started.undecodable.forget(partitions)
         m = self._metrics
         for key in partitions:
             for gauge in (m.consumer_lag_messages, m.consumer_lag_seconds, m.partition_stalled_seconds):
@@ -564,7 +617,12 @@ class SentimentWorker:
     def _watch_progress(self) -> None:
         """Partitions whose work has not moved for longer than stuck_partition_s while inputs wait make
         /readyz fail (each named), and their seconds are exported."""
-        stalled = self._book.stalled(self._clock())
+        now = self._clock()
+        stalled = self._book.stalled(now)
+        held = self._started.undecodable.held(now)
+        for key, (seconds, _why) in held.items():  # held by a batch it cannot read: no progress either
+            stalled[key] = max(stalled.get(key, 0.0), seconds)
+        self._health.undecodable_batches = {f"{t}[{p}]": why for (t, p), (_s, why) in held.items()}
         for (topic, partition), seconds in stalled.items():
             self._metrics.partition_stalled_seconds.labels(topic, str(partition)).set(seconds)
         limit_s = self._settings.stuck_partition_s

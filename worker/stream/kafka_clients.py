@@ -100,10 +100,32 @@ def output_topic_limits(
             raise StartupError(
                 f"{exc.args[0]} (bootstrap servers: {settings.bootstrap_servers}). Nothing was consumed."
             ) from exc
+    input_limit = publisher.topic_max_message_bytes(settings.input_topic)
+    check_fetch_room(settings, input_limit)
     if settings.dlq_size_check:
-        input_limit = publisher.topic_max_message_bytes(settings.input_topic)
         check_dead_letter_room(settings, input_limit, max_message_bytes[settings.dlq_topic])
     return partition_counts, max_message_bytes
+
+
+_FETCH_RESPONSE_OVERHEAD_BYTES = 512  # librdkafka's allowance for a fetch response's framing
+
+
+def check_fetch_room(settings: WorkerSettings, input_limit: int) -> None:
+    """Refuses to start (StartupError, exit 2) when a record batch the input topic accepts (`input_limit`,
+    its max.message.bytes) could not be received: a fetch response larger than receive_message_max_bytes is
+    refused by librdkafka and fetched again for ever, stalling every partition of that broker."""
+    receive = settings.consumer_fetch_limits()["receive.message.max.bytes"]
+    receive = int(settings.kafka_extra.get("receive.message.max.bytes", receive))
+    needed = input_limit + _FETCH_RESPONSE_OVERHEAD_BYTES
+    if receive >= needed:
+        return
+    raise StartupError(
+        f"input topic {settings.input_topic!r} accepts record batches of up to {input_limit} bytes "
+        f"(max.message.bytes) but the consumer receives fetch responses of at most {receive} bytes "
+        f"(SENTIMENT_RECEIVE_MESSAGE_MAX_BYTES): such a batch could never be read and would stall the "
+        f"partitions of its broker. Set SENTIMENT_RECEIVE_MESSAGE_MAX_BYTES to at least {needed}, or lower "
+        "the topic's max.message.bytes. Nothing was consumed."
+    )
 
 
 _UNREACHABLE = frozenset(
@@ -174,6 +196,7 @@ def open_consumer(settings: WorkerSettings, rebalance: Rebalance, *, transaction
             on_revoke=rebalance.on_revoke,
             on_lost=rebalance.on_lost,
             transactional=transactional,
+            fetch_limits=settings.consumer_fetch_limits(),
         )
     except KafkaException as exc:
         raise StartupError(f"the Kafka client settings were rejected: {kafka_error_text(exc)}") from exc
