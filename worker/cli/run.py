@@ -77,7 +77,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     name_os_threads()  # before the engine and the HTTP server start their threads
     configure_logging(settings.log_level)
     stop = threading.Event()
-    reinstall = install_stop_handlers(stop.set)  # before the model loads: a signal then stops it at once
+    # Before the model loads: a signal then stops it at once.
+    reinstall = install_stop_handlers(stop.set, stop_timeout_s=settings.shutdown_timeout_s)
     classifier, model_ref = load_model(settings)
     freeze_loaded_heap()
     reinstall()  # loading Paddle replaced them

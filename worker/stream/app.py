@@ -16,7 +16,7 @@ from contextlib import ExitStack, suppress
 from threading import Event
 from typing import NamedTuple, Protocol
 
-from confluent_kafka import Message
+from confluent_kafka import KafkaException, Message
 from prometheus_client import CollectorRegistry
 
 from schemas.sentiment_result import ModelRef
@@ -40,7 +40,7 @@ from worker.stream.producer import ResultPublisher, SourcePosition
 from worker.stream.records import InputMessage, OutboundRecords
 from worker.stream.registry_decode import RegistryUnavailable, registry_decoder
 from worker.stream.result_encoding import ResultEncoder, registered_result_encoder
-from worker.stream.run_tracker import RunSummary, RunTracker
+from worker.stream.run_tracker import RunSummary, RunTracker, drain_budget_s
 from worker.stream.undecodable import UNDECODABLE_CODES, DeadLetterRange, Seek, UndecodableBatches
 from worker.stream.windows import DecodeOptions, PreparedWindow, prepare_window, window_records
 
@@ -134,6 +134,7 @@ class SentimentWorker:
         self._next_metrics_at = 0.0  # when the loop refreshes the gauges and checks the broker next
         self._next_broker_check_at = 0.0
         self._progress_mark = (0, clock())  # inputs done and when, at the last progress line
+        self._rewind_pending = False  # exactly_once gave a transaction up: every partition to read again
 
     # ----- public -----
     @property
@@ -192,7 +193,7 @@ class SentimentWorker:
         # Closing leaves the group; its revoke callback flushes and commits what is acknowledged.
         stack.callback(consumer.close)
         committer = committer_type(
-            CommitOptions.from_settings(s),
+            CommitOptions.from_settings(s, report=self._delivery_problem),
             consumer,
             publisher,
             self._book,
@@ -305,8 +306,13 @@ class SentimentWorker:
             self._publish_labelled()
             # Step 3. The window, when due (full, waited max_wait_ms, or the run's limit), to the engine.
             self._submit_due_window()
-            # Step 4. Consume as much as there is room for, or wait for the engine (backpressure).
-            messages = self._consume_or_wait()
+            # Step 4. Consume as much as there is room for, or wait for the engine (backpressure); while
+            # exactly-once recovers from a transaction given up, nothing (every partition is read again).
+            if self._rewind_pending:
+                self._recover()
+                messages = []
+            else:
+                messages = self._consume_or_wait()
             self._accept_all(messages)
             # Step 5. Delivery reports in; what they made committable stored (or committed).
             self._settle()
@@ -392,7 +398,9 @@ class SentimentWorker:
         publisher, windows, committer = parts.publisher, parts.windows, parts.committer
         self._health.stopping = True
         self._metrics.ready.set(0)
-        deadline = self._clock() + self._settings.shutdown_timeout_s
+        self._run.stopping()
+        deadline = self._run.stop_deadline(drain_budget_s(self._settings.shutdown_timeout_s))
+        assert deadline is not None  # stopping
         while (len(self._window) or windows.in_flight) and self._clock() < deadline:
             if len(self._window) and windows.has_room():
                 self._submit_window()
@@ -526,18 +534,61 @@ class SentimentWorker:
     def _publish_window(self, prepared: PreparedWindow, labelled: Labelled) -> None:
         """Publishes exactly one record per input of the window that is still ours, in input order."""
         records = window_records(prepared, labelled.outputs, self._book, self._started.records, self._clock())
-        rewind = self._started.committer.publish(records)
+        committer = self._started.committer
+        rewind = committer.publish(records)
         if rewind:  # an aborted transaction: its inputs are read and labelled again
             self._rewind(rewind)
+        if committer.recovering is not None and not self._rewind_pending:
+            self._hold_for_recovery()
         self._metrics.in_flight_messages.set(self._book.offsets.outstanding())
 
     def _rewind(self, partitions: list[PartitionKey]) -> None:
-        """Forget everything consumed from `partitions` and read them again from their committed offsets."""
+        """Forget everything consumed from `partitions` and read them again from their committed offsets (not
+        when stopping: nothing more is read, and the broker may be away)."""
         consumer = self._started.consumer
         self._drop_window_items(partitions)
         self._book.rewind(partitions)  # windows still in the pipeline for them are stale
         self._started.undecodable.forget(partitions)
-        consumer.rewind_to_committed(partitions)
+        if not self._run.stop_requested:
+            consumer.rewind_to_committed(partitions)
+
+    def _hold_for_recovery(self) -> None:
+        """exactly_once gave a transaction up: everything consumed and not committed is forgotten (windows in
+        the pipeline are stale), the partitions paused; `_recover` reads them again once transactions work."""
+        assigned = sorted(self._started.consumer.assignment)
+        self._drop_window_items(assigned)
+        self._book.rewind(assigned)
+        self._started.undecodable.forget(assigned)
+        self._rewind_pending = True
+        self._set_paused(True)
+
+    def _recover(self) -> None:
+        """One loop turn of a recovery: partitions paused, polled (rebalances served; what comes is stale and
+        dropped), one try at transactions; once they work, every partition is read again from its committed
+        offset, which says whether the given-up transaction counted."""
+        parts = self._started
+        self._set_paused(True)
+        for message in parts.consumer.consume(100, _BUSY_POLL_S):
+            err = message.error()
+            if err is not None and handle_consume_error(err, self._settings.input_topic):
+                self._health.broker_reachable = False
+        if not parts.committer.recover():
+            return
+        assigned = sorted(parts.consumer.assignment)
+        try:
+            parts.consumer.rewind_to_committed(assigned)
+        except KafkaException as exc:
+            log.warning("cannot read the committed offsets yet (%s); trying again", exc)
+            return
+        self._book.rewind(assigned)  # anything consumed meanwhile is stale too
+        self._rewind_pending = False
+        if assigned:
+            log.info("exactly_once: reading again from committed offsets: %s", format_partitions(assigned))
+
+    def _delivery_problem(self, problem: str | None) -> None:
+        """Why results cannot be published now (/readyz), or None once they can."""
+        self._health.delivery_problem = problem
+        self._metrics.ready.set(1 if self._health.readiness()[0] else 0)
 
     def _set_paused(self, paused: bool) -> None:
         consumer = self._started.consumer
@@ -589,6 +640,11 @@ class SentimentWorker:
             self._window.add(item, len(item.value or b""))
 
     def _forget(self, partitions: list[PartitionKey]) -> None:
+        # librdkafka keeps a partition paused by the app through its revocation: assigned again, it would
+        # fetch nothing, and the book (which forgets it here) would never resume it.
+        paused = self._book.paused & set(partitions)
+        if paused:
+            self._started.consumer.resume(paused)
         self._book.forget(partitions)
         self._started.undecodable.forget(partitions)
         m = self._metrics

@@ -16,6 +16,7 @@ from worker.config import WorkerSettings
 from worker.inference.token_budget import StartupError
 from worker.stream.authorization import is_authorization_error, refusal
 from worker.stream.consumer import ReviewConsumer
+from worker.stream.deadline_calls import CallAbandoned
 from worker.stream.partitions import PartitionKey
 from worker.stream.producer import PRODUCER_MAX_MESSAGE_BYTES, ResultPublisher
 from worker.stream.records import dead_letter_overhead_bytes
@@ -68,7 +69,13 @@ def open_publisher(settings: WorkerSettings) -> ResultPublisher:
 def init_transactions(publisher: ResultPublisher, settings: WorkerSettings) -> None:
     """exactly_once: registers the transactional id (fencing an older instance that used it)."""
     try:
-        publisher.init_transactions(timeout_s=30)
+        publisher.init_transactions(timeout_s=settings.transaction_call_timeout_s)
+    except CallAbandoned as exc:
+        raise StartupError(
+            f"exactly_once: cannot initialise transactions: {exc} (bootstrap servers: "
+            f"{settings.bootstrap_servers}); the transaction coordinator did not answer. Nothing was "
+            "consumed."
+        ) from exc
     except KafkaException as exc:
         error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
         if error is not None and is_authorization_error(error):
