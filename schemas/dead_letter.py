@@ -1,7 +1,8 @@
 """The dead-letter contract: what the worker writes to the DLQ topic and how to read it back.
 
 A dead letter keeps the original record's key and value bytes untouched (except one standing in for a record
-too large for its topic: no key, no value, kind value_too_large); everything the worker adds is in record
+too large for its topic: no key, no value, kind value_too_large; and one for an offset of a record batch the
+consumer could not read: no key, no value, kind undecodable_batch); everything the worker adds is in record
 headers named `sentiment.*` (UTF-8 values, integers as decimal strings). Other headers on the record
 (for example headers copied from the original record) are ignored by the parser.
 """
@@ -70,6 +71,11 @@ class DeadLetterKind(str, Enum):
     """The model failed on this review even when it was retried alone."""
     TOO_LONG_FOR_MEMORY = "too_long_for_memory"
     """The review alone does not fit the inference memory budget."""
+    UNDECODABLE_BATCH = "undecodable_batch"
+    """The consumer could not decompress or parse the record batch holding this offset (e.g. it would
+    decompress past the consumer's receive limit, or uses a codec the client lacks): no key and no value are
+    kept, only the source topic, partition and offset. Every offset of the batch gets one, as far as the
+    client could find the batch's end."""
 
 
 _DecimalInt = Annotated[

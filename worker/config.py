@@ -178,6 +178,41 @@ class WorkerSettings(BaseSettings):
         "transactional id): start-up names each in a WARNING (never its value) and `doctor` checks the "
         "configuration librdkafka then gets.",
     )
+    fetch_max_bytes: int = Field(
+        1_048_576,
+        ge=1_000_000,
+        description="librdkafka fetch.max.bytes: compressed bytes one fetch may bring (a first batch larger "
+        "than this still comes, up to the input topic's max.message.bytes). Bounds the memory a fetch can "
+        "decompress into (gzip up to ~1032x its bytes); see docs/delivery.md.",
+    )
+    max_partition_fetch_bytes: int = Field(
+        1_048_576,
+        ge=1,
+        description="librdkafka max.partition.fetch.bytes: compressed bytes one fetch may bring of one "
+        "partition (a larger first batch still comes).",
+    )
+    receive_message_max_bytes: int = Field(
+        67_108_864,
+        ge=1000,
+        description="librdkafka receive.message.max.bytes: the largest fetch response, and the most a zstd "
+        "batch may decompress to; a batch that would decompress past it is dead-lettered "
+        "(undecodable_batch). At least fetch_max_bytes + 512 and the input topic's max.message.bytes + 512 "
+        "(checked at start-up).",
+    )
+    queued_max_messages_kbytes: int = Field(
+        16_384,
+        ge=1,
+        description="librdkafka queued.max.messages.kbytes: KiB of fetched, not yet consumed messages the "
+        "consumer keeps before it stops fetching (one fetch may overshoot it).",
+    )
+    undecodable_batch_retries: int = Field(
+        3,
+        ge=0,
+        description="A record batch the consumer cannot decompress or parse (e.g. it would decompress past "
+        "receive_message_max_bytes) is fetched again this many times (fetch.error.backoff.ms apart), then "
+        "its offsets become dead letters (undecodable_batch) and the partition moves on; /readyz fails "
+        "meanwhile.",
+    )
 
     delivery: Literal["at_least_once", "exactly_once"] = Field(
         "at_least_once",
@@ -187,6 +222,14 @@ class WorkerSettings(BaseSettings):
     )
     transaction_timeout_ms: int = Field(
         60_000, ge=1000, description="exactly_once: librdkafka transaction.timeout.ms (longer than a window)."
+    )
+    transaction_call_timeout_s: float = Field(
+        20.0,
+        gt=0,
+        description="exactly_once: the longest one transaction call (init, begin, send offsets, commit, "
+        "abort) may take. A call past it is given up: the producer is replaced (its transaction fenced and "
+        "aborted by the new one), the partitions are read again from their committed offsets; /readyz fails "
+        "until transactions work again. Below transaction_timeout_ms.",
     )
 
     # --- batching ---
@@ -290,6 +333,22 @@ class WorkerSettings(BaseSettings):
             raise ValueError(
                 f"{' and '.join(needs)} needs a Schema Registry: set SENTIMENT_SCHEMA_REGISTRY_URL "
                 "(e.g. http://localhost:8081)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _fetch_limits(self) -> WorkerSettings:
+        if self.receive_message_max_bytes < self.fetch_max_bytes + 512:
+            raise ValueError(
+                f"receive_message_max_bytes ({self.receive_message_max_bytes}) must be at least "
+                f"fetch_max_bytes + 512 ({self.fetch_max_bytes + 512}): librdkafka needs room for a whole "
+                "fetch response"
+            )
+        if self.transaction_call_timeout_s * 1000 >= self.transaction_timeout_ms:
+            raise ValueError(
+                f"transaction_call_timeout_s ({self.transaction_call_timeout_s:g}) must be below "
+                f"transaction_timeout_ms ({self.transaction_timeout_ms} ms): a call given up must leave the "
+                "transaction time to be fenced and aborted"
             )
         return self
 
@@ -613,6 +672,16 @@ class WorkerSettings(BaseSettings):
             conf["ssl.endpoint.identification.algorithm"] = verify
         conf.update(self.kafka_extra)
         return conf
+
+    def consumer_fetch_limits(self) -> dict[str, int]:
+        """The librdkafka properties that bound what the consumer fetches and decompresses (docs/delivery.md);
+        `kafka_extra` may override them."""
+        return {
+            "fetch.max.bytes": self.fetch_max_bytes,
+            "max.partition.fetch.bytes": self.max_partition_fetch_bytes,
+            "receive.message.max.bytes": self.receive_message_max_bytes,
+            "queued.max.messages.kbytes": self.queued_max_messages_kbytes,
+        }
 
     def schema_registry_conf(self) -> dict[str, Any]:
         """confluent-kafka `SchemaRegistryClient` configuration, including credentials (handle with care).

@@ -42,6 +42,8 @@ class HealthState:
         self.stopping = False
         self.stuck_partitions: dict[str, float] = {}  # "topic[partition]" → seconds without progress
         self.registry_problem: str | None = None  # why the Schema Registry cannot be used now, if it cannot
+        self.undecodable_batches: dict[str, str] = {}  # "topic[partition]" → the batch it is held by
+        self.delivery_problem: str | None = None  # why results cannot be published now (exactly_once)
 
     def loop_turned(self) -> None:
         self.last_loop_at = self._clock()
@@ -55,8 +57,10 @@ class HealthState:
     def readiness(self) -> tuple[bool, dict[str, object]]:
         """Ready: model warm, partitions assigned, broker answering, not stopping, no partition stuck (its
         work has not moved for longer than `stuck_partition_s` while inputs wait; named with its seconds
-        under "stuck_partitions"), the Schema Registry answering when a window needs it (else its trouble
-        under "schema_registry") (serve: warm and not stopping)."""
+        under "stuck_partitions") nor held by a record batch the consumer cannot read ("undecodable_batches"),
+        the Schema Registry answering when a window needs it (else its trouble under "schema_registry"),
+        results publishable (else why under "delivery": transactions that do not go through) (serve: warm
+        and not stopping)."""
         if not self._kafka:
             return self.model_warm and not self.stopping, {
                 "model_warm": self.model_warm,
@@ -73,8 +77,14 @@ class HealthState:
             checks["stuck_partitions"] = {name: round(seconds, 1) for name, seconds in sorted(stuck.items())}
         if self.registry_problem is not None:
             checks["schema_registry"] = self.registry_problem
+        undecodable = self.undecodable_batches
+        if undecodable:
+            checks["undecodable_batches"] = dict(sorted(undecodable.items()))
+        if self.delivery_problem is not None:
+            checks["delivery"] = self.delivery_problem
         ok = self.model_warm and self.assigned_partitions > 0 and self.broker_reachable and not self.stopping
-        return ok and not stuck and self.registry_problem is None, checks
+        trouble = self.registry_problem is not None or self.delivery_problem is not None
+        return ok and not stuck and not undecodable and not trouble, checks
 
 
 @dataclass(frozen=True)

@@ -289,7 +289,7 @@ def create_metrics(
         ),
         transactions=Counter(
             "sentiment_transactions_total",
-            "Exactly-once transactions, by outcome (committed, aborted).",
+            "Exactly-once transactions, by outcome (committed, aborted, given_up: a call past its deadline).",
             ["outcome"],
             registry=registry,
         ),

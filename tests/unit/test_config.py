@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from pathlib import Path
 
@@ -160,6 +161,15 @@ def test_registry_user_info_leaves_the_url_for_the_basic_auth_setting(
     assert several.schema_registry_conf()["basic.auth.user.info"] == "bob:"  # a user without a password
 
 
+def test_fetch_limits_reach_the_consumer_and_kafka_extra_may_override_them() -> None:
+    settings = WorkerSettings(kafka_extra={"fetch.max.bytes": 2_000_000})
+    conf = {**settings.consumer_fetch_limits(), **settings.librdkafka_common()}
+    assert conf["fetch.max.bytes"] == 2_000_000
+    assert conf["receive.message.max.bytes"] == 64 * 1024 * 1024
+    assert conf["max.partition.fetch.bytes"] == 1_048_576
+    assert conf["queued.max.messages.kbytes"] == 16_384
+
+
 @pytest.mark.parametrize(
     ("values", "message"),
     [
@@ -180,3 +190,15 @@ def test_registry_user_info_that_cannot_be_moved_is_refused_without_echoing_it(
     with pytest.raises(ValidationError, match=message) as refused:
         WorkerSettings(**values)  # type: ignore[arg-type]
     assert "secret-1" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"fetch_max_bytes": 8_000_000, "receive_message_max_bytes": 8_000_000}, "fetch_max_bytes + 512"),
+        ({"transaction_call_timeout_s": 60}, "below transaction_timeout_ms"),
+    ],
+)
+def test_limits_that_cannot_work_are_refused(values: dict[str, int], message: str) -> None:
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        WorkerSettings(**values)

@@ -173,6 +173,7 @@ def test_dead_letter_kinds_are_the_contract_values() -> None:
         "decode_failed",
         "inference_failed",
         "too_long_for_memory",
+        "undecodable_batch",
     }
 
 

@@ -16,7 +16,7 @@ from contextlib import ExitStack, suppress
 from threading import Event
 from typing import NamedTuple, Protocol
 
-from confluent_kafka import Message
+from confluent_kafka import KafkaException, Message
 from prometheus_client import CollectorRegistry
 
 from worker.config import WorkerSettings
@@ -34,7 +34,8 @@ from worker.kafka.producer import ResultPublisher, SourcePosition
 from worker.kafka.records import InputMessage, OutboundRecords
 from worker.kafka.registry_decode import RegistryUnavailable, RegistryWaitStopped, registry_decoder
 from worker.kafka.result_encoding import ResultEncoder, registered_result_encoder
-from worker.kafka.run_tracker import RunSummary, RunTracker
+from worker.kafka.run_tracker import RunSummary, RunTracker, drain_budget_s
+from worker.kafka.undecodable import UNDECODABLE_CODES, DeadLetterRange, Seek, UndecodableBatches
 from worker.kafka.window_shape import WindowShape
 from worker.kafka.windows import DecodeOptions, PreparedWindow, prepare_window, window_records
 from worker.labelling.in_order import InOrder
@@ -74,6 +75,7 @@ class _StartedParts(NamedTuple):
     records: OutboundRecords
     windows: InOrder[PreparedWindow]  # submitted to the Labeller, collected in order (bounded)
     committer: Committer
+    undecodable: UndecodableBatches  # partitions held by a record batch the consumer cannot read
 
 
 class SentimentWorker:
@@ -121,6 +123,7 @@ class SentimentWorker:
         self._next_metrics_at = 0.0  # when the loop refreshes the gauges and checks the broker next
         self._next_broker_check_at = 0.0
         self._progress_mark = (0, clock())  # inputs done and when, at the last progress line
+        self._rewind_pending = False  # exactly_once gave a transaction up: every partition to read again
 
     # ----- public -----
     @property
@@ -176,7 +179,7 @@ class SentimentWorker:
         # Closing leaves the group; its revoke callback flushes and commits what is acknowledged.
         stack.callback(consumer.close)
         committer = committer_type(
-            CommitOptions.from_settings(s),
+            CommitOptions.from_settings(s, report=self._delivery_problem),
             consumer,
             publisher,
             self._book,
@@ -185,7 +188,8 @@ class SentimentWorker:
             self._metrics,
         )
         windows: InOrder[PreparedWindow] = InOrder(self._labeller, capacity=s.max_queued_windows)
-        self._parts = _StartedParts(consumer, publisher, records, windows, committer)
+        undecodable = UndecodableBatches(s.undecodable_batch_retries, consumer.high_watermark)
+        self._parts = _StartedParts(consumer, publisher, records, windows, committer, undecodable)
         consumer.subscribe()
         log.info(
             "consuming %s as group %s → results to %s, dead letters to %s; %s",
@@ -283,8 +287,13 @@ class SentimentWorker:
             self._publish_labelled()
             # Step 3. The window, when due (full, waited max_wait_ms, or the run's limit), to the Labeller.
             self._submit_due_window()
-            # Step 4. Consume as much as there is room for, or wait for the Labeller (backpressure).
-            messages = self._consume_or_wait()
+            # Step 4. Consume as much as there is room for, or wait for the Labeller (backpressure); while
+            # exactly-once recovers from a transaction given up, nothing (every partition is read again).
+            if self._rewind_pending:
+                self._recover()
+                messages = []
+            else:
+                messages = self._consume_or_wait()
             self._accept_all(messages)
             # Step 5. Delivery reports in; what they made committable stored (or committed).
             self._settle()
@@ -372,7 +381,9 @@ class SentimentWorker:
         publisher, windows, committer = parts.publisher, parts.windows, parts.committer
         self._health.stopping = True
         self._metrics.ready.set(0)
-        deadline = self._clock() + self._settings.shutdown_timeout_s
+        self._run.stopping()
+        deadline = self._run.stop_deadline(drain_budget_s(self._settings.shutdown_timeout_s))
+        assert deadline is not None  # stopping
         while (len(self._window) or windows.in_flight) and self._clock() < deadline:
             if len(self._window) and windows.has_room() and not self._submit_window():
                 self._leave_window_unprepared()
@@ -396,18 +407,31 @@ class SentimentWorker:
         """Takes one consume call's messages into the window (data), or handles them (errors); the counts
         and metrics once for all of them."""
         now = self._clock()
-        book, window = self._book, self._window
+        book, window, undecodable = self._book, self._window, self._started.undecodable
         consumed: dict[str, int] = {}
+        moved: set[PartitionKey] = set()  # seeked this turn: the rest of their messages here are stale
+        for action in undecodable.tick(now):
+            self._carry_out(action, moved)
         for message in messages:
             err = message.error()
             if err is not None:
                 if is_authorization_error(err):  # a missing ACL: retrying would only log it forever
                     raise consume_refusal(self._settings, err)
-                if handle_consume_error(err, self._settings.input_topic):  # True: brokers unreachable
+                if err.code() in UNDECODABLE_CODES and message.partition() is not None:
+                    self._unreadable_batch(message, err.str(), now, moved)
+                elif handle_consume_error(err, self._settings.input_topic):  # True: brokers unreachable
                     self._health.broker_reachable = False
                 continue
             topic, partition, offset = message.topic(), message.partition(), message.offset()
             assert topic is not None and partition is not None and offset is not None  # data messages do
+            if (topic, partition) in moved:
+                continue
+            if undecodable.holds((topic, partition)):
+                drop, answer = undecodable.data((topic, partition), offset, now)
+                if answer is not None:
+                    self._carry_out(answer, moved)
+                if drop:
+                    continue
             ts_type, ts = message.timestamp()
             position = SourcePosition(topic, partition, offset, ts if ts_type and ts >= 0 else None)
             value = message.value()
@@ -419,6 +443,41 @@ class SentimentWorker:
         for topic, count in consumed.items():
             self._run.consumed(count)
             self._metrics.messages_consumed.labels(topic).inc(count)
+
+    def _unreadable_batch(self, message: Message, reason: str, now: float, moved: set[PartitionKey]) -> None:
+        """An error event pinning a partition at a record batch the consumer cannot read (see
+        worker/kafka/undecodable.py): retried, then probed for its end, then dead-lettered."""
+        topic, partition, offset = message.topic(), message.partition(), message.offset()
+        if topic is None or partition is None or offset is None or offset < 0 or (topic, partition) in moved:
+            return
+        action = self._started.undecodable.error((topic, partition), offset, reason, now)
+        if action is not None:
+            self._carry_out(action, moved)
+
+    def _carry_out(self, action: Seek | DeadLetterRange, moved: set[PartitionKey]) -> None:
+        """A probe's seek; or the batch's offsets into the window as dead letters, the partition past them."""
+        consumer = self._started.consumer
+        moved.add(action.key)
+        if isinstance(action, Seek):
+            consumer.seek(action.key, action.offset)
+            return
+        (topic, partition), first, last = action.key, action.first, action.last
+        reason = (
+            f"the record batch holding offsets {first}-{last} of {topic}[{partition}] could not be read: "
+            f"{action.reason} (e.g. it decompresses to more than SENTIMENT_RECEIVE_MESSAGE_MAX_BYTES="
+            f"{self._settings.receive_message_max_bytes} bytes, or uses a codec this client lacks); nothing "
+            "of its keys and values is kept"
+        )
+        log.warning("%s[%d]: offsets %d-%d dead-lettered as undecodable_batch: %s", *action.key, first, last,
+                    action.reason)  # fmt: skip
+        now = self._clock()
+        for offset in range(first, last + 1):
+            position = SourcePosition(topic, partition, offset, None)
+            epoch = self._book.consumed(action.key, offset, None)
+            self._window.add(InputMessage(position, None, None, now, epoch, None, reason), 0)
+        self._run.consumed(last - first + 1)
+        self._metrics.messages_consumed.labels(topic).inc(last - first + 1)
+        consumer.seek(action.key, last + 1)
 
     def _submit_window(self) -> bool:
         """The window's messages decoded here, their valid reviews submitted to the Labeller; False when it
@@ -471,17 +530,61 @@ class SentimentWorker:
     def _publish_window(self, prepared: PreparedWindow, predictions: Predictions) -> None:
         """Publishes exactly one record per input of the window that is still ours, in input order."""
         records = window_records(prepared, predictions, self._book, self._started.records, self._clock())
-        rewind = self._started.committer.publish(records)
+        committer = self._started.committer
+        rewind = committer.publish(records)
         if rewind:  # an aborted transaction: its inputs are read and labelled again
             self._rewind(rewind)
+        if committer.recovering is not None and not self._rewind_pending:
+            self._hold_for_recovery()
         self._metrics.in_flight_messages.set(self._book.offsets.outstanding())
 
     def _rewind(self, partitions: list[PartitionKey]) -> None:
-        """Forget everything consumed from `partitions` and read them again from their committed offsets."""
+        """Forget everything consumed from `partitions` and read them again from their committed offsets (not
+        when stopping: nothing more is read, and the broker may be away)."""
         consumer = self._started.consumer
         self._drop_window_items(partitions)
         self._book.rewind(partitions)  # windows still in the pipeline for them are stale
-        consumer.rewind_to_committed(partitions)
+        self._started.undecodable.forget(partitions)
+        if not self._run.stop_requested:
+            consumer.rewind_to_committed(partitions)
+
+    def _hold_for_recovery(self) -> None:
+        """exactly_once gave a transaction up: everything consumed and not committed is forgotten (windows in
+        the pipeline are stale), the partitions paused; `_recover` reads them again once transactions work."""
+        assigned = sorted(self._started.consumer.assignment)
+        self._drop_window_items(assigned)
+        self._book.rewind(assigned)
+        self._started.undecodable.forget(assigned)
+        self._rewind_pending = True
+        self._set_paused(True)
+
+    def _recover(self) -> None:
+        """One loop turn of a recovery: partitions paused, polled (rebalances served; what comes is stale and
+        dropped), one try at transactions; once they work, every partition is read again from its committed
+        offset, which says whether the given-up transaction counted."""
+        parts = self._started
+        self._set_paused(True)
+        for message in parts.consumer.consume(100, _BUSY_POLL_S):
+            err = message.error()
+            if err is not None and handle_consume_error(err, self._settings.input_topic):
+                self._health.broker_reachable = False
+        if not parts.committer.recover():
+            return
+        assigned = sorted(parts.consumer.assignment)
+        try:
+            parts.consumer.rewind_to_committed(assigned)
+        except KafkaException as exc:
+            log.warning("cannot read the committed offsets yet (%s); trying again", exc)
+            return
+        self._book.rewind(assigned)  # anything consumed meanwhile is stale too
+        self._rewind_pending = False
+        if assigned:
+            log.info("exactly_once: reading again from committed offsets: %s", format_partitions(assigned))
+
+    def _delivery_problem(self, problem: str | None) -> None:
+        """Why results cannot be published now (/readyz), or None once they can."""
+        self._health.delivery_problem = problem
+        self._metrics.ready.set(1 if self._health.readiness()[0] else 0)
 
     def _set_paused(self, paused: bool) -> None:
         consumer = self._started.consumer
@@ -533,7 +636,13 @@ class SentimentWorker:
             self._window.add(item, len(item.value or b""))
 
     def _forget(self, partitions: list[PartitionKey]) -> None:
+        # librdkafka keeps a partition paused by the app through its revocation: assigned again, it would
+        # fetch nothing, and the book (which forgets it here) would never resume it.
+        paused = self._book.paused & set(partitions)
+        if paused:
+            self._started.consumer.resume(paused)
         self._book.forget(partitions)
+        self._started.undecodable.forget(partitions)
         m = self._metrics
         for key in partitions:
             for gauge in (m.consumer_lag_messages, m.consumer_lag_seconds, m.partition_stalled_seconds):
@@ -560,7 +669,12 @@ class SentimentWorker:
     def _watch_progress(self) -> None:
         """Partitions whose work has not moved for longer than stuck_partition_s while inputs wait make
         /readyz fail (each named), and their seconds are exported."""
-        stalled = self._book.stalled(self._clock())
+        now = self._clock()
+        stalled = self._book.stalled(now)
+        held = self._started.undecodable.held(now)
+        for key, (seconds, _why) in held.items():  # held by a batch it cannot read: no progress either
+            stalled[key] = max(stalled.get(key, 0.0), seconds)
+        self._health.undecodable_batches = {f"{t}[{p}]": why for (t, p), (_s, why) in held.items()}
         for (topic, partition), seconds in stalled.items():
             self._metrics.partition_stalled_seconds.labels(topic, str(partition)).set(seconds)
         limit_s = self._settings.stuck_partition_s

@@ -11,7 +11,11 @@ acknowledged everything its input produced, and per partition in input order.
   are stored and librdkafka's auto-commit commits them; revoke and stop commit synchronously.
 - `ExactlyOnceCommitter`: each window's records and its consumed offsets commit in one transaction; an
   abortable error aborts it and the caller reads those partitions again; a fatal one (fenced by a newer
-  instance) is raised and stops the worker.
+  instance) is raised and stops the worker. Every transaction call has a deadline
+  (`transaction_call_timeout_s`; a stop out of time cuts it): a call past it is given up, the producer
+  replaced, and the committer is `recovering` until the new producer is initialised (which fences the old
+  one and finishes its transaction); meanwhile nothing is published and the caller reads every partition
+  again from its committed offset once `recover()` succeeds.
 """
 
 from __future__ import annotations
@@ -31,10 +35,11 @@ from worker.errors import OperationError
 from worker.kafka import kafka_clients
 from worker.kafka.authorization import is_authorization_error, publish_refusal
 from worker.kafka.consumer import ReviewConsumer
+from worker.kafka.deadline_calls import CallAbandoned
 from worker.kafka.partitions import PartitionBook, PartitionKey, format_offsets, format_partitions
 from worker.kafka.producer import Delivery, OutboundRecord, ResultPublisher, record_size
 from worker.kafka.records import OutboundRecords
-from worker.kafka.run_tracker import RunTracker
+from worker.kafka.run_tracker import RunTracker, drain_budget_s
 from worker.metrics import WorkerMetrics, observe_all
 
 __all__ = [
@@ -43,10 +48,25 @@ __all__ = [
     "Committer",
     "DeliveryFailedError",
     "ExactlyOnceCommitter",
+    "TransactionsStuckError",
     "committer_for",
 ]
 
 log = logging.getLogger(__name__)
+
+_SLOW_CALL_S = 2.0  # a transaction call waiting longer than this makes /readyz say so
+_RECOVERY_STEP_S = 1.0  # each loop turn of a recovery waits this long for init_transactions (resumable)
+MAX_STUCK_CALLS = 3
+"""Transaction calls given up on and still not returned, past which the worker stops (exit 1): each holds a
+producer and a thread."""
+
+
+def _no_report(_problem: str | None) -> None:
+    pass
+
+
+class TransactionsStuckError(OperationError):
+    """exactly_once: transaction calls keep not returning; the worker stops rather than pile them up."""
 
 
 class DeliveryFailedError(OperationError):
@@ -84,16 +104,26 @@ class CommitOptions:
 
     shutdown_timeout_s: float
     session_timeout_s: float
-    transaction_timeout_s: float
     refusal: Callable[[KafkaError, list[str]], Exception]
+    transaction_call_timeout_s: float = 20.0
+    report: Callable[[str | None], None] = _no_report
+    """Why results cannot be published now (for /readyz), or None once they can again."""
+
+    @property
+    def drain_budget_s(self) -> float:
+        """How long after a stop publishing may still wait (see `drain_budget_s`)."""
+        return drain_budget_s(self.shutdown_timeout_s)
 
     @classmethod
-    def from_settings(cls, settings: WorkerSettings) -> CommitOptions:
+    def from_settings(
+        cls, settings: WorkerSettings, report: Callable[[str | None], None] = _no_report
+    ) -> CommitOptions:
         return cls(
             shutdown_timeout_s=settings.shutdown_timeout_s,
             session_timeout_s=settings.session_timeout_ms / 1000.0,
-            transaction_timeout_s=settings.transaction_timeout_ms / 1000.0,
             refusal=partial(publish_refusal, settings),
+            transaction_call_timeout_s=settings.transaction_call_timeout_s,
+            report=report,
         )
 
 
@@ -103,6 +133,8 @@ class Committer(ABC):
 
     transactional: ClassVar[bool] = False
     """The consumer leaves commits to the producer's transactions (no auto-commit)."""
+    recovering: str | None = None
+    """Why nothing can be published until `recover()` succeeds (exactly_once only), else None."""
 
     def __init__(
         self,
@@ -205,6 +237,11 @@ class Committer(ABC):
             self._metrics.observe_predictions(counts, version_confidences, version)
         observe_all(self._metrics.end_to_end_latency_seconds, latencies)
 
+    def recover(self) -> bool:
+        """While `recovering`: one more try to publish again; True once it can (then every partition is to be
+        read again from its committed offset)."""
+        return True
+
     @abstractmethod
     def revoked(self, partitions: list[PartitionKey]) -> str:
         """Before `partitions` go to another member: commits their finished work. Returns what was
@@ -235,8 +272,10 @@ class AtLeastOnceCommitter(Committer):
 
     def revoked(self, partitions: list[PartitionKey]) -> str:
         # Everything published for them is flushed and acknowledged first, so the next owner does not
-        # redo it; what is still unacknowledged after the shutdown time stays uncommitted (redone, no loss).
-        remaining = self._publisher.flush(self._options.shutdown_timeout_s)
+        # redo it; what is still unacknowledged after the shutdown time (what is left of it when stopping)
+        # stays uncommitted (redone, no loss).
+        left_s = self._run.stop_time_left(self._options.drain_budget_s)
+        remaining = self._publisher.flush(self._options.shutdown_timeout_s if left_s is None else left_s)
         self.settle()
         final = self._book.positions(partitions)
         try:
@@ -265,6 +304,8 @@ class ExactlyOnceCommitter(Committer):
     """Transactional producer: each window's records and offsets commit together or not at all."""
 
     transactional = True
+    _recovering_since = 0.0
+    _reported = False  # a problem was reported to /readyz and not yet cleared
 
     @classmethod
     def prepare(cls, publisher: ResultPublisher, settings: WorkerSettings) -> None:
@@ -275,11 +316,20 @@ class ExactlyOnceCommitter(Committer):
         """An abortable error aborts the transaction: the caller rewinds the returned partitions to their
         committed offsets, so the window is consumed and labelled again. A fatal one (e.g. fenced by a
         newer instance) is raised and stops the worker."""
-        if not records:
-            return []
-        timeout_s = self._options.transaction_timeout_s
+        if not records or self.recovering is not None:
+            return []  # recovering: nothing goes out; every partition is read again once it is over
         group_metadata = self._consumer.group_metadata()
-        aborted = self._publisher.publish_transaction(records, group_metadata, timeout_s)
+        try:
+            aborted = self._publisher.publish_transaction(
+                records,
+                group_metadata,
+                self._options.transaction_call_timeout_s,
+                give_up=self._out_of_time,
+                on_wait=self._waiting,
+            )
+        except CallAbandoned as exc:
+            self._give_up(f"{exc}; {len(records)} records of inputs of {_partitions_of(records)}")
+            return []
         if aborted is not None:
             if is_authorization_error(aborted.error):  # aborted, nothing visible; rewinding would only loop
                 raise self._options.refusal(aborted.error, [r.topic for r in records])
@@ -301,8 +351,71 @@ class ExactlyOnceCommitter(Committer):
             self._metrics.transactions.labels("aborted").inc()
             return partitions
         self._metrics.transactions.labels("committed").inc()
+        if self._reported:
+            self._reported = False
+            self._options.report(None)
         self.settle()
         return []
+
+    def recover(self) -> bool:
+        """While `recovering`: tries to initialise the replacing producer (up to `_RECOVERY_STEP_S`, resumed
+        on the next call), which fences the given-up one and finishes its transaction (committed or aborted,
+        as far as it got). True once transactions work again: the caller then reads every partition again from
+        its committed offset, which now says whether that transaction counted. A fatal error is raised."""
+        if self.recovering is None:
+            return True
+        seconds = time.monotonic() - self._recovering_since
+        try:
+            self._publisher.init_transactions(_RECOVERY_STEP_S, give_up=self._out_of_time)
+        except CallAbandoned as exc:
+            self._give_up(f"{exc} while recovering")
+            return False
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+            if error is None or error.fatal() or not error.retriable():
+                raise
+            self._options.report(f"{self.recovering}; re-initialising for {seconds:.0f} s: {error.str()}")
+            return False
+        log.info("exactly_once: transactions work again after %.1f s", seconds)
+        self.recovering = None
+        self._reported = False
+        self._options.report(None)
+        return True
+
+    def _give_up(self, reason: str) -> None:
+        """A transaction call did not return in time: the producer is replaced, and nothing is published until
+        the new one is initialised (`recover`). Too many calls still stuck: TransactionsStuckError."""
+        self._publisher.renew()
+        self._metrics.transactions.labels("given_up").inc()
+        stuck = self._publisher.stuck_calls
+        if stuck >= MAX_STUCK_CALLS:
+            raise TransactionsStuckError(
+                f"exactly_once: {stuck} transaction calls did not return (last: {reason}); stopping rather "
+                "than piling up producers. Nothing of their transactions was committed by this worker's "
+                "books: the next instance with this transactional id finishes them. Check the brokers."
+            )
+        if self.recovering is None:
+            self._recovering_since = time.monotonic()
+            log.error(
+                "exactly_once: a transaction was given up (%s); the producer is replaced, the partitions are "
+                "paused and read again from their committed offsets once transactions work again",
+                reason,
+            )
+        self.recovering = f"exactly_once: a transaction was given up ({reason})"
+        self._reported = True
+        self._options.report(self.recovering)
+
+    def _out_of_time(self) -> bool:
+        """A stop whose time for publishing is up: stop waiting for a transaction call."""
+        return self._run.stop_overdue(self._options.drain_budget_s)
+
+    def _waiting(self, call: str, seconds: float) -> None:
+        if seconds >= _SLOW_CALL_S:
+            self._reported = True
+            timeout = self._options.transaction_call_timeout_s
+            self._options.report(
+                f"exactly_once: {call} has waited {seconds:.0f} s for the broker (given up at {timeout:g} s)"
+            )
 
     def _commit_settled(self) -> None:
         """Nothing: the offsets were committed in the transaction; acknowledgements only advance the book."""
@@ -314,6 +427,10 @@ class ExactlyOnceCommitter(Committer):
 
     def commit_final(self, deadline: float, clock: Callable[[], float]) -> None:
         """Nothing left: every transaction committed its offsets."""
+
+
+def _partitions_of(records: list[OutboundRecord]) -> str:
+    return format_partitions({(r.source.topic, r.source.partition) for r in records})
 
 
 def committer_for(delivery: str) -> type[Committer]:

@@ -71,8 +71,11 @@ class ReviewConsumer:
         on_revoke: RebalanceCallback,
         on_lost: RebalanceCallback,
         transactional: bool = False,
+        fetch_limits: dict[str, int] | None = None,
     ) -> None:
-        conf = dict(common_conf)
+        # The fetch limits bound what one fetch brings and decompresses (docs/delivery.md); kafka_extra, in
+        # the common properties, may override them.
+        conf = {**(fetch_limits or {}), **common_conf}
         conf.update(
             {
                 "group.id": group_id,
@@ -198,6 +201,12 @@ class ReviewConsumer:
                 tp.offset = OFFSET_BEGINNING
             self._consumer.seek(tp)
 
+    def seek(self, key: PartitionKey, offset: int) -> None:
+        """The next message of `key` handed over is the one at `offset` (or the first after it)."""
+        if key in self._assignment:
+            self._start_offsets.pop(key, None)
+            self._consumer.seek(TopicPartition(key[0], key[1], offset))
+
     def pause(self, partitions: Iterable[PartitionKey]) -> None:
         self._consumer.pause([TopicPartition(t, p) for t, p in partitions])
 
@@ -224,7 +233,7 @@ class ReviewConsumer:
         for key, position in positions.items():
             fetched = position >= 0
             next_offset = position if fetched else self._start_offsets.get(key)
-            high = self._high_watermark(key, timeout_s)
+            high = self.high_watermark(key, timeout_s)
             if next_offset is None or high is None:
                 continue
             backlog[key] = PartitionBacklog(max(0, high - next_offset), next_offset, fetched)
@@ -252,7 +261,9 @@ class ReviewConsumer:
             if low >= 0:
                 self._start_offsets[key] = low
 
-    def _high_watermark(self, key: PartitionKey, timeout_s: float) -> int | None:
+    def high_watermark(self, key: PartitionKey, timeout_s: float = 2.0) -> int | None:
+        """The partition's high watermark: the fetcher's cached one, else asked from the broker within
+        `timeout_s`; None when unknown."""
         tp = TopicPartition(*key)
         try:
             _low, high = self._consumer.get_watermark_offsets(tp, cached=True)

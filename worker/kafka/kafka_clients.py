@@ -16,6 +16,7 @@ from worker.config import WorkerSettings
 from worker.inference.token_budget import StartupError
 from worker.kafka.authorization import is_authorization_error, refusal
 from worker.kafka.consumer import ReviewConsumer
+from worker.kafka.deadline_calls import CallAbandoned
 from worker.kafka.partitions import PartitionKey
 from worker.kafka.producer import PRODUCER_MAX_MESSAGE_BYTES, ResultPublisher
 from worker.kafka.records import dead_letter_overhead_bytes
@@ -68,7 +69,13 @@ def open_publisher(settings: WorkerSettings) -> ResultPublisher:
 def init_transactions(publisher: ResultPublisher, settings: WorkerSettings) -> None:
     """exactly_once: registers the transactional id (fencing an older instance that used it)."""
     try:
-        publisher.init_transactions(timeout_s=30)
+        publisher.init_transactions(timeout_s=settings.transaction_call_timeout_s)
+    except CallAbandoned as exc:
+        raise StartupError(
+            f"exactly_once: cannot initialise transactions: {exc} (bootstrap servers: "
+            f"{settings.bootstrap_servers}); the transaction coordinator did not answer. Nothing was "
+            "consumed."
+        ) from exc
     except KafkaException as exc:
         error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
         if error is not None and is_authorization_error(error):
@@ -100,10 +107,32 @@ def output_topic_limits(
             raise StartupError(
                 f"{exc.args[0]} (bootstrap servers: {settings.bootstrap_servers}). Nothing was consumed."
             ) from exc
+    input_limit = publisher.topic_max_message_bytes(settings.input_topic)
+    check_fetch_room(settings, input_limit)
     if settings.dlq_size_check:
-        input_limit = publisher.topic_max_message_bytes(settings.input_topic)
         check_dead_letter_room(settings, input_limit, max_message_bytes[settings.dlq_topic])
     return partition_counts, max_message_bytes
+
+
+_FETCH_RESPONSE_OVERHEAD_BYTES = 512  # librdkafka's allowance for a fetch response's framing
+
+
+def check_fetch_room(settings: WorkerSettings, input_limit: int) -> None:
+    """Refuses to start (StartupError, exit 2) when a record batch the input topic accepts (`input_limit`,
+    its max.message.bytes) could not be received: a fetch response larger than receive_message_max_bytes is
+    refused by librdkafka and fetched again for ever, stalling every partition of that broker."""
+    receive = settings.consumer_fetch_limits()["receive.message.max.bytes"]
+    receive = int(settings.kafka_extra.get("receive.message.max.bytes", receive))
+    needed = input_limit + _FETCH_RESPONSE_OVERHEAD_BYTES
+    if receive >= needed:
+        return
+    raise StartupError(
+        f"input topic {settings.input_topic!r} accepts record batches of up to {input_limit} bytes "
+        f"(max.message.bytes) but the consumer receives fetch responses of at most {receive} bytes "
+        f"(SENTIMENT_RECEIVE_MESSAGE_MAX_BYTES): such a batch could never be read and would stall the "
+        f"partitions of its broker. Set SENTIMENT_RECEIVE_MESSAGE_MAX_BYTES to at least {needed}, or lower "
+        "the topic's max.message.bytes. Nothing was consumed."
+    )
 
 
 _UNREACHABLE = frozenset(
@@ -174,6 +203,7 @@ def open_consumer(settings: WorkerSettings, rebalance: Rebalance, *, transaction
             on_revoke=rebalance.on_revoke,
             on_lost=rebalance.on_lost,
             transactional=transactional,
+            fetch_limits=settings.consumer_fetch_limits(),
         )
     except KafkaException as exc:
         raise StartupError(f"the Kafka client settings were rejected: {kafka_error_text(exc)}") from exc

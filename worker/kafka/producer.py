@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
+
+from worker.kafka.deadline_calls import CallAbandoned, DeadlineCalls
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +24,16 @@ _KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 _REFUSED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED})
 _ABORT_SERVE_S = 5.0  # longest an abort waits for the transaction's delivery reports to be served
 _COMMIT_STEP_S = 1.0  # a longer commit is resumed (librdkafka allows it after a timeout)
+_CALL_SLACK_S = 1.0  # a transaction call is given up this long after its own timeout (which it may not keep)
+T = TypeVar("T")
+GiveUp = Callable[[], bool]
+OnWait = Callable[[str, float], None]  # (the call, seconds waited so far)
+
+
+def _never() -> bool:
+    return False
+
+
 # A record batch of one record: batch header + record framing, generously.
 _RECORD_OVERHEAD_BYTES = 512
 PRODUCER_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -73,6 +86,15 @@ def _too_large(delivery: Delivery) -> bool:
     return delivery.error is not None and delivery.error.code() == KafkaError.MSG_SIZE_TOO_LARGE
 
 
+def _given_up(exc: KafkaException) -> CallAbandoned | None:
+    """A transaction call that failed without an abortable or fatal error, only by running out of time (or
+    any retriable error at its deadline): the transaction is given up like a call that never returned."""
+    error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    if error is None or error.fatal() or not error.retriable():
+        return None
+    return CallAbandoned(f"{error.str()}")
+
+
 def record_size(record: OutboundRecord) -> int:
     """An upper estimate of the bytes `record` takes on the broker (uncompressed, one per batch): key,
     value, header names and values, and framing."""
@@ -110,10 +132,13 @@ class ResultPublisher:
             conf["transactional.id"] = transactional_id
             conf["transaction.timeout.ms"] = transaction_timeout_ms
         self._common_conf = dict(common_conf)
+        self._conf = conf
         self._producer = Producer(conf)
         self._transactional = transactional_id is not None
         self.transactional_id = transactional_id
         self._deliveries: list[Delivery] = []
+        self._calls = DeadlineCalls("txn-call")  # transaction calls, each with a deadline
+        self._given_up: list[Producer] = []  # producers whose transaction call did not return in time
         self._partition_counts: dict[str, int] = {}
         self._closed = False
 
@@ -177,29 +202,57 @@ class ResultPublisher:
         return self._partition_counts[topic]
 
     # ----- exactly-once -----
-    def init_transactions(self, timeout_s: float = 30.0) -> None:
-        """Registers the transactional id (fencing older producers with it and aborting their open work)."""
-        self._producer.init_transactions(timeout_s)
+    def init_transactions(self, timeout_s: float, give_up: GiveUp = _never) -> None:
+        """Registers the transactional id: fences older producers with it and finishes their open transaction
+        (committed or aborted, as far as it got). A retriable timeout may be resumed by calling again;
+        CallAbandoned when the call did not return at all (`renew` then)."""
+        init = self._producer.init_transactions
+        self._txn_call(init, timeout_s, timeout_s=timeout_s, what="init_transactions", give_up=give_up)
 
-    def begin_transaction(self) -> None:
-        self._producer.begin_transaction()
+    def renew(self) -> None:
+        """Gives up the producer after a transaction call on it did not return in time (CallAbandoned): a
+        fresh one with the same settings and transactional id takes its place, to be initialised
+        (`init_transactions`), which fences the old one and finishes its transaction. The old one is kept,
+        never used again, so that its call can return; its acknowledgements are not counted."""
+        if not self._calls.stuck:  # every call given up on has returned: their producers may go
+            self._given_up.clear()
+        self._given_up.append(self._producer)
+        self._producer = Producer(self._conf)
+        self._deliveries = []  # the old producer's callbacks append to the old list
 
-    def commit_transaction(
-        self, offsets: list[TopicPartition], group_metadata: Any, timeout_s: float
-    ) -> None:
-        """Adds the consumed `offsets` (next offsets to read) to the transaction and commits it: the
-        records and the offsets become visible to read_committed readers together, or not at all.
+    @property
+    def stuck_calls(self) -> int:
+        """Transaction calls given up on that have not returned yet."""
+        return self._calls.stuck
+
+    def _txn_call(
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        timeout_s: float,
+        what: str,
+        give_up: GiveUp,
+        on_wait: OnWait | None = None,
+    ) -> T:
+        """`fn(*args)` with `timeout_s` (which librdkafka may not keep) and a deadline that it keeps: given up
+        `_CALL_SLACK_S` later, or when `give_up()` (a stop out of time): CallAbandoned."""
+        waited = None if on_wait is None else (lambda seconds: on_wait(what, seconds))
+        return self._calls.call(
+            fn, *args, timeout_s=timeout_s + _CALL_SLACK_S, what=what, give_up=give_up, on_wait=waited
+        )
+
+    def _commit(self, deadline: float, give_up: GiveUp, on_wait: OnWait | None) -> None:
+        """Commits the open transaction by `deadline` (monotonic seconds).
 
         Once the broker refused a record as too large, the transaction's other records stay queued until
-        an abort, and a commit would wait for them until `timeout_s` and fail with a non-abortable
+        an abort, and a commit would wait for them until the deadline and fail with a non-abortable
         timeout: the commit is made in steps, and when a step times out after such a refusal, the queued
         records are purged, so the next step raises the abortable error."""
-        self._producer.send_offsets_to_transaction(offsets, group_metadata, timeout_s)
-        deadline = time.monotonic() + timeout_s
         while True:
             step_s = max(0.001, min(_COMMIT_STEP_S, deadline - time.monotonic()))
             try:
-                self._producer.commit_transaction(step_s)
+                self._txn_call(self._producer.commit_transaction, step_s, timeout_s=step_s,
+                               what="commit_transaction", give_up=give_up, on_wait=on_wait)  # fmt: skip
                 return
             except KafkaException as exc:
                 error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
@@ -210,35 +263,52 @@ class ResultPublisher:
                     self._producer.purge()  # nothing of it may commit now; frees the commit to fail
 
     def publish_transaction(
-        self, records: list[OutboundRecord], group_metadata: Any, timeout_s: float
+        self,
+        records: list[OutboundRecord],
+        group_metadata: Any,
+        timeout_s: float,
+        *,
+        give_up: GiveUp = _never,
+        on_wait: OnWait | None = None,
     ) -> AbortedTransaction | None:
         """Publishes ``records`` and, for each source partition, the offset after its last record, in one
-        transaction. Returns None once committed, or what was aborted (the caller reads those partitions
-        again from their committed offsets); any other error is raised. A record refused before it was
-        sent (larger than the producer's limit) aborts the transaction too: committing would commit its
-        input's offset without its output."""
+        transaction whose calls have `timeout_s` seconds in all. Returns None once committed, or what was
+        aborted (the caller reads those partitions again from their committed offsets). CallAbandoned when a
+        call did not return by the deadline or kept timing out: whether the transaction committed is known
+        once a renewed producer is initialised (`renew`, `init_transactions`). Any other error is raised. A
+        record refused before it was sent (larger than the producer's limit) aborts the transaction too:
+        committing would commit its input's offset without its output."""
         next_offsets: dict[tuple[str, int], int] = {}
         for record in records:
             key = (record.source.topic, record.source.partition)
             next_offsets[key] = max(next_offsets.get(key, 0), record.source.offset + 1)
         first = len(self._deliveries)
+        deadline = time.monotonic() + timeout_s
         try:
-            self.begin_transaction()
+            self._txn_call(self._producer.begin_transaction, timeout_s=timeout_s, what="begin_transaction",
+                           give_up=give_up)  # fmt: skip
             for record in records:
                 self.publish(record)
             unsent = next((d.error for d in self._deliveries[first:] if _too_large(d)), None)
             if unsent is not None:  # refused before it was sent: committing would lose it
-                return self._abort(unsent, first, timeout_s)
+                return self._abort(unsent, first, timeout_s, give_up)
             offsets = [TopicPartition(t, p, o) for (t, p), o in next_offsets.items()]
-            self.commit_transaction(offsets, group_metadata, timeout_s)
+            left_s = max(0.001, deadline - time.monotonic())
+            self._txn_call(self._producer.send_offsets_to_transaction, offsets, group_metadata, left_s,
+                           timeout_s=left_s, what="send_offsets_to_transaction", give_up=give_up,
+                           on_wait=on_wait)  # fmt: skip
+            self._commit(deadline, give_up, on_wait)
         except KafkaException as exc:
             error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
-            if error is None or not error.txn_requires_abort():
+            if error is not None and error.txn_requires_abort():
+                return self._abort(error, first, timeout_s, give_up)
+            given_up = _given_up(exc)
+            if given_up is None:
                 raise
-            return self._abort(error, first, timeout_s)
+            raise given_up from exc
         return None
 
-    def _abort(self, error: KafkaError, first: int, timeout_s: float) -> AbortedTransaction:
+    def _abort(self, error: KafkaError, first: int, timeout_s: float, give_up: GiveUp) -> AbortedTransaction:
         # librdkafka's abort waits for the delivery reports of the transaction's records to be served, and
         # confluent-kafka does not serve them meanwhile: serve them first (else the abort times out, a
         # non-abortable error). Not purged: dropping records in flight leaves a gap in the idempotent
@@ -246,17 +316,20 @@ class ResultPublisher:
         # named before the deliveries of the aborted transaction are forgotten.
         deadline = time.monotonic() + timeout_s
         serve_until = min(deadline, time.monotonic() + _ABORT_SERVE_S)
-        while len(self._producer) and time.monotonic() < serve_until:
+        while len(self._producer) and time.monotonic() < serve_until and not give_up():
             self._producer.poll(0.05)
-        self._producer.abort_transaction(max(1.0, deadline - time.monotonic()))
+        left_s = max(1.0, deadline - time.monotonic())
+        try:
+            abort = self._producer.abort_transaction
+            self._txn_call(abort, left_s, timeout_s=left_s, what="abort_transaction", give_up=give_up)
+        except KafkaException as exc:
+            given_up = _given_up(exc)
+            if given_up is None:
+                raise
+            raise given_up from exc
         too_large = tuple(d.record for d in self._deliveries[first:] if _too_large(d))
         self._deliveries.clear()  # acks (and failures) of aborted records mean nothing
         return AbortedTransaction(error, too_large)
-
-    def abort_transaction(self, timeout_s: float) -> None:
-        """Aborts the open transaction; its records are never shown to read_committed readers."""
-        self._producer.abort_transaction(timeout_s)
-        self._deliveries.clear()  # acks (and failures) of aborted records mean nothing
 
     def topic_max_message_bytes(self, topic: str, timeout_s: float = 10.0) -> int:
         """The topic's max.message.bytes (the largest record batch the broker accepts for it)."""

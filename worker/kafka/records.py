@@ -31,6 +31,7 @@ class InputMessage(NamedTuple):
     consumed_at: float  # time.monotonic() when it was consumed
     epoch: int = 0  # the partition's assignment epoch when consumed; stale epochs are never published
     headers: list[tuple[str, bytes | None]] | None = None  # the input's own, carried into its dead letter
+    unreadable: str | None = None  # an offset of a record batch the consumer could not read: why (no value)
 
     @property
     def default_id(self) -> str:

@@ -11,7 +11,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from threading import Event
 
-__all__ = ["RunSummary", "RunTracker"]
+__all__ = ["RunSummary", "RunTracker", "drain_budget_s"]
+
+_CLOSE_RESERVE_S = 5.0
+
+
+def drain_budget_s(shutdown_timeout_s: float) -> float:
+    """Of a stop's `shutdown_timeout_s`, what finishing the fetched work (label, publish, flush, commit) may
+    take: all of it but a reserve for closing the clients (a fifth, at most `_CLOSE_RESERVE_S`)."""
+    return shutdown_timeout_s - min(_CLOSE_RESERVE_S, shutdown_timeout_s / 5)
 
 
 @dataclass
@@ -82,6 +90,7 @@ class RunTracker:
         self._idle_exit_s: float | None = None
         self._last_activity_at = clock()
         self._last_turn_at = clock()
+        self._stopping_since: float | None = None  # when the stop was first seen (or the run ended)
 
     def start(self, *, max_messages: int | None = None, idle_exit_s: float | None = None) -> None:
         """Sets the run's bounds (None: no bound) and starts its idle timer."""
@@ -95,7 +104,34 @@ class RunTracker:
 
     @property
     def stop_requested(self) -> bool:
-        return self._stop.is_set()
+        """A stop was asked for; the first call that sees it starts the stop's clock."""
+        if not self._stop.is_set():
+            return False
+        if self._stopping_since is None:
+            self._stopping_since = self._clock()
+        return True
+
+    def stopping(self) -> None:
+        """The run ends now (a stop condition held): the stop's clock starts, unless a request started it."""
+        if self._stopping_since is None:
+            self._stopping_since = self._clock()
+
+    def stop_deadline(self, budget_s: float) -> float | None:
+        """When `budget_s` from the stop's first sight runs out (the clock's seconds); None while running."""
+        if self._stopping_since is None and not self.stop_requested:
+            return None
+        assert self._stopping_since is not None
+        return self._stopping_since + budget_s
+
+    def stop_time_left(self, budget_s: float) -> float | None:
+        """Seconds left of `budget_s` since the stop was first seen (never below 0); None while running."""
+        deadline = self.stop_deadline(budget_s)
+        return None if deadline is None else max(0.0, deadline - self._clock())
+
+    def stop_overdue(self, budget_s: float) -> bool:
+        """Stopping, and `budget_s` since the stop was first seen has run out: stop waiting for anything."""
+        deadline = self.stop_deadline(budget_s)
+        return deadline is not None and self._clock() >= deadline
 
     @property
     def stop_event(self) -> Event:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from schemas.dead_letter import DeadLetterKind
 from schemas.review_decode import DecodeFailure, InputFormat, decode_review
 from schemas.review_input import Review
 from worker.config import REGISTRY_FORMATS, WorkerSettings
@@ -66,7 +67,13 @@ def prepare_window(items: list[InputMessage], options: DecodeOptions) -> Prepare
     to prepare them again later (the schemas fetched so far stay cached)."""
     if options.registry is not None:
         registry = options.registry
-        return PreparedWindow(items, [registry.decode(item.value, item.default_id) for item in items])
+        return PreparedWindow(
+            items,
+            [
+                registry.decode(item.value, item.default_id) if item.unreadable is None else _unreadable(item)
+                for item in items
+            ],
+        )
     decoded: list[Review | DecodeFailure] = [
         decode_review(
             item.value,
@@ -78,9 +85,16 @@ def prepare_window(items: list[InputMessage], options: DecodeOptions) -> Prepare
             text_field=options.text_field,
             id_field=options.id_field,
         )
+        if item.unreadable is None
+        else _unreadable(item)
         for item in items
     ]
     return PreparedWindow(items, decoded)
+
+
+def _unreadable(item: InputMessage) -> DecodeFailure:
+    """The dead-letter reason of an offset whose record batch the consumer could not read."""
+    return DecodeFailure(DeadLetterKind.UNDECODABLE_BATCH, item.unreadable or "unreadable record batch")
 
 
 def window_records(

@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import faulthandler
 import gc
+import logging
 import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+log = logging.getLogger("worker")
+
 __all__ = [
     "IDLE_THREAD_DEFAULTS",
+    "STOP_GRACE_S",
     "freeze_loaded_heap",
     "install_stop_handlers",
     "name_os_threads",
@@ -36,23 +41,65 @@ def freeze_loaded_heap() -> None:
     gc.freeze()
 
 
-def install_stop_handlers(request_stop: Callable[[], None]) -> Callable[[], None]:
-    """SIGTERM/SIGINT: stop cleanly (handler only sets an event); a second signal exits at once. SIGUSR1
-    prints every thread's Python stack to stderr and changes nothing else (where a stuck worker is stuck).
+STOP_GRACE_S = 10.0
+"""How long after its shutdown timeout a stop asked for by a signal may still run before the process ends
+itself (exit 1): closing clients that do not return."""
 
-    Returns a function that installs the same handlers again (Paddle installs its own when it loads).
-    """
+
+def install_stop_handlers(
+    request_stop: Callable[[], None], stop_timeout_s: float | None = None
+) -> Callable[[], None]:
+    """SIGTERM/SIGINT: stop cleanly (`request_stop` only sets an event); a second signal exits at once
+    (128 + its number). SIGUSR1 prints every thread's Python stack to stderr and changes nothing else (where a
+    stuck worker is stuck). With `stop_timeout_s` (the shutdown timeout), a stop still running `STOP_GRACE_S`
+    after it ends the process with exit 1, saying so.
+
+    The signals are acted on by a thread of their own, woken by the byte Python's C-level handler writes to
+    `signal.set_wakeup_fd` at once, not by Python handlers: those run only on the main thread between
+    bytecodes, so a main thread inside a C call that does not return (a librdkafka call waiting for a broker
+    that went away) would never run them. Returns a function that installs the same handlers again (Paddle
+    installs its own when it loads)."""
     received: list[int] = []
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
 
-    def handler(signum: int, _frame: FrameType | None) -> None:
+    def act(signum: int) -> None:
         received.append(signum)
         if len(received) > 1:
             os._exit(128 + signum)
         request_stop()
+        if stop_timeout_s is not None:
+            watchdog = threading.Thread(
+                target=end_overdue_stop, args=(signum, stop_timeout_s), name="stop-watchdog", daemon=True
+            )
+            watchdog.start()
+
+    def end_overdue_stop(signum: int, timeout_s: float) -> None:
+        time.sleep(timeout_s + STOP_GRACE_S)
+        log.error(
+            "the stop asked for by %s has not ended %g s after it (the shutdown timeout and %g s more): "
+            "exiting now; inputs not committed are processed again by the partitions' next owner",
+            signal.Signals(signum).name,
+            timeout_s + STOP_GRACE_S,
+            STOP_GRACE_S,
+        )
+        os._exit(1)  # exit code 1: failed while running
+
+    def watch() -> None:
+        while True:
+            for signum in os.read(read_fd, 64):
+                if signum in (signal.SIGTERM, signal.SIGINT):
+                    act(signum)
+
+    def handler(_signum: int, _frame: FrameType | None) -> None:
+        """Nothing here: the watching thread acts on the byte the signal wrote to the wakeup fd."""
+
+    threading.Thread(target=watch, name="signal-watch", daemon=True).start()
 
     def install() -> None:
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
+        signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
         faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     install()

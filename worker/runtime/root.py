@@ -34,7 +34,8 @@ def _started(settings: WorkerSettings) -> tuple[Event, Labeller]:
     name_os_threads()  # before the engine and the HTTP server start their threads
     configure_logging(settings.log_level)
     stop = Event()
-    reinstall = install_stop_handlers(stop.set)  # before the models load: a signal then stops at once
+    # Before the models load: a signal then stops at once; a stop overdue by the shutdown timeout exits 1.
+    reinstall = install_stop_handlers(stop.set, stop_timeout_s=settings.shutdown_timeout_s)
     labeller = Labeller.from_settings(settings)
     freeze_loaded_heap()
     reinstall()  # loading Paddle replaced them

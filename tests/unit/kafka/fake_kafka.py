@@ -108,6 +108,12 @@ class FakeConsumer:
         for _, partition in partitions:
             self.next[partition] = self.stored.get((self.topic, partition), 0)
 
+    def seek(self, key: PartitionKey, offset: int) -> None:
+        self.next[key[1]] = offset
+
+    def high_watermark(self, key: PartitionKey, timeout_s: float = 2.0) -> int | None:
+        return len(self.log[key[1]])
+
     def pause(self, partitions: Any) -> None:
         self.pause_calls += 1
         self.paused.update(partitions)

@@ -8,23 +8,27 @@ tests/faults/test_kill9.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 from prometheus_client import CollectorRegistry
 
 from worker.config import WorkerSettings
 from worker.kafka.authorization import AuthorizationError
 from worker.kafka.committers import (
+    MAX_STUCK_CALLS,
     AtLeastOnceCommitter,
     CommitOptions,
     Committer,
     DeliveryFailedError,
     ExactlyOnceCommitter,
+    TransactionsStuckError,
     committer_for,
 )
 from worker.kafka.consumer import ReviewConsumer
+from worker.kafka.deadline_calls import CallAbandoned
 from worker.kafka.partitions import PartitionBook, PartitionKey
 from worker.kafka.producer import (
     AbortedTransaction,
@@ -66,7 +70,7 @@ class FakePublisher:
         self.published.append(record)
 
     def publish_transaction(
-        self, records: list[OutboundRecord], metadata: Any, _t: float
+        self, records: list[OutboundRecord], metadata: Any, _t: float, **_waits: Any
     ) -> AbortedTransaction | None:
         assert metadata == "group-metadata"
         if self.abort_with is not None:
@@ -98,7 +102,7 @@ class FakeDeliveringPublisher(FakePublisher):
 
 
 def make(
-    mode: str, publisher: FakePublisher | None = None
+    mode: str, publisher: FakePublisher | None = None, report: Callable[[str | None], None] | None = None
 ) -> tuple[Committer, FakeConsumer, FakePublisher, PartitionBook, RunTracker]:
     settings = WorkerSettings(delivery=mode)
     consumer, publisher = FakeConsumer(), publisher or FakeDeliveringPublisher()
@@ -115,7 +119,7 @@ def make(
         max_message_bytes={"results": 1_000_000, "dlq": 1_000_000},
     )
     committer = committer_for(settings.delivery)(
-        CommitOptions.from_settings(settings),
+        CommitOptions.from_settings(settings, report=report or (lambda _problem: None)),
         cast(ReviewConsumer, consumer),
         cast(ResultPublisher, publisher),
         book,
@@ -237,7 +241,7 @@ class FakeSizeRefusingPublisher(FakeDeliveringPublisher):
         self.aborts = 0
 
     def publish_transaction(
-        self, records: list[OutboundRecord], metadata: Any, _t: float
+        self, records: list[OutboundRecord], metadata: Any, _t: float, **_waits: Any
     ) -> AbortedTransaction | None:
         too_large = tuple(r for r in records if len(r.key or b"") + len(r.value or b"") > self.limit)
         if too_large:
@@ -290,3 +294,66 @@ def test_a_record_larger_than_its_topic_is_replaced_before_it_is_sent() -> None:
     )
     committer.publish([huge])
     assert [(r.topic, r.kind, r.value) for r in publisher.published] == [("dlq", "value_too_large", None)]
+
+
+class FakeStuckPublisher(FakeDeliveringPublisher):
+    """A transactional FakePublisher whose next `stuck` transactions have a call that does not return, and
+    whose producer, once renewed, needs `init_timeouts` + 1 tries of init_transactions (the broker away)."""
+
+    def __init__(self, stuck: int, init_timeouts: int) -> None:
+        super().__init__()
+        self.stuck, self.init_timeouts = stuck, init_timeouts
+        self.renewed = 0
+        self.inits = 0
+
+    def publish_transaction(
+        self, records: list[OutboundRecord], metadata: Any, _t: float, **_waits: Any
+    ) -> AbortedTransaction | None:
+        if self.stuck:
+            self.stuck -= 1
+            raise CallAbandoned("send_offsets_to_transaction did not return within 21.0 s")
+        return super().publish_transaction(records, metadata, _t)
+
+    def renew(self) -> None:
+        self.renewed += 1
+
+    @property
+    def stuck_calls(self) -> int:
+        return self.renewed
+
+    def init_transactions(self, timeout_s: float, give_up: Any = None) -> None:
+        self.inits += 1
+        if self.inits <= self.init_timeouts:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "Timed out", retriable=True))
+
+
+def test_exactly_once_a_transaction_call_past_its_deadline_is_given_up_until_init_works_again() -> None:
+    publisher = FakeStuckPublisher(stuck=1, init_timeouts=2)
+    reports: list[str | None] = []
+    committer, _, _, book, _ = make("exactly_once", publisher, report=reports.append)
+    assert committer.publish([record(0, 0), record(0, 1)]) == []
+    assert publisher.renewed == 1 and publisher.transactions == []
+    assert (
+        committer.recovering is not None
+        and "send_offsets_to_transaction did not return" in committer.recovering
+    )
+    # Nothing goes out while recovering, and readiness says why.
+    assert committer.publish([record(1, 0)]) == [] and publisher.transactions == []
+    assert reports[-1] == committer.recovering
+    assert [committer.recover(), committer.recover()] == [False, False]
+    assert "re-initialising" in str(reports[-1])
+    assert committer.recover() and committer.recovering is None and reports[-1] is None
+    for offset in (0, 1):
+        book.consumed((T, 0), offset, None)
+    assert committer.publish([record(0, 0), record(0, 1)]) == []
+    assert len(publisher.transactions) == 1
+
+
+def test_exactly_once_stops_once_too_many_calls_are_stuck() -> None:
+    publisher = FakeStuckPublisher(stuck=MAX_STUCK_CALLS, init_timeouts=0)
+    committer, _, _, _, _ = make("exactly_once", publisher)
+    for _ in range(MAX_STUCK_CALLS - 1):
+        committer.publish([record(0, 0)])
+        assert committer.recover()
+    with pytest.raises(TransactionsStuckError, match=f"{MAX_STUCK_CALLS} transaction calls did not return"):
+        committer.publish([record(0, 0)])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from threading import Event
 
-from worker.kafka.run_tracker import RunSummary, RunTracker
+from worker.kafka.run_tracker import RunSummary, RunTracker, drain_budget_s
 
 
 def test_rate_is_over_labelling_time_not_the_whole_run() -> None:
@@ -108,3 +108,25 @@ def test_the_rate_leaves_out_the_quiet_spells_of_a_trickle() -> None:
     summary = run.summary
     assert summary.labelling_seconds == 110.0 and summary.busy_seconds == 10.0
     assert summary.messages_per_second == 10.0  # 100 done in 10 busy seconds, not 100 / 110
+
+
+def test_a_stop_is_timed_from_when_it_is_first_seen_and_its_drain_keeps_a_closing_reserve() -> None:
+    clock, stop = FakeClock(), Event()
+    run = RunTracker(clock, stop)
+    assert run.stop_deadline(24.0) is None and not run.stop_overdue(24.0)
+    stop.set()  # by the signal thread
+    clock.now = 103.0
+    assert run.stop_requested
+    clock.now = 110.0
+    assert run.stop_deadline(24.0) == 127.0 and run.stop_time_left(24.0) == 17.0
+    clock.now = 127.0
+    assert run.stop_overdue(24.0) and run.stop_time_left(24.0) == 0.0
+    assert drain_budget_s(30.0) == 25.0 and drain_budget_s(3.0) == 2.4
+
+
+def test_a_run_that_ends_by_itself_starts_its_stop_clock_when_it_ends() -> None:
+    clock = FakeClock()
+    run = RunTracker(clock)
+    clock.now = 150.0
+    run.stopping()
+    assert run.stop_deadline(10.0) == 160.0

@@ -61,7 +61,7 @@ def test_run_serve_and_the_naive_server_set_it_before_the_model_loads(
         raise ConfigurationError("stop here")
 
     monkeypatch.setattr(loader, "load_model", load_model)
-    monkeypatch.setattr(starter, "install_stop_handlers", lambda _stop: lambda: None)
+    monkeypatch.setattr(starter, "install_stop_handlers", lambda _stop, **_kw: lambda: None)
     monkeypatch.setattr(starter, "configure_logging", lambda _level: None)
     args = build_parser().parse_args(argv)
     with pytest.raises(ConfigurationError, match="stop here"):
