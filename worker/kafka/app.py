@@ -35,6 +35,7 @@ from worker.kafka.records import InputMessage, OutboundRecords
 from worker.kafka.registry_decode import RegistryUnavailable, RegistryWaitStopped, registry_decoder
 from worker.kafka.result_encoding import ResultEncoder, registered_result_encoder
 from worker.kafka.run_tracker import RunSummary, RunTracker
+from worker.kafka.shadow_output import ShadowOutput
 from worker.kafka.window_shape import WindowShape
 from worker.kafka.windows import DecodeOptions, PreparedWindow, prepare_window, window_records
 from worker.labelling.in_order import InOrder
@@ -115,6 +116,7 @@ class SentimentWorker:
         self._registry_retry_at = 0.0  # the window is not prepared before this while the registry is away
         self._registry_failures = 0
         self._parts: _StartedParts | None = None  # built once by _start()
+        self._shadow_output: ShadowOutput | None = None  # with shadow_topic or shadow_sample_topic
         self._backpressure = Backpressure()
         self.http_address: tuple[str, int] | None = None
         self._gauges_due = False  # refresh the gauges on the next loop turn (a new assignment)
@@ -184,6 +186,9 @@ class SentimentWorker:
             self._run,
             self._metrics,
         )
+        if ShadowOutput.wanted(s):  # the shadow's results and disagreements, best effort
+            self._shadow_output = ShadowOutput(s, self._labeller.labels, self._clock)
+            stack.callback(self._shadow_output.close, 5.0)
         windows: InOrder[PreparedWindow] = InOrder(self._labeller, capacity=s.max_queued_windows)
         self._parts = _StartedParts(consumer, publisher, records, windows, committer)
         consumer.subscribe()
@@ -334,6 +339,8 @@ class SentimentWorker:
     def _settle(self) -> None:
         self._started.publisher.poll(0)  # serves delivery callbacks
         self._started.committer.settle()
+        if self._shadow_output is not None:
+            self._shadow_output.publish_done()
 
     def _observe(self) -> None:
         now = self._clock()
@@ -474,6 +481,8 @@ class SentimentWorker:
         rewind = self._started.committer.publish(records)
         if rewind:  # an aborted transaction: its inputs are read and labelled again
             self._rewind(rewind)
+        elif self._shadow_output is not None:
+            self._shadow_output.add(prepared, predictions)
         self._metrics.in_flight_messages.set(self._book.offsets.outstanding())
 
     def _rewind(self, partitions: list[PartitionKey]) -> None:

@@ -118,12 +118,14 @@ class Labeller:
         cls,
         settings: WorkerSettings,
         *,
+        loaded: LoadedModel | None = None,
         memory_probe: MemoryProbe | None = None,
         on_released: Callable[[], None] | None = None,
     ) -> Labeller:
-        """The model the settings name, loaded now; its engine options (the token budget, calibrated when
-        asked for) chosen when it starts. `memory_probe` replaces the device-memory probe (tests)."""
-        loaded = load_model(settings)
+        """Serves `loaded`, else the model the settings name, loaded now; engine options (the token budget,
+        calibrated when asked for) chosen as each model starts. `memory_probe` replaces the device-memory
+        probe (tests); `on_released` runs after a replaced model is closed (the heap policy)."""
+        loaded = loaded if loaded is not None else load_model(settings)
 
         def options(classifier: Classifier) -> EngineOptions:
             return EngineOptions.from_settings(settings, classifier, memory_probe=memory_probe)
@@ -158,6 +160,11 @@ class Labeller:
         """The primary and the shadow (None: none) as loaded: identity, classifier, directory and hash."""
         with self._lock:
             return self._primary_source, self._shadow_source
+
+    @property
+    def started(self) -> bool:
+        """True once `start()` ran (the primary's engine labels)."""
+        return self._started
 
     @property
     def agreement(self) -> Agreement | None:
@@ -340,7 +347,7 @@ class Labeller:
                 raise RuntimeError(f"{len(failed)} of {len(PROBE_REVIEWS)} probe reviews failed: {failed[0]}")
         except Exception as exc:  # noqa: BLE001 - any failure to start refuses the change, loses nothing
             served.close(0.0)
-            self._count_change(role, "refused")
+            self.count_change(role, "refused")
             raise ModelChangeRefused(
                 f"the {role} model {served.ref.name} {served.ref.version} could not label the warm-up "
                 f"reviews: {type(exc).__name__}: {exc}"
@@ -349,7 +356,7 @@ class Labeller:
     def _check_labels(self, loaded: LoadedModel, role: str) -> None:
         theirs = list(loaded.classifier.labels)
         if theirs != self.labels:
-            self._count_change(role, "refused")
+            self.count_change(role, "refused")
             raise ModelChangeRefused(
                 f"the {role} model {loaded.ref.name} labels {theirs}, the served one {self.labels}: a model "
                 "that "
@@ -377,10 +384,10 @@ class Labeller:
         metrics.model.info({"name": ref.name, "version": ref.version, "device": self.device})
         metrics.start_predictions(self.labels, ref.version)
         if self._started:
-            self._count_change("primary", "applied")
+            self.count_change("primary", "applied")
 
     def _describe_shadow(self, old: ServedModel | None, loaded: LoadedModel | None) -> None:
-        self._count_change("shadow", "applied")
+        self.count_change("shadow", "applied")
         metrics = self._metrics
         if metrics is None:
             return
@@ -393,7 +400,8 @@ class Labeller:
                 for shadow_label in self.labels:
                     metrics.live.shadow_predictions.labels(primary_label, shadow_label, loaded.ref.version)
 
-    def _count_change(self, role: str, outcome: str) -> None:
+    def count_change(self, role: str, outcome: str) -> None:
+        """Counts a model change of `role` (primary, shadow) with its outcome (applied, refused)."""
         if self._metrics is not None:
             self._metrics.live.model_changes.labels(role, outcome).inc()
 
