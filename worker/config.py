@@ -481,6 +481,12 @@ class WorkerSettings(BaseSettings):
         description="Share of the CPU threads a shadow model gets (at least 1); its threads also run at a "
         "lower priority, so the primary's results are not delayed by it.",
     )
+    shadow_max_groups: int = Field(
+        2,
+        ge=1,
+        description="Most groups (Kafka windows, HTTP requests) queued on or labelled by the shadow at once; "
+        "a group arriving while it has this many is not shadowed (counted as skipped).",
+    )
     shadow_topic: str | None = Field(
         None,
         description="When set, the shadow's results go there too (the result schema, its own model name and "

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from schemas.control import (
     DESIRED_KEY,
@@ -146,7 +146,11 @@ class ControlReader:
     def _assign(self) -> bool:
         if self._assigned:
             return True
-        metadata = self._consumer.list_topics(self._topic, timeout=5.0).topics.get(self._topic)
+        try:
+            metadata = self._consumer.list_topics(self._topic, timeout=5.0).topics.get(self._topic)
+        except KafkaException as exc:  # no broker answered: the Kafka door says so; asked again later
+            log.warning("control topic %s not read: %s", self._topic, exc.args[0] if exc.args else exc)
+            return False
         if metadata is None or metadata.error is not None or not metadata.partitions:
             log.info(
                 "no control topic %s: serving the configured model (`topics create` makes it)",

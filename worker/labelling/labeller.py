@@ -130,7 +130,7 @@ class Labeller:
         def options(classifier: Classifier) -> EngineOptions:
             return EngineOptions.from_settings(settings, classifier, memory_probe=memory_probe)
 
-        return cls(loaded, options, on_released=on_released)
+        return cls(loaded, options, on_released=on_released, shadow_in_flight=settings.shadow_max_groups)
 
     @classmethod
     def of(
@@ -202,6 +202,11 @@ class Labeller:
         labelled (batches, tokens, padding, out of memory). Call before `start` to count from the first."""
         self._metrics = metrics
         self._describe_primary()
+        shadow = self._shadow_source
+        if shadow is not None:
+            metrics.live.shadow_model.labels(shadow.ref.name, shadow.ref.version).set(1)
+            for outcome in ("shadowed", "skipped"):
+                metrics.live.shadow_groups.labels(outcome)
 
     def start(self, *, warm_up: bool = True) -> Labeller:
         """Starts the primary's engine (its options chosen now), warmed up unless `warm_up` is False."""
@@ -396,6 +401,8 @@ class Labeller:
                 metrics.live.shadow_model.remove(old.ref.name, old.ref.version)
         if loaded is not None:
             metrics.live.shadow_model.labels(loaded.ref.name, loaded.ref.version).set(1)
+            for outcome in ("shadowed", "skipped"):  # exported at 0 from the start, for rate()
+                metrics.live.shadow_groups.labels(outcome)
             for primary_label in self.labels:
                 for shadow_label in self.labels:
                     metrics.live.shadow_predictions.labels(primary_label, shadow_label, loaded.ref.version)

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 from threading import Event
 
+from schemas.control import DesiredState
 from worker.config import WorkerSettings
 from worker.http.serving import SentimentApi, ServeSummary, WorkerApi
 from worker.kafka.app import SentimentWorker
@@ -30,7 +31,7 @@ from worker.runtime.process import (
     rest_idle_threads,
 )
 
-__all__ = ["run_worker", "serve"]
+__all__ = ["models_for", "run_worker", "serve"]
 
 log = logging.getLogger(__name__)
 
@@ -38,28 +39,38 @@ _READ_CONTROL_S = 10.0
 
 
 def _started(settings: WorkerSettings, command: str) -> tuple[Event, Labeller, ModelControl | None]:
-    """The shared start-up of `run` and `serve`: process set-up, the models the control topic names (else
-    the settings'), the Labeller, the heap frozen. Returns the stop event (set by SIGTERM/SIGINT), the
-    Labeller (not started) and the model control (None: off)."""
+    """The shared start-up of `run` and `serve`: process set-up, the models (`models_for`), the heap frozen.
+    Returns the stop event (set by SIGTERM/SIGINT), the Labeller (not started) and the model control (None:
+    off)."""
     rest_idle_threads()  # before Paddle loads
     name_os_threads()  # before the engine and the HTTP server start their threads
     configure_logging(settings.log_level)
     stop = Event()
     reinstall = install_stop_handlers(stop.set)  # before the models load: a signal then stops at once
-    mode = model_control_mode(settings, command)
-    reader = ControlReader(settings) if mode == "topic" else None
-    loaded, problem = _first_primary(settings, reader)
-    labeller = Labeller.from_settings(settings, loaded=loaded, on_released=release_heap)
+    labeller, control = models_for(settings, command)
     freeze_loaded_heap()
     reinstall()  # loading Paddle replaced them
-    control = ModelControl(settings, labeller, reader=reader, problem=problem) if mode != "off" else None
     return stop, labeller, control
 
 
-def _first_primary(settings: WorkerSettings, reader: ControlReader | None) -> tuple[LoadedModel, str | None]:
+def models_for(settings: WorkerSettings, command: str) -> tuple[Labeller, ModelControl | None]:
+    """The Labeller of a replica of `command` (run | serve): the primary the control topic names when it
+    follows it (else the settings' model), and the model control that keeps it current (None: off)."""
+    mode = model_control_mode(settings, command)
+    reader = ControlReader(settings) if mode == "topic" else None
+    desired = reader.read(timeout_s=_READ_CONTROL_S) if reader is not None else None
+    loaded, problem = _first_primary(settings, desired)
+    labeller = Labeller.from_settings(settings, loaded=loaded, on_released=release_heap)
+    if mode == "off":
+        return labeller, None
+    control = ModelControl(settings, labeller, reader=reader, problem=problem)
+    control.apply(desired)  # the shadow too, before the door consumes anything
+    return labeller, control
+
+
+def _first_primary(settings: WorkerSettings, desired: DesiredState | None) -> tuple[LoadedModel, str | None]:
     """The primary a starting replica serves: the control topic's, when it names one that loads; else the
     settings' model (and why the topic's was not served)."""
-    desired = reader.read(timeout_s=_READ_CONTROL_S) if reader is not None else None
     if desired is not None and desired.primary is not None:
         try:
             loaded = load_choice(settings, desired.primary, "primary")
