@@ -83,7 +83,7 @@ def alternate(
 
 def main(model: str, reviews: int, rounds: int) -> None:
     settings = WorkerSettings(model=model, device="cpu")
-    classifier, _ = load_model(settings)
+    classifier, _, _ = load_model(settings)
     declared = classifier.call_overhead_tokens
     if declared is None:
         raise SystemExit(f"{model}: its backend declares no call cost here, so both plans are the same")

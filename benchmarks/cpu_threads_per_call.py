@@ -30,7 +30,7 @@ def main(model: str, reviews: int, rounds: int) -> None:
     threads = base.cpu_threads or os.cpu_count() or 1
     arms = {}
     for name, per_call in (("one call", threads), ("side by side", 1)):
-        classifier, _ = load_model(base.model_copy(update={"cpu_threads_per_call": per_call}))
+        classifier, _, _ = load_model(base.model_copy(update={"cpu_threads_per_call": per_call}))
         if getattr(classifier, "backend", None) != "onnx":
             raise SystemExit(
                 f"{model}: served by {classifier!r}; the setting applies to the onnx backend only"

@@ -33,7 +33,7 @@ def median_ms(classifier: Classifier, batches: Sequence[Sequence[Sequence[int]]]
 
 
 def main(model: str) -> None:
-    classifier, _ = load_model(WorkerSettings(model=model, device="cpu"))
+    classifier, _, _ = load_model(WorkerSettings(model=model, device="cpu"))
     seqs = classifier.token_ids(review_texts(600, seed=0))
     one = seqs[0]
     print(f"{model}: {classifier!r}")

@@ -514,6 +514,51 @@ class WorkerSettings(BaseSettings):
         description="Most HTTP connections open at once; past it a new one gets 503 with Retry-After and is "
         "closed.",
     )
+    # --- live models (the control and status topics) ---
+    model_control: Literal["auto", "topic", "api", "off"] = Field(
+        "auto",
+        description="How a running replica learns which models to serve: topic: follows the control topic "
+        "(`models shadow|promote` write it; a replica that starts serves what it says); api: `serve`'s "
+        "POST /v1/admin/models (needs api_token); off: only SENTIMENT_MODEL; auto: topic for `run`, api for "
+        "`serve` when api_token is set.",
+    )
+    control_topic: str | None = Field(
+        None,
+        description="Compacted topic holding the models the group should serve (default <group_id>.control); "
+        "operators write it, workers read it.",
+    )
+    status_topic: str | None = Field(
+        None,
+        description="Compacted topic where each replica reports what it serves and the shadow's agreement "
+        "(default <group_id>.status); workers write their own key.",
+    )
+    status_interval_s: float = Field(10.0, gt=0, description="How often a replica reports its status.")
+    shadow_cpu_share: float = Field(
+        0.25,
+        gt=0,
+        le=1,
+        description="Share of the CPU threads a shadow model gets (at least 1); its threads also run at a "
+        "lower priority, so the primary's results are not delayed by it.",
+    )
+    shadow_max_groups: int = Field(
+        2,
+        ge=1,
+        description="Most groups (Kafka windows, HTTP requests) queued on or labelled by the shadow at once; "
+        "a group arriving while it has this many is not shadowed (counted as skipped).",
+    )
+    shadow_topic: str | None = Field(
+        None,
+        description="When set, the shadow's results go there too (the result schema, its own model name and "
+        "version; best effort, never holding a commit).",
+    )
+    shadow_sample_topic: str | None = Field(
+        None,
+        description="When set, reviews the shadow and the primary label differently go there (rate limited).",
+    )
+    shadow_samples_per_s: float = Field(
+        1.0, gt=0, description="Most disagreements sent to shadow_sample_topic per second (a burst of 10)."
+    )
+
     shutdown_timeout_s: float = Field(
         30.0, gt=0, description="Bound on a clean stop: finish the window, flush, commit, close."
     )
@@ -625,6 +670,16 @@ class WorkerSettings(BaseSettings):
         if (self.ssl_certificate_location is None) != (self.ssl_key_location is None):
             raise ValueError("ssl_certificate_location and ssl_key_location go together (mTLS needs both)")
         return self  # the files are read by librdkafka (and `doctor`), which say when one is missing
+
+    @property
+    def control_topic_name(self) -> str:
+        """The control topic: `control_topic`, else `<group_id>.control`."""
+        return self.control_topic or f"{self.group_id}.control"
+
+    @property
+    def status_topic_name(self) -> str:
+        """The status topic: `status_topic`, else `<group_id>.status`."""
+        return self.status_topic or f"{self.group_id}.status"
 
     @property
     def uses_tls(self) -> bool:

@@ -66,6 +66,7 @@ class WorkerMetrics:
     low_confidence_predictions: Counter
     low_confidence_threshold: Gauge
     low_confidence: float  # results under this confidence are counted in low_confidence_predictions
+    live: LiveModelMetrics  # model changes and the shadow's agreement
 
     def start_predictions(self, labels: list[str], model_version: str) -> None:
         """Exports every label's prediction series at 0 from the start, so rate() sees the first result."""
@@ -103,6 +104,68 @@ class WorkerMetrics:
             self.batch_size.observe(batch.size)
             self.batch_tokens.observe(batch.padded_tokens)
             self.inference_seconds.observe(batch.seconds)
+
+
+@dataclass(frozen=True)
+class LiveModelMetrics:
+    """Models that change while the stream flows: swaps and shadow changes applied or refused, and the shadow
+    beside the primary on live traffic (a confusion table by label pair, its confidence, groups shadowed or
+    skipped)."""
+
+    model_changes: Counter
+    shadow_model: Gauge
+    shadow_predictions: Counter
+    shadow_confidence: Histogram
+    shadow_groups: Counter
+
+    def observe_shadowed(
+        self, pairs: dict[tuple[str, str], int], confidences: list[float], version: str
+    ) -> None:
+        """One group labelled by both models: how many reviews got each (primary label, shadow label) pair,
+        and the shadow's confidences."""
+        for (primary, shadow), count in pairs.items():
+            self.shadow_predictions.labels(primary, shadow, version).inc(count)
+        observe_all(self.shadow_confidence, confidences)
+        self.shadow_groups.labels("shadowed").inc()
+
+
+def create_live_model_metrics(registry: CollectorRegistry) -> LiveModelMetrics:
+    """Creates the live-model metrics in `registry` (`create_metrics` does, beside the worker's own)."""
+    return LiveModelMetrics(
+        model_changes=Counter(
+            "sentiment_model_changes_total",
+            "Model changes asked by the control topic or the admin route, by role (primary, shadow) and "
+            "outcome (applied, refused: the replica keeps what it served).",
+            ["role", "outcome"],
+            registry=registry,
+        ),
+        shadow_model=Gauge(
+            "sentiment_shadow_model_info",
+            "1 for the shadow model this replica runs beside the primary (none: no series).",
+            ["name", "version"],
+            registry=registry,
+        ),
+        shadow_predictions=Counter(
+            "sentiment_shadow_predictions_total",
+            "Reviews labelled by both the primary and the shadow, by the primary's label, the shadow's label "
+            "and the shadow's version: the live confusion table (agreement: the diagonal over the sum).",
+            ["primary_label", "shadow_label", "shadow_version"],
+            registry=registry,
+        ),
+        shadow_confidence=Histogram(
+            "sentiment_shadow_prediction_confidence",
+            "The shadow's top-label probability on the reviews it labelled beside the primary.",
+            buckets=_CONFIDENCE_BUCKETS,
+            registry=registry,
+        ),
+        shadow_groups=Counter(
+            "sentiment_shadow_groups_total",
+            "Groups of reviews (Kafka windows, HTTP requests) the shadow labelled (shadowed) or skipped "
+            "because it was behind (skipped).",
+            ["outcome"],
+            registry=registry,
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -313,6 +376,7 @@ def create_metrics(
         ),
         low_confidence_threshold=threshold,
         low_confidence=low_confidence,
+        live=create_live_model_metrics(registry),
     )
     # Computed when scraped, from outside the loop: nothing to feed.
     ProcessCollector(registry=registry)  # process_resident_memory_bytes, process_cpu_seconds_total, ...

@@ -24,11 +24,11 @@ def _announce() -> None:
 
 
 def _wrapped_load_model(settings: Any) -> LoadedModel:
-    classifier, ref = _real_load_model(settings)
+    classifier, ref, path = _real_load_model(settings)
     stall_s = os.environ.get("TEST_MODEL_STALL_S")
     if stall_s:
         classifier = StallOn(classifier, float(stall_s), on_stall=_announce)
-    return LoadedModel(classifier, ref)
+    return LoadedModel(classifier, ref, path)
 
 
 _real_load_model = labeller_module.load_model

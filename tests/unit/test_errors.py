@@ -38,6 +38,7 @@ EXIT_CODES = {
     "FeedFileError": 2,
     "HttpServerError": 2,
     "LagError": 1,
+    "ModelChangeRefused": 1,
     "ModelLoadError": 2,
     "OutputWidthError": 1,
     "Overloaded": 1,

@@ -51,7 +51,7 @@ def exported(monkeypatch: pytest.MonkeyPatch) -> tuple[set[str], set[str]]:
     every labelled metric has a child, so each family yields its samples (a Counter `x` gives `x_total`)."""
     registry = CollectorRegistry()
     metrics, http = create_metrics(registry), create_http_metrics(registry)
-    for family in (metrics, http):
+    for family in (metrics, http, metrics.live):
         for metric in vars(family).values():
             if isinstance(metric, Counter | Gauge | Histogram) and metric._labelnames:
                 metric.labels(*("x" for _ in metric._labelnames))

@@ -230,9 +230,9 @@ def serve_naive(args: argparse.Namespace) -> int:
     configure_logging(settings.log_level)
     stop = threading.Event()
     reinstall = install_stop_handlers(stop.set)
-    classifier, model_ref = load_model(settings)
+    loaded = load_model(settings)
     reinstall()  # loading Paddle replaced them
-    server = HttpServer(build_naive_app(classifier, model_ref), settings.http_host, args.naive_server)
+    server = HttpServer(build_naive_app(loaded.classifier, loaded.ref), settings.http_host, args.naive_server)
     host, port = server.address
     print(json.dumps({"listening": f"http://{host}:{port}"}), flush=True)
     while not stop.wait(0.5):

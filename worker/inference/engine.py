@@ -21,6 +21,7 @@ failing batch was split in halves), gets an `InferenceFailure` in its place; its
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -117,7 +118,8 @@ class Engine:
     """Labels submitted texts with `classifier` within `options`; see the module docstring.
 
     The token budget is halved below a batch that runs out of memory. `on_labelled(stats, token_budget)` is
-    called once per group of submissions labelled together (the metrics), on a lane thread.
+    called once per group of submissions labelled together (the metrics), on a lane thread. `niceness` > 0
+    lowers the CPU priority of the engine's own threads (a shadow model's: the primary's threads go first).
     """
 
     def __init__(
@@ -128,8 +130,10 @@ class Engine:
         on_labelled: Callable[[GroupStats, int], None] | None = None,
         clock: Callable[[], float] = time.perf_counter,
         name: str = "engine",
+        niceness: int = 0,
     ) -> None:
         self._classifier = classifier
+        self._niceness = niceness
         self._max_batch_size = options.max_batch_size
         self._shutdown_timeout_s = options.shutdown_timeout_s
         self._budget = TokenBudget(options.max_batch_tokens)
@@ -267,6 +271,7 @@ class Engine:
 
     # ----- the queue thread -----
     def _run(self) -> None:
+        _lower_this_threads_priority(self._niceness)
         while True:
             with self._cond:
                 taken = self._take_due()
@@ -344,6 +349,7 @@ class Engine:
 
     # ----- on a lane -----
     def _lane(self) -> None:
+        _lower_this_threads_priority(self._niceness)
         while True:
             work = self._lane_inbox.get()
             if work is None:
@@ -403,6 +409,18 @@ class Engine:
             self._groups_in_flight -= 1
             self._last_progress_at = self._clock()
             self._cond.notify_all()
+
+
+def _lower_this_threads_priority(niceness: int) -> None:
+    """The calling thread's CPU priority lowered by `niceness` (Linux: a thread is its own scheduling entity,
+    so this leaves the process's other threads as they are); nothing when 0 or where it is not allowed."""
+    if niceness <= 0 or not hasattr(os, "setpriority"):
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + niceness)
+    except OSError:
+        log.warning("could not lower the priority of thread %s", threading.current_thread().name)
 
 
 def _tokenize(

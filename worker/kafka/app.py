@@ -35,6 +35,7 @@ from worker.kafka.records import InputMessage, OutboundRecords
 from worker.kafka.registry_decode import RegistryUnavailable, RegistryWaitStopped, registry_decoder
 from worker.kafka.result_encoding import ResultEncoder, registered_result_encoder
 from worker.kafka.run_tracker import RunSummary, RunTracker, drain_budget_s
+from worker.kafka.shadow_output import ShadowOutput
 from worker.kafka.undecodable import UNDECODABLE_CODES, DeadLetterRange, Seek, UndecodableBatches
 from worker.kafka.window_shape import WindowShape
 from worker.kafka.windows import DecodeOptions, PreparedWindow, prepare_window, window_records
@@ -117,6 +118,7 @@ class SentimentWorker:
         self._registry_retry_at = 0.0  # the window is not prepared before this while the registry is away
         self._registry_failures = 0
         self._parts: _StartedParts | None = None  # built once by _start()
+        self._shadow_output: ShadowOutput | None = None  # with shadow_topic or shadow_sample_topic
         self._backpressure = Backpressure()
         self.http_address: tuple[str, int] | None = None
         self._gauges_due = False  # refresh the gauges on the next loop turn (a new assignment)
@@ -187,6 +189,9 @@ class SentimentWorker:
             self._run,
             self._metrics,
         )
+        if ShadowOutput.wanted(s):  # the shadow's results and disagreements, best effort
+            self._shadow_output = ShadowOutput(s, self._labeller.labels, self._clock)
+            stack.callback(self._shadow_output.close, 5.0)
         windows: InOrder[PreparedWindow] = InOrder(self._labeller, capacity=s.max_queued_windows)
         undecodable = UndecodableBatches(s.undecodable_batch_retries, consumer.high_watermark)
         self._parts = _StartedParts(consumer, publisher, records, windows, committer, undecodable)
@@ -343,6 +348,8 @@ class SentimentWorker:
     def _settle(self) -> None:
         self._started.publisher.poll(0)  # serves delivery callbacks
         self._started.committer.settle()
+        if self._shadow_output is not None:
+            self._shadow_output.publish_done()
 
     def _observe(self) -> None:
         now = self._clock()
@@ -536,6 +543,8 @@ class SentimentWorker:
             self._rewind(rewind)
         if committer.recovering is not None and not self._rewind_pending:
             self._hold_for_recovery()
+        if not rewind and committer.recovering is None and self._shadow_output is not None:
+            self._shadow_output.add(prepared, predictions)
         self._metrics.in_flight_messages.set(self._book.offsets.outstanding())
 
     def _rewind(self, partitions: list[PartitionKey]) -> None:

@@ -20,10 +20,18 @@ log = logging.getLogger(__name__)
 
 
 class LoadedModel(NamedTuple):
-    """A loaded model and its identity (name, version): what the Labeller serves."""
+    """A loaded model and its identity (name, version): what the Labeller serves; `path` the directory it
+    was loaded from (None: a name, or a test's model)."""
 
     classifier: Classifier
     ref: ModelRef
+    path: str | None = None
+
+    @property
+    def content_hash(self) -> str | None:
+        """The sha256 of its directory's manifest (None: not loaded from a verified directory)."""
+        value = getattr(self.classifier, "content_hash", None)
+        return str(value) if value else None
 
 
 def device_name(classifier: object) -> str:
@@ -35,7 +43,7 @@ def device_name(classifier: object) -> str:
 def load_model(settings: WorkerSettings) -> LoadedModel:
     """The model the settings name, and its identity (`load_classifier_for`)."""
     classifier = load_classifier_for(settings)
-    return LoadedModel(classifier, ModelRef(name=classifier.name, version=classifier.version))
+    return LoadedModel(classifier, ModelRef(name=classifier.name, version=classifier.version), settings.model)
 
 
 def load_classifier_for(settings: WorkerSettings) -> TextClassifierBase:

@@ -24,6 +24,7 @@ __all__ = [
     "freeze_loaded_heap",
     "install_stop_handlers",
     "name_os_threads",
+    "release_heap",
     "rest_idle_threads",
     "use_all_cores",
 ]
@@ -36,7 +37,16 @@ def freeze_loaded_heap() -> None:
     allocates. Without this each full collection walks the whole loaded heap on the poll thread: the worker on
     the identity model drained 18,900–19,800 msg/s with 33.7 µs of poll-thread CPU a review, and 32,200–34,900
     with 19.1 µs once frozen (2-core EPYC). Objects frozen are never freed, so a command that loads several
-    models one after the other does not call this."""
+    models one after the other does not call this; a long-running one that replaces its model calls
+    `release_heap` after the old one is closed."""
+    gc.collect()
+    gc.freeze()
+
+
+def release_heap() -> None:
+    """After a replaced model was closed and dropped: the frozen heap back under the collector, collected (the
+    old model's objects, frozen with the rest when it was loaded, are freed now), and frozen again."""
+    gc.unfreeze()
     gc.collect()
     gc.freeze()
 

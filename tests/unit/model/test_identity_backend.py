@@ -85,7 +85,7 @@ def test_it_is_refused_unless_allowed(tiny_int8_dir: Path) -> None:
     with pytest.raises(ConfigurationError, match="backend=identity does no inference"):
         load_model(settings)
     allowed = settings.model_copy(update={"allow_identity_model": True})
-    classifier, model_ref = load_model(allowed)
+    classifier, model_ref, _ = load_model(allowed)
     assert model_ref.name == "identity" and model_ref.version == classifier.version
 
 

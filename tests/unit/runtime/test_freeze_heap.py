@@ -35,9 +35,12 @@ def test_freezing_collects_first_then_freezes_what_is_alive() -> None:
 
 
 def _loads_a_model(call: object) -> bool:
-    """`load_model(...)` or `Labeller.from_settings(...)`."""
+    """`load_model(...)`, `Labeller.from_settings(...)` or the composition root's `models_for(...)`."""
     func = getattr(call, "func", None)
-    return getattr(func, "id", None) == "load_model" or getattr(func, "attr", None) == "from_settings"
+    return (
+        getattr(func, "id", None) in ("load_model", "models_for")
+        or getattr(func, "attr", None) == "from_settings"
+    )
 
 
 def _calls_after_load_model(path: Path) -> list[str]:

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-import worker.labelling.labeller as labeller_module
 import worker.runtime.root as root
 from worker.cli import bench
 from worker.cli.main import build_parser
@@ -45,8 +44,8 @@ def test_a_users_own_wait_policy_is_kept(monkeypatch: pytest.MonkeyPatch, name: 
 @pytest.mark.parametrize(
     ("loader", "starter", "argv"),
     [
-        (labeller_module, root, ["run"]),  # run and serve start in the composition root
-        (labeller_module, root, ["serve", "--http-port", "8080"]),
+        (root, root, ["run"]),  # run and serve start in the composition root
+        (root, root, ["serve", "--http-port", "8080"]),
         (bench, bench, ["bench", "--naive-server", "0"]),
     ],
     ids=["run", "serve", "naive-server"],
