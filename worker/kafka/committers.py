@@ -26,7 +26,7 @@ from typing import ClassVar
 
 from confluent_kafka import KafkaError, KafkaException
 
-from worker.config import WorkerSettings
+from worker.config import DeliverySettings, KafkaSettings, SecuritySettings
 from worker.errors import OperationError
 from worker.kafka import kafka_clients
 from worker.kafka.authorization import is_authorization_error, publish_refusal
@@ -88,12 +88,14 @@ class CommitOptions:
     refusal: Callable[[KafkaError, list[str]], Exception]
 
     @classmethod
-    def from_settings(cls, settings: WorkerSettings) -> CommitOptions:
+    def from_settings(
+        cls, kafka: KafkaSettings, security: SecuritySettings, delivery: DeliverySettings
+    ) -> CommitOptions:
         return cls(
-            shutdown_timeout_s=settings.shutdown_timeout_s,
-            session_timeout_s=settings.session_timeout_ms / 1000.0,
-            transaction_timeout_s=settings.transaction_timeout_ms / 1000.0,
-            refusal=partial(publish_refusal, settings),
+            shutdown_timeout_s=delivery.shutdown_timeout_s,
+            session_timeout_s=kafka.session_timeout_ms / 1000.0,
+            transaction_timeout_s=delivery.transaction_timeout_ms / 1000.0,
+            refusal=partial(publish_refusal, kafka, security),
         )
 
 
@@ -125,7 +127,7 @@ class Committer(ABC):
 
     @classmethod
     @abstractmethod
-    def prepare(cls, publisher: ResultPublisher, settings: WorkerSettings) -> None:
+    def prepare(cls, publisher: ResultPublisher, security: SecuritySettings) -> None:
         """Readies `publisher` before anything is consumed (at start-up: a StartupError when refused)."""
 
     def publish(self, records: list[OutboundRecord]) -> list[PartitionKey]:
@@ -219,7 +221,7 @@ class AtLeastOnceCommitter(Committer):
     """Idempotent producer; offsets stored after acknowledgement and committed by librdkafka."""
 
     @classmethod
-    def prepare(cls, publisher: ResultPublisher, settings: WorkerSettings) -> None:
+    def prepare(cls, publisher: ResultPublisher, security: SecuritySettings) -> None:
         """Nothing to ready: the idempotent producer needs no registration."""
 
     def _publish(self, records: list[OutboundRecord]) -> list[PartitionKey]:
@@ -267,9 +269,9 @@ class ExactlyOnceCommitter(Committer):
     transactional = True
 
     @classmethod
-    def prepare(cls, publisher: ResultPublisher, settings: WorkerSettings) -> None:
+    def prepare(cls, publisher: ResultPublisher, security: SecuritySettings) -> None:
         """Registers the transactional id, fencing an older instance that used it."""
-        kafka_clients.init_transactions(publisher, settings)
+        kafka_clients.init_transactions(publisher, security)
 
     def _publish(self, records: list[OutboundRecord]) -> list[PartitionKey]:
         """An abortable error aborts the transaction: the caller rewinds the returned partitions to their

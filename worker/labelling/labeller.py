@@ -18,7 +18,7 @@ from types import TracebackType
 
 from schemas.review_input import Review
 from schemas.sentiment_result import ModelRef
-from worker.config import WorkerSettings
+from worker.config import BatchingSettings, ModelSettings
 from worker.inference.batch_shape import on_gpu
 from worker.inference.classifier import Classifier, Output
 from worker.inference.engine import EngineOptions, Labelled
@@ -61,13 +61,23 @@ class Labeller:
         self._metrics: WorkerMetrics | None = None
 
     @classmethod
-    def from_settings(cls, settings: WorkerSettings, *, memory_probe: MemoryProbe | None = None) -> Labeller:
-        """The model the settings name, loaded now; its engine options (the token budget, calibrated when
-        asked for) chosen when it starts. `memory_probe` replaces the device-memory probe (tests)."""
-        loaded = load_model(settings)
+    def from_settings(
+        cls,
+        model: ModelSettings,
+        batching: BatchingSettings,
+        *,
+        shutdown_timeout_s: float,
+        memory_probe: MemoryProbe | None = None,
+    ) -> Labeller:
+        """The model the model section names, loaded now; its engine options (the token budget, calibrated
+        when asked for; `close()` waiting at most `shutdown_timeout_s`) chosen when it starts. `memory_probe`
+        replaces the device-memory probe (tests)."""
+        loaded = load_model(model, batching)
 
         def options(classifier: Classifier) -> EngineOptions:
-            return EngineOptions.from_settings(settings, classifier, memory_probe=memory_probe)
+            return EngineOptions.from_settings(
+                batching, model, classifier, shutdown_timeout_s=shutdown_timeout_s, memory_probe=memory_probe
+            )
 
         return cls(loaded, options)
 

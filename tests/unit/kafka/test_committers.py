@@ -114,8 +114,9 @@ def make(
         partition_counts={"results": 2, "dlq": 2},
         max_message_bytes={"results": 1_000_000, "dlq": 1_000_000},
     )
-    committer = committer_for(settings.delivery)(
-        CommitOptions.from_settings(settings),
+    s = settings.sections
+    committer = committer_for(s.delivery.delivery)(
+        CommitOptions.from_settings(s.kafka, s.security, s.delivery),
         cast(ReviewConsumer, consumer),
         cast(ResultPublisher, publisher),
         book,
