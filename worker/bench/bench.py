@@ -423,6 +423,32 @@ def _percentiles(values: Sequence[float]) -> dict[str, float | None]:
 
 
 # ----- the whole run -----
+def report_head(
+    classifier: Classifier,
+    options: BenchOptions,
+    tuned_from: str,
+    max_batch_tokens: int,
+    max_batch_size: int | None,
+    batching: BatchingSettings,
+) -> dict[str, Any]:
+    """The report's first keys: when, the model, the options, the batch and window shape, the machine."""
+    return {
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "model": {
+            "name": getattr(classifier, "name", "?"),
+            "version": getattr(classifier, "version", "?"),
+            "max_seq_len": getattr(classifier, "max_seq_len", None),
+            "device": str(getattr(getattr(classifier, "device", None), "paddle_device", "?")),
+        },
+        "options": asdict(options),
+        "max_batch_tokens": max_batch_tokens,
+        "max_batch_tokens_from": tuned_from,
+        "max_batch_size": max_batch_size,
+        "max_window_messages": batching.max_window_messages,
+        "machine": {"cpus": os.cpu_count()},
+    }
+
+
 def run_bench(
     settings: WorkerSettings,
     classifier: Classifier,
@@ -449,21 +475,7 @@ def run_bench(
         ),
         options.seed,
     )
-    report: dict[str, Any] = {
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "model": {
-            "name": getattr(classifier, "name", "?"),
-            "version": getattr(classifier, "version", "?"),
-            "max_seq_len": getattr(classifier, "max_seq_len", None),
-            "device": str(getattr(getattr(classifier, "device", None), "paddle_device", "?")),
-        },
-        "options": asdict(options),
-        "max_batch_tokens": max_batch_tokens,
-        "max_batch_tokens_from": tuned_from,
-        "max_batch_size": max_batch_size,
-        "max_window_messages": s.batching.max_window_messages,
-        "machine": {"cpus": os.cpu_count()},
-    }
+    report = report_head(classifier, options, tuned_from, max_batch_tokens, max_batch_size, s.batching)
     say(f"model-only: {options.model_only_messages} reviews at {max_batch_tokens} tokens per batch")
     model_only = bench_model_only(
         classifier,
