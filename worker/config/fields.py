@@ -1,7 +1,11 @@
 """The settings' fields: every setting the worker can be told, its type, default, bounds and description, in
 the order docs/settings.md lists them (`make docs` generates it from here). One field is one environment
-variable `SENTIMENT_<NAME>` and one key of the config file; the rules that span fields, the sources and the
-sections are in `worker.config.settings`.
+variable `SENTIMENT_<NAME>` and one key of the config file; the rules that span fields and the sources are in
+`worker.config.settings`.
+
+A new setting: a Field here with a description; a field of the same name in its section
+(`worker.config.sections`: the part that reads it takes that section); a value in
+tests/unit/config/test_sections.py's USER_VALUES; then `make docs`.
 """
 
 from __future__ import annotations
