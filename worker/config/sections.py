@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, TypeVar
 
 from pydantic import SecretStr
@@ -275,8 +274,30 @@ def _read_only(value: object) -> object:
     if isinstance(value, list):
         return tuple(value)
     if isinstance(value, dict):
-        return MappingProxyType(dict(value))
+        return ReadOnlyMap(value)
     return value
+
+
+class ReadOnlyMap(Mapping[str, Any]):
+    """A mapping nothing can change (a section's kafka_extra); unlike MappingProxyType it can be copied and
+    pickled with the settings that hold it."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[str, Any]) -> None:
+        self._items = dict(items)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return repr(self._items)
 
 
 def protocol_uses_tls(security_protocol: str | None) -> bool:

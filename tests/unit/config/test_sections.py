@@ -4,11 +4,12 @@ precedence; "given or default" is decided here once (`<setting>_given`)."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
+import pickle
 from collections.abc import Mapping
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -135,7 +136,7 @@ def plain(value: Any) -> Any:
         return str(value)
     if isinstance(value, tuple):
         return list(value)
-    if isinstance(value, Mapping | MappingProxyType):
+    if isinstance(value, Mapping):
         return dict(value)
     return value
 
@@ -313,3 +314,16 @@ def test_the_root_methods_are_their_sections(tmp_path: Path) -> None:
     assert settings.librdkafka_common() == librdkafka_common(s.kafka, s.security)
     assert settings.schema_registry_conf() == s.registry.schema_registry_conf()
     assert settings.uses_tls and s.security.uses_tls
+
+
+def test_settings_with_their_sections_copy_and_pickle() -> None:
+    settings = WorkerSettings(
+        kafka_extra={"socket.keepalive.enable": True}, http_cors_origins=["https://a.b"]
+    )
+    for copied in (
+        settings.model_copy(deep=True),
+        copy.deepcopy(settings),
+        pickle.loads(pickle.dumps(settings)),
+    ):
+        assert copied == settings and copied.sections == settings.sections
+        assert dict(copied.sections.kafka.kafka_extra) == {"socket.keepalive.enable": True}
