@@ -81,7 +81,7 @@ help:
 	@echo "make model-table  the README's model table: both shipped models and their served forms, one run"
 	@echo "make batch-invariance  each served INT8 form labels held-out reviews alone as in mixed batches"
 	@echo "make lint / typecheck / schemas"
-	@echo "make docs        regenerate docs/settings.md and the README's settings table from worker/config.py"
+	@echo "make docs        regenerate docs/settings.md and the README's settings table from worker/config/fields.py"
 	@echo "make readme-examples  the README's result and HTTP examples, as the worker and serve produce them"
 
 $(VENV)/.installed: pyproject.toml constraints.txt

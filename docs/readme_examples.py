@@ -141,7 +141,7 @@ def http_example(classifier: Any, model: ModelRef) -> dict[str, Any]:
     stop = threading.Event()
     listening: list[tuple[str, int]] = []
     service = SentimentApi(
-        WorkerSettings(http_port=0, worker_id="readme"),
+        WorkerSettings(http_port=0, worker_id="readme").sections,
         classifier,
         model,
         stop=stop,

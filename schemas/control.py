@@ -1,12 +1,13 @@
 """The model-control contract: what the fleet should serve (the control topic) and what each replica serves
 (the status topic). Both topics are compacted, one partition each, keyed per consumer group.
 
-- Control topic, key `desired`: a `DesiredState` — the primary model and an optional shadow, each named by a
-  directory every replica can read and the content hash of its files (`sentiment-worker model-manifest --check
-  DIR` prints it). Operators write it (`sentiment-worker models shadow|promote`); workers only read it.
-- Status topic, key `replica/<worker_id>`: a `ReplicaStatus` — what that replica serves now, the desired state it
-  follows, a problem it has with it, and the shadow's agreement figures on its live traffic. Each worker writes
-  its own key; `models status` and `models promote --live` read them.
+- Control topic, key `desired`: a `DesiredState`, the primary model and an optional shadow, each named by a
+  directory every replica can read and the content hash of its files (`sentiment-worker model-manifest
+  --check DIR` prints it). Operators write it (`sentiment-worker models shadow|promote`); workers only read
+  it.
+- Status topic, key `replica/<worker_id>`: a `ReplicaStatus`, what that replica serves now, the desired state
+  it follows, a problem it has with it, and the shadow's agreement figures on its live traffic. Each worker
+  writes its own key; `models status` and `models promote --live` read them.
 
 A record is data: it names directories and hashes, never code; a worker loads a named directory only after its
 files match the hash and its manifest (docs/model-trust.md). A value that does not parse is reported and
@@ -32,7 +33,8 @@ class ModelChoice(BaseModel):
 
     path: str = Field(min_length=1, max_length=4096, description="A model directory every replica can read.")
     content_hash: str = Field(
-        pattern=r"^[0-9a-f]{64}$", description="sha256 of the directory's manifest (`model-manifest --check`)."
+        pattern=r"^[0-9a-f]{64}$",
+        description="sha256 of the directory's manifest (`model-manifest --check`).",
     )
 
     @field_validator("path")
@@ -124,7 +126,8 @@ class ReplicaStatus(BaseModel):
     primary: ServedRef
     shadow: ServedRef | None = None
     desired_at_ms: int | None = Field(
-        default=None, description="`changed_at_ms` of the desired state this replica follows (None: none read)."
+        default=None,
+        description="`changed_at_ms` of the desired state this replica follows (None: none read).",
     )
     problem: str | None = Field(default=None, description="Why the replica does not serve the desired state.")
     agreement: Agreement | None = None

@@ -8,7 +8,7 @@ from typing import Any
 
 from schemas.review_input import Review
 from schemas.sentiment_result import ModelRef
-from worker.config import WorkerSettings
+from worker.config import Sections, WorkerSettings
 from worker.inference.classifier import Classifier
 from worker.inference.engine import EngineOptions
 from worker.inference.tuning.probes import MemoryProbe
@@ -25,16 +25,34 @@ def labeller_for(
 ) -> Labeller:
     """A Labeller serving `classifier` as `ref` (default: the classifier's own name and version), its engine
     options chosen from `settings` when it starts, as `Labeller.from_settings` chooses them."""
-    settings = settings if settings is not None else WorkerSettings()
+    s = (settings if settings is not None else WorkerSettings()).sections
     if ref is None:
         ref = ModelRef(
             name=str(getattr(classifier, "name", "model")), version=str(getattr(classifier, "version", "1"))
         )
 
     def options(model: Classifier) -> EngineOptions:
-        return EngineOptions.from_settings(settings, model, memory_probe=memory_probe)
+        return engine_options(s, model, memory_probe=memory_probe)
 
     return Labeller(LoadedModel(classifier, ref), options)
+
+
+def engine_options(
+    settings: WorkerSettings | Sections,
+    classifier: Classifier | Any,
+    *,
+    memory_probe: MemoryProbe | None = None,
+) -> EngineOptions:
+    """`EngineOptions.from_settings` of the sections the composition root passes it (batching, model, and the
+    delivery section's shutdown timeout)."""
+    s = settings.sections if isinstance(settings, WorkerSettings) else settings
+    return EngineOptions.from_settings(
+        s.batching,
+        s.model,
+        classifier,
+        shutdown_timeout_s=s.delivery.shutdown_timeout_s,
+        memory_probe=memory_probe,
+    )
 
 
 def reviews(texts: Sequence[str]) -> list[Review]:

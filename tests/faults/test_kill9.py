@@ -45,7 +45,9 @@ FEED_PER_S = CHUNK / PAUSE_S
 SETTINGS = WorkerSettings(
     max_window_messages=WINDOW, max_queued_windows=QUEUED_WINDOWS, commit_interval_ms=COMMIT_INTERVAL_MS
 )
-DUPLICATE_BOUND = crash_duplicate_bound(SETTINGS, FEED_PER_S)  # 3 x 32 + 2 x 50 = 196
+DUPLICATE_BOUND = crash_duplicate_bound(
+    SETTINGS.sections.batching, SETTINGS.sections.delivery, FEED_PER_S
+)  # 3 x 32 + 2 x 50 = 196
 KILL_AFTER_OUTPUTS = 300
 
 

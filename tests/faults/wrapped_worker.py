@@ -23,8 +23,8 @@ def _announce() -> None:
     print(f"{STALL_LINE} for {os.environ['TEST_MODEL_STALL_S']} s", file=sys.stderr, flush=True)
 
 
-def _wrapped_load_model(settings: Any) -> LoadedModel:
-    classifier, ref, path = _real_load_model(settings)
+def _wrapped_load_model(model: Any, batching: Any) -> LoadedModel:
+    classifier, ref, path = _real_load_model(model, batching)
     stall_s = os.environ.get("TEST_MODEL_STALL_S")
     if stall_s:
         classifier = StallOn(classifier, float(stall_s), on_stall=_announce)

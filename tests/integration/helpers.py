@@ -43,7 +43,7 @@ def make_settings(bootstrap: str, names: dict[str, str], **extra: Any) -> Worker
 
 def run_worker(settings: WorkerSettings, classifier: Any, **kwargs: Any) -> Any:
     worker = SentimentWorker(
-        settings,
+        settings.sections,
         labeller_for(classifier, settings, ModelRef(name=classifier.name, version=classifier.version)),
     )
     return worker.run(**kwargs)

@@ -36,7 +36,7 @@ def serving(classifier: Any, **settings: Any) -> Iterator[Served]:
     registry = CollectorRegistry()
     listening: list[tuple[str, int]] = []
     service = SentimentApi(
-        WorkerSettings(**values),
+        WorkerSettings(**values).sections,
         labeller_for(
             classifier, WorkerSettings(**values), ModelRef(name=classifier.name, version=classifier.version)
         ),

@@ -19,7 +19,13 @@ def test_http_bench_answers_every_request_and_accounts_its_cpu(
         concurrencies=(1, 8), requests=120, naive_requests=40, model_only_messages=200, overload_s=2.0
     )
     report = run_http_bench(
-        settings, tiny_classifier, options, max_batch_tokens=512, log_dir=tmp_path, say=lambda _: None
+        settings.sections.model,
+        settings.sections.batching,
+        tiny_classifier,
+        options,
+        max_batch_tokens=512,
+        log_dir=tmp_path,
+        say=lambda _: None,
     )
     json.dumps(report)  # written as JSON by the command
 

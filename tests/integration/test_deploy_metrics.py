@@ -55,7 +55,7 @@ def running_worker(
     names = topics(input_partitions=3)
     settings = make_settings(kafka_bootstrap, names).model_copy(update={"http_port": free_port()})
     worker = SentimentWorker(
-        settings, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
+        settings.sections, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
     )
     thread = threading.Thread(target=worker.run, kwargs={"idle_exit_s": 120})
     thread.start()

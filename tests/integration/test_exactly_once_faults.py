@@ -55,12 +55,12 @@ def test_a_second_instance_with_the_same_transactional_id_fences_and_stops_the_f
     # Same group and worker id: the same transactional id, sentiment-worker.<group>.<worker id>.
     settings = make_settings(kafka_bootstrap, names, delivery="exactly_once", worker_id="replica-0")
     model = ModelRef(name="tiny", version="1")
-    first = _Running(SentimentWorker(settings, labeller_for(tiny_classifier, settings, model)))
+    first = _Running(SentimentWorker(settings.sections, labeller_for(tiny_classifier, settings, model)))
     second: _Running | None = None
     try:
         produce(kafka_bootstrap, names["reviews"], review_records(reviews[:10]), partition=0)
         assert len(read_topic(kafka_bootstrap, names["results"], expected=10, settle_s=0)) == 10
-        second = _Running(SentimentWorker(settings, labeller_for(tiny_classifier, settings, model)))
+        second = _Running(SentimentWorker(settings.sections, labeller_for(tiny_classifier, settings, model)))
         # init_transactions has run once the second instance warms its model: the first is fenced now.
         wait_until(
             lambda: second.worker.health.model_warm or not second.thread.is_alive(), 60, "the second up"
@@ -108,7 +108,9 @@ def test_an_abortable_error_aborts_rewinds_and_the_same_worker_carries_on(
     reviews = sample_reviews(20)
     settings = make_settings(kafka_bootstrap, names, delivery="exactly_once")
     running = _Running(
-        SentimentWorker(settings, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1")))
+        SentimentWorker(
+            settings.sections, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
+        )
     )
     try:
         produce(kafka_bootstrap, names["reviews"], review_records(reviews[:10]), partition=0)

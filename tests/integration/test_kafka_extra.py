@@ -77,7 +77,7 @@ def test_doctor_checks_the_broker_and_protocol_the_clients_get(kafka_bootstrap: 
         kafka_extra={"security.protocol": "PLAINTEXT", "bootstrap.servers": kafka_bootstrap},
         allow_kafka_extra_overrides=True,
     )
-    checks = kafka_checks(settings)
+    checks = kafka_checks(settings.sections.kafka, settings.sections.security)
     by_name = {check.name: check for check in checks}
     assert checks[0].name == "kafka_extra" and checks[0].verdict == "WARN"
     assert "overrides security.protocol, bootstrap.servers" in checks[0].detail

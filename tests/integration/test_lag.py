@@ -173,7 +173,7 @@ def test_running_worker_owns_every_partition_and_its_metrics_match_lag_when_caug
 
     settings = make_settings(kafka_bootstrap, names).model_copy(update={"http_port": free_port()})
     worker = SentimentWorker(
-        settings, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
+        settings.sections, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
     )
     thread = threading.Thread(target=worker.run, kwargs={"idle_exit_s": 120})
     thread.start()
@@ -220,7 +220,7 @@ def test_an_idle_assigned_partition_exports_zero_lag(
     produce(kafka_bootstrap, names["reviews"], review_records(sample_reviews(10)), partition=0)
     settings = make_settings(kafka_bootstrap, names).model_copy(update={"http_port": free_port()})
     worker = SentimentWorker(
-        settings, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
+        settings.sections, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
     )
     thread = threading.Thread(target=worker.run, kwargs={"idle_exit_s": 120})
     thread.start()

@@ -127,7 +127,7 @@ def test_lag_gauges_agree_with_the_committed_view_from_readiness_on(
         kafka_bootstrap, names, http_port=port, max_window_messages=32, commit_interval_ms=200
     )
     worker = SentimentWorker(
-        settings, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
+        settings.sections, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
     )
     thread = threading.Thread(target=worker.run, kwargs={"idle_exit_s": 120})
     conf = {"bootstrap.servers": kafka_bootstrap}

@@ -69,7 +69,7 @@ def run_bounded(settings: WorkerSettings, classifier: Any) -> tuple[RunSummary, 
     """Runs the worker until both inputs are done; a worker stuck past RUN_BOUND_S is stopped and fails."""
     stop = threading.Event()
     worker = SentimentWorker(
-        settings,
+        settings.sections,
         labeller_for(classifier, settings, ModelRef(name=classifier.name, version=classifier.version)),
         stop=stop,
     )
@@ -155,7 +155,7 @@ def test_run_refuses_to_start_when_the_dead_letter_topic_cannot_hold_the_largest
     names = default_topics
     settings = make_settings(kafka_bootstrap, names)
     worker = SentimentWorker(
-        settings,
+        settings.sections,
         labeller_for(
             tiny_classifier, settings, ModelRef(name=tiny_classifier.name, version=tiny_classifier.version)
         ),

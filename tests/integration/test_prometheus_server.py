@@ -122,7 +122,7 @@ def test_prometheus_scrapes_the_worker_and_answers_lag_throughput_and_model_seri
     port = free_port()
     settings = make_settings(kafka_bootstrap, names, http_port=port)
     worker = SentimentWorker(
-        settings, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="7"))
+        settings.sections, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="7"))
     )
     thread = threading.Thread(target=worker.run, kwargs={"idle_exit_s": 120})
     thread.start()

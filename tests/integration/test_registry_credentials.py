@@ -97,12 +97,12 @@ def test_user_info_in_the_url_is_sent_as_basic_auth_and_never_shown(
     settings = WorkerSettings(input_format="avro", schema_registry_url=with_user_info(url))
     assert settings.schema_registry_url == url and not shown(repr(settings))
     assert not shown(json.dumps(settings.public_view()))
-    decoder = registry_decoder(settings)
+    decoder = registry_decoder(settings.sections.registry, settings.sections.limits)
     assert decoder is not None
     failure = decoder.decode(wire_header(UNKNOWN_ID) + b"\x00", "t/0/0")
     assert isinstance(failure, DecodeFailure) and failure.kind is DeadLetterKind.UNKNOWN_SCHEMA
     assert f"Schema Registry at {url} does not hold" in failure.reason and not shown(failure.reason)
-    checks = check_registry(settings)
+    checks = check_registry(settings.sections.registry, settings.sections.kafka)
     assert checks[0].verdict == "OK", checks
     assert checks[0].detail.startswith(f"{url} answered (basic auth as 'alice')")
     assert not any(shown(check.detail) for check in checks)
@@ -120,7 +120,7 @@ def test_an_unknown_schema_dead_letter_names_the_registry_without_the_password(
     )
     produce(kafka_bootstrap, names["reviews"], [(b"k", wire_header(UNKNOWN_ID) + b"\x02\x00")])
     worker = SentimentWorker(
-        settings, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
+        settings.sections, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
     )
     summary = worker.run(max_messages=1)
     assert summary.dead_letters == 1
@@ -144,7 +144,7 @@ def test_a_registry_that_cannot_be_reached_is_named_without_the_password_on_read
     produce(kafka_bootstrap, names["reviews"], [(b"k", wire_header(UNKNOWN_ID) + b"\x02\x00")])
     caplog.set_level(logging.INFO)
     worker = SentimentWorker(
-        settings, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
+        settings.sections, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
     )
     runner = threading.Thread(target=worker.run, kwargs={"max_messages": 1})
     runner.start()

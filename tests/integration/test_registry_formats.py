@@ -138,12 +138,12 @@ def test_every_input_is_one_result_or_one_dead_letter_in_each_registry_format(
     total = len(expected_ids) + len(expected_kinds)
 
     worker = SentimentWorker(
-        settings, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
+        settings.sections, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
     )
     summary = worker.run(max_messages=total)
 
     assert (summary.results, summary.dead_letters) == (len(expected_ids), len(expected_kinds))
-    reader = ValueReader(settings)
+    reader = ValueReader(settings.sections.registry)
     out = read_topic(kafka_bootstrap, names["results"], expected=len(expected_ids))
     results = [reader.fields(m.value()) for m in out]
     assert all(r is not None for r in results), "a result that does not decode with its registered schema"
@@ -192,7 +192,7 @@ def test_the_registry_stopped_mid_stream_and_restarted_loses_nothing_and_dead_le
     later = [(r["id"].encode(), second({"id": r["id"], "text": r["text"], "stars": 4})) for r in reviews[8:]]
     produce(kafka_bootstrap, names["reviews"], earlier)
     worker = SentimentWorker(
-        settings, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
+        settings.sections, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
     )
     runner = threading.Thread(target=worker.run, kwargs={"max_messages": len(reviews)})
     runner.start()
@@ -213,7 +213,7 @@ def test_the_registry_stopped_mid_stream_and_restarted_loses_nothing_and_dead_le
         runner.join(120)
         assert not runner.is_alive()
         out = read_topic(kafka_bootstrap, names["results"], expected=len(reviews))
-        reader = ValueReader(settings)
+        reader = ValueReader(settings.sections.registry)
         ids = [(reader.fields(m.value()) or {}).get("id") for m in out]
     finally:
         worker.request_stop()
@@ -238,7 +238,7 @@ def test_a_result_schema_with_an_optional_field_more_is_accepted_and_old_readers
         output_format="avro",
         schema_registry_url=schema_registry_url,
     )
-    registered = register_result_schema(client, settings)
+    registered = register_result_schema(client, settings.sections.registry, settings.output_topic)
     assert client.get_compatibility(registered.subject) == "BACKWARD"
     old = avro_result_schema()
     # The field's doc is unique to this test: a registry may answer a schema it already holds (under
@@ -303,7 +303,7 @@ def test_a_java_client_reads_the_avro_results(
         kafka_bootstrap, names, output_format="avro", schema_registry_url=schema_registry_url
     )
     worker = SentimentWorker(
-        settings, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
+        settings.sections, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
     )
     assert worker.run(max_messages=len(reviews)).results == len(reviews)
 

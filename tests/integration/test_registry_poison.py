@@ -367,7 +367,7 @@ def test_html_and_empty_answers_hold_the_window_back_and_nothing_is_dead_lettere
         )
         produce(kafka_bootstrap, names["reviews"], _review_values(1, reviews))
         worker = SentimentWorker(
-            settings, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
+            settings.sections, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
         )
         runner = threading.Thread(target=worker.run, kwargs={"max_messages": len(reviews)})
         runner.start()
@@ -428,7 +428,7 @@ def test_an_invalid_schema_dead_letters_its_values_and_an_unknown_id_is_asked_on
             kafka_bootstrap, names, input_format="avro", schema_registry_url=registry.url
         )
         worker = SentimentWorker(
-            settings, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
+            settings.sections, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
         )
         summary = worker.run(max_messages=len(records))
         unknown_asked = registry.requests.count("/schemas/ids/999")

@@ -59,7 +59,7 @@ def test_static_worker_labels_like_the_dynamic_model(
         max_batch_size=8,
         max_window_messages=30,
     )
-    classifier, model_ref, _ = load_model(settings)
+    classifier, model_ref, _ = load_model(settings.sections.model, settings.sections.batching)
     assert isinstance(classifier, StaticClassifier)
     assert (model_ref.name, model_ref.version) == (tiny_classifier.name, tiny_classifier.version)
 
@@ -97,7 +97,8 @@ def test_static_worker_with_chunked_long_reviews(
         max_batch_size=4,
         max_window_messages=12,
     )
-    classifier, _, _ = load_model(settings)  # backend=auto on an exported directory: static
+    s = settings.sections
+    classifier, _, _ = load_model(s.model, s.batching)  # backend=auto on an exported directory: static
     assert isinstance(classifier, StaticClassifier) and classifier.long_text == "chunk"
     chunks = classifier.token_id_chunks([r["text"] for r in reviews])
     assert sorted(i for i, c in enumerate(chunks) if len(c) > 1) == [0, 7, 14]  # the long ones
@@ -125,9 +126,8 @@ def test_predict_command_uses_the_static_backend_and_long_text(
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [row["line"] for row in rows] == [1, 2, 3, 4]
     settings = make_settings("unused:9092", {k: k for k in ("reviews", "results", "dlq", "group")})
-    classifier, _, _ = load_model(
-        settings.model_copy(update={"model": str(exported_by_cli), "long_text": "chunk"})
-    )
+    chunked = settings.model_copy(update={"model": str(exported_by_cli), "long_text": "chunk"}).sections
+    classifier, _, _ = load_model(chunked.model, chunked.batching)
     expected = classifier.predict_texts(lines[:3])
     for row, probs in zip(rows[:3], expected, strict=True):
         assert row["label"] == classifier.labels[int(np.argmax(probs))]

@@ -29,8 +29,9 @@ from confluent_kafka.admin import AdminClient
 from tests.faults.harness import Collector, WorkerProcess, produce_all, review, tally, worker_env
 from tests.kafka_fixtures import DLQ_CONFIG, LAUNCHER, free_port, private_broker
 from worker.config import WorkerSettings
+from worker.tools import doctor
 from worker.tools.acls import AclRule, apply_acls, worker_acls
-from worker.tools.doctor import check_broker, check_tls
+from worker.tools.checks import Check
 from worker.tools.topics import create_topics
 
 sys.path.insert(0, str(LAUNCHER.parent))
@@ -40,6 +41,16 @@ pytestmark = pytest.mark.integration
 
 INPUTS = 40
 INVALID = {5, 17, 29}  # not JSON: dead letters
+
+
+def check_tls(settings: WorkerSettings) -> Check:
+    """doctor's TLS check with the kafka and security sections of `settings`."""
+    return doctor.check_tls(settings.sections.kafka, settings.sections.security)
+
+
+def check_broker(settings: WorkerSettings) -> Check:
+    """doctor's broker check with the kafka and security sections of `settings`."""
+    return doctor.check_broker(settings.sections.kafka, settings.sections.security)
 
 
 @dataclass(frozen=True)
@@ -102,8 +113,10 @@ def settings_of(names: dict[str, str]) -> WorkerSettings:
 
 
 def grant_all_but(admin: dict[str, str], principal: str, names: dict[str, str], missing: AclRule) -> None:
-    rules = [rule for rule in worker_acls(settings_of(names), "exactly_once") if rule != missing]
-    assert len(rules) == len(worker_acls(settings_of(names), "exactly_once")) - 1
+    rules = [
+        rule for rule in worker_acls(settings_of(names).sections.kafka, "exactly_once") if rule != missing
+    ]
+    assert len(rules) == len(worker_acls(settings_of(names).sections.kafka, "exactly_once")) - 1
     apply_acls(admin, principal, rules)
 
 
@@ -221,7 +234,11 @@ def test_mtls_client_of_our_ca_gets_in_and_one_from_another_ca_is_refused_at_the
         "security_protocol": "SSL",
         "ssl_ca_location": tls.ca,
     }
-    apply_acls(secure_broker.admin_conf(), "User:worker", worker_acls(settings_of(names), "at_least_once"))
+    apply_acls(
+        secure_broker.admin_conf(),
+        "User:worker",
+        worker_acls(settings_of(names).sections.kafka, "at_least_once"),
+    )
     ours = WorkerSettings(
         **base, ssl_certificate_location=tls.cert("worker"), ssl_key_location=tls.key("worker")
     )

@@ -57,7 +57,7 @@ def test_the_worker_serves_the_api_while_it_consumes(
     )
     stop = threading.Event()
     worker = SentimentWorker(
-        settings,
+        settings.sections,
         labeller_for(model, settings, ModelRef(name=model.name, version=model.version)),
         registry=CollectorRegistry(),
         stop=stop,

@@ -37,7 +37,9 @@ def test_out_of_memory_window_becomes_dead_letters_and_the_stream_goes_on(
     settings = make_settings(kafka_bootstrap, names, max_window_messages=WINDOW, max_batch_tokens=4096)
     registry = CollectorRegistry()
     worker = SentimentWorker(
-        settings, labeller_for(model, settings, ModelRef(name="tiny", version="1")), registry=registry
+        settings.sections,
+        labeller_for(model, settings, ModelRef(name="tiny", version="1")),
+        registry=registry,
     )
     summaries: list[Any] = []
     thread = threading.Thread(target=lambda: summaries.append(worker.run()), daemon=True)

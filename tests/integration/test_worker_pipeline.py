@@ -204,7 +204,7 @@ def test_a_window_longer_than_max_poll_interval_keeps_the_partitions(
     registry = CollectorRegistry()
     slow = SlowedClassifier(tiny_classifier, delay_s=1.0)
     worker = SentimentWorker(
-        settings, labeller_for(slow, settings, ModelRef(name="slow", version="1")), registry=registry
+        settings.sections, labeller_for(slow, settings, ModelRef(name="slow", version="1")), registry=registry
     )
 
     summary = worker.run(max_messages=len(reviews))
@@ -234,7 +234,7 @@ def test_lag_seconds_is_the_age_of_the_oldest_unfinished_message(
     settings = make_settings(kafka_bootstrap, names, max_batch_size=1, max_window_messages=1)
     registry = CollectorRegistry()
     worker = SentimentWorker(
-        settings,
+        settings.sections,
         labeller_for(SlowedClassifier(tiny_classifier, 0.8), settings, ModelRef(name="slow", version="1")),
         registry=registry,
     )
@@ -299,7 +299,7 @@ def test_auto_token_budget_is_calibrated_at_start_up_then_read_from_the_cache(
     for _ in range(2):
         registry = CollectorRegistry()
         worker = SentimentWorker(
-            settings,
+            settings.sections,
             labeller_for(tiny_classifier, settings, ModelRef(name="t", version="1")),
             registry=registry,
         )

@@ -116,7 +116,7 @@ def test_readyz_flips_after_warm_up_and_assignment_and_metrics_count(
     names = topics()
     settings = make_settings(kafka_bootstrap, names).model_copy(update={"http_port": free_port()})
     worker = SentimentWorker(
-        settings, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
+        settings.sections, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
     )
     assert worker.health.readiness()[0] is False  # nothing loaded, nothing assigned yet
     thread = threading.Thread(target=worker.run, kwargs={"idle_exit_s": 60})

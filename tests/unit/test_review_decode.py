@@ -329,7 +329,8 @@ def test_decode_agrees_with_review_input_schema(payload: dict[str, Any]) -> None
 
 
 def test_text_and_id_are_read_from_the_fields_the_settings_name() -> None:
-    options = DecodeOptions.from_settings(WorkerSettings(text_field="content", id_field="review_id"))
+    s = WorkerSettings(text_field="content", id_field="review_id").sections
+    options = DecodeOptions.from_settings(s.registry, s.limits)
     value = '{"review_id": 17, "content": "很好吃", "shop": "s1", "text": "not the review"}'.encode()
 
     review = decode_review(

@@ -1,5 +1,5 @@
 """docs/settings.md and the README's short settings table are what docs/settings_table.py makes of
-worker/config.py now (a new or changed setting without `make docs` fails here), and the generator names
+worker/config/fields.py now (a new or changed setting without `make docs` fails here), and the generator names
 environment variables and defaults as pydantic-settings reads them."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ gen = _load_generator()
 
 def test_committed_settings_docs_are_current() -> None:
     stale = [str(path.relative_to(ROOT)) for path in gen.stale_files()]
-    assert not stale, f"{stale} differ from worker/config.py: run `make docs` and commit the result"
+    assert not stale, f"{stale} differ from worker/config/fields.py: run `make docs` and commit the result"
 
 
 def test_settings_doc_has_one_row_per_setting_in_class_order() -> None:

@@ -56,7 +56,14 @@ from worker.bench.worker_process import (
     served_inference,
     start_worker,
 )
-from worker.config import WorkerSettings
+from worker.config import (
+    BatchingSettings,
+    KafkaSettings,
+    ModelSettings,
+    SecuritySettings,
+    WorkerSettings,
+    librdkafka_common,
+)
 from worker.inference.batch_shape import batch_size_cap
 from worker.inference.classifier import Classifier
 from worker.inference.engine import EngineOptions
@@ -272,18 +279,22 @@ def steady_rate(append_ms: Sequence[int], trim: float = 0.1) -> float | None:
 
 # ----- phase 3: predict -----
 def predict_pairs(
-    settings: WorkerSettings, texts: Sequence[str], options: BenchOptions, workdir: Path
+    model: ModelSettings,
+    batching: BatchingSettings,
+    texts: Sequence[str],
+    options: BenchOptions,
+    workdir: Path,
 ) -> PredictPairs:
     """`sentiment-worker predict` on the first P and 2P `texts`, prepared: the worker's model and served
     inference settings (a `--config` file), its batch size and token budget."""
     return PredictPairs(
         texts,
         options.predict_messages,
-        model=settings.model,
-        device=settings.device,
-        max_batch_size=settings.max_batch_size if "max_batch_size" in settings.model_fields_set else None,
-        max_batch_tokens=settings.max_batch_tokens,
-        config={"log_level": "WARNING", **served_inference(settings)},
+        model=model.model,
+        device=model.device,
+        max_batch_size=batching.max_batch_size if batching.max_batch_size_given else None,
+        max_batch_tokens=batching.max_batch_tokens,
+        config={"log_level": "WARNING", **served_inference(model)},
         env=child_env(),
         workdir=workdir,
         timeout_s=options.worker_timeout_s,
@@ -311,13 +322,15 @@ def drains_and_predict_pairs(
 
 
 # ----- phase 4: the naive loop -----
-def bench_naive(settings: WorkerSettings, classifier: Any, topic: str, count: int, prefix: str) -> Phase:
+def bench_naive(
+    kafka: KafkaSettings, security: SecuritySettings, classifier: Any, topic: str, count: int, prefix: str
+) -> Phase:
     """One message at a time: consume 1, tokenize, pad to 128, infer, produce, flush (the seed's loop).
 
     The padded positions are appended pad ids (attended, unlike the original's masked padding: the same
     compute, slightly different probabilities); only the throughput is measured.
     """
-    common = settings.librdkafka_common()
+    common = librdkafka_common(kafka, security)
     out_topic = f"{prefix}-naive-results"
     create_run_topics(common, [out_topic], 1)
     consumer = Consumer({**common, "group.id": f"{prefix}-naive", "auto.offset.reset": "earliest"})
@@ -410,6 +423,32 @@ def _percentiles(values: Sequence[float]) -> dict[str, float | None]:
 
 
 # ----- the whole run -----
+def report_head(
+    classifier: Classifier,
+    options: BenchOptions,
+    tuned_from: str,
+    max_batch_tokens: int,
+    max_batch_size: int | None,
+    batching: BatchingSettings,
+) -> dict[str, Any]:
+    """The report's first keys: when, the model, the options, the batch and window shape, the machine."""
+    return {
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "model": {
+            "name": getattr(classifier, "name", "?"),
+            "version": getattr(classifier, "version", "?"),
+            "max_seq_len": getattr(classifier, "max_seq_len", None),
+            "device": str(getattr(getattr(classifier, "device", None), "paddle_device", "?")),
+        },
+        "options": asdict(options),
+        "max_batch_tokens": max_batch_tokens,
+        "max_batch_tokens_from": tuned_from,
+        "max_batch_size": max_batch_size,
+        "max_window_messages": batching.max_window_messages,
+        "machine": {"cpus": os.cpu_count()},
+    }
+
+
 def run_bench(
     settings: WorkerSettings,
     classifier: Classifier,
@@ -424,7 +463,8 @@ def run_bench(
     if options.max_batch_size is not None:
         sizes["max_batch_size"] = options.max_batch_size
     settings = settings.model_copy(update=sizes)
-    max_batch_size = batch_size_cap(settings, classifier)  # None on a GPU unless --max-batch-size
+    s = settings.sections
+    max_batch_size = batch_size_cap(s.batching, s.model, classifier)  # None on a GPU unless --max-batch-size
     prefix = f"bench-{datetime.now(timezone.utc):%Y%m%d%H%M%S}-{os.getpid()}"
     texts = review_texts(
         max(
@@ -435,35 +475,25 @@ def run_bench(
         ),
         options.seed,
     )
-    report: dict[str, Any] = {
-        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "model": {
-            "name": getattr(classifier, "name", "?"),
-            "version": getattr(classifier, "version", "?"),
-            "max_seq_len": getattr(classifier, "max_seq_len", None),
-            "device": str(getattr(getattr(classifier, "device", None), "paddle_device", "?")),
-        },
-        "options": asdict(options),
-        "max_batch_tokens": max_batch_tokens,
-        "max_batch_tokens_from": tuned_from,
-        "max_batch_size": max_batch_size,
-        "max_window_messages": settings.max_window_messages,
-        "machine": {"cpus": os.cpu_count()},
-    }
+    report = report_head(classifier, options, tuned_from, max_batch_tokens, max_batch_size, s.batching)
     say(f"model-only: {options.model_only_messages} reviews at {max_batch_tokens} tokens per batch")
     model_only = bench_model_only(
         classifier,
         texts[: options.model_only_messages],
-        window=settings.max_window_messages,
+        window=s.batching.max_window_messages,
         max_batch_size=max_batch_size,
         max_batch_tokens=max_batch_tokens,
-        queued_windows=settings.max_queued_windows,
+        queued_windows=s.batching.max_queued_windows,
     )
     report["model_only"] = phase_json(model_only)
     with tempfile.TemporaryDirectory(prefix="sentiment-bench-") as tmp:
         workdir = Path(tmp)
         try:
-            pairs = predict_pairs(settings, texts, options, workdir) if options.predict_messages else None
+            pairs = (
+                predict_pairs(s.model, s.batching, texts, options, workdir)
+                if options.predict_messages
+                else None
+            )
             drains, report["predict"] = drains_and_predict_pairs(
                 lambda i: bench_end_to_end(
                     settings, texts[: options.messages], options, prefix, workdir, say, f"e2e{i or ''}"
@@ -476,7 +506,7 @@ def run_bench(
             report["end_to_end"] = phase_json(e2e)
             say(f"naive loop: {options.naive_messages} reviews one at a time")
             naive_count = min(options.naive_messages, options.messages)
-            naive = bench_naive(settings, classifier, f"{prefix}-e2e-reviews", naive_count, prefix)
+            naive = bench_naive(s.kafka, s.security, classifier, f"{prefix}-e2e-reviews", naive_count, prefix)
             report["naive"] = phase_json(naive)
             rate = options.rate_per_s or max(1.0, round(0.5 * e2e.messages_per_second))
             latency = bench_latency(

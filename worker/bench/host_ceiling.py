@@ -329,20 +329,21 @@ def run_host_ceiling(
     prefix = f"bench-hc-{datetime.now(timezone.utc):%Y%m%d%H%M%S}-{os.getpid()}"
     texts = review_texts(options.messages, options.seed)
     common = settings.librdkafka_common()
+    batching = settings.sections.batching
     report: dict[str, Any] = {
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "instrument": "host-ceiling",
         "model": {
             "backend": "identity",
             "name": IDENTITY_MODEL_NAME,
-            "tokenizer_from": settings.model,
+            "tokenizer_from": settings.sections.model.model,
             "note": "no inference: the directory's tokenizer, then fixed probabilities",
         },
         "options": asdict(options),
-        "max_batch_tokens": settings.max_batch_tokens,
-        "max_batch_size": settings.max_batch_size,
-        "max_window_messages": settings.max_window_messages,
-        "max_wait_ms": settings.max_wait_ms,
+        "max_batch_tokens": batching.max_batch_tokens,
+        "max_batch_size": batching.max_batch_size,
+        "max_window_messages": batching.max_window_messages,
+        "max_wait_ms": batching.max_wait_ms,
         "machine": {"cpu": cpu_identity(), "cpu_description": cpu_description(), "cpus": os.cpu_count()},
     }
     drains: list[Phase] = []

@@ -33,7 +33,7 @@ from worker.bench.bench import bench_model_only, review_texts
 from worker.bench.http_load import closed_loop, open_loop
 from worker.bench.naive_http import NAIVE_PATH
 from worker.bench.worker_process import cpu_seconds, free_port, rss_bytes, scrape_metrics, served_inference
-from worker.config import WorkerSettings
+from worker.config import BatchingSettings, ModelSettings
 from worker.inference.batch_shape import batch_size_cap
 from worker.inference.classifier import Classifier
 
@@ -128,24 +128,26 @@ class ServerProcess:
         return self.stderr_path.read_text(errors="replace")[-chars:]
 
 
-def server_env(settings: WorkerSettings, max_batch_tokens: int, max_wait_ms: int) -> dict[str, str]:
+def server_env(
+    model: ModelSettings, batching: BatchingSettings, max_batch_tokens: int, max_wait_ms: int
+) -> dict[str, str]:
     """The servers' environment: this run's model, inference (as in the model-only phase) and batching,
     warnings only."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SENTIMENT_")}
-    for key, value in served_inference(settings).items():
+    for key, value in served_inference(model).items():
         if value is not None:
             env[f"SENTIMENT_{key.upper()}"] = str(value)
     env.update(
         {
-            "SENTIMENT_MODEL": settings.model,
-            "SENTIMENT_DEVICE": settings.device,
+            "SENTIMENT_MODEL": model.model,
+            "SENTIMENT_DEVICE": model.device,
             "SENTIMENT_MAX_BATCH_TOKENS": str(max_batch_tokens),
             "SENTIMENT_HTTP_MAX_WAIT_MS": str(max_wait_ms),
             "SENTIMENT_LOG_LEVEL": "WARNING",
         }
     )
-    if "max_batch_size" in settings.model_fields_set:  # else the server's own default for its device
-        env["SENTIMENT_MAX_BATCH_SIZE"] = str(settings.max_batch_size)
+    if batching.max_batch_size_given:  # else the server's own default for its device
+        env["SENTIMENT_MAX_BATCH_SIZE"] = str(batching.max_batch_size)
     return env
 
 
@@ -162,7 +164,8 @@ def direct_call_p50_ms(classifier: Classifier, texts: Sequence[str]) -> float:
 
 
 def run_http_bench(
-    settings: WorkerSettings,
+    model: ModelSettings,
+    batching: BatchingSettings,
     classifier: Classifier,
     options: HttpBenchOptions,
     *,
@@ -177,8 +180,8 @@ def run_http_bench(
     model_only = bench_model_only(
         classifier,
         texts[: options.model_only_messages],
-        window=settings.max_window_messages,
-        max_batch_size=batch_size_cap(settings, classifier),
+        window=batching.max_window_messages,
+        max_batch_size=batch_size_cap(batching, model, classifier),
         max_batch_tokens=max_batch_tokens,
     )
     model_cpu_ms = (time.process_time() - cpu_before) * 1000 / options.model_only_messages
@@ -186,7 +189,7 @@ def run_http_bench(
     report: dict[str, Any] = {
         "model": {"name": getattr(classifier, "name", "?"), "version": getattr(classifier, "version", "?")},
         "max_batch_tokens": max_batch_tokens,
-        "max_batch_size": batch_size_cap(settings, classifier),
+        "max_batch_size": batch_size_cap(batching, model, classifier),
         "max_wait_ms": options.max_wait_ms,
         "http_max_queued_texts": options.overload_queue_texts,
         "model_only": {
@@ -196,7 +199,7 @@ def run_http_bench(
         "cpu_cores": len(os.sched_getaffinity(0)),
         "direct_call_p50_ms": round(direct_p50, 2),
     }
-    env = server_env(settings, max_batch_tokens, options.max_wait_ms)
+    env = server_env(model, batching, max_batch_tokens, options.max_wait_ms)
     bodies = [{"text": text} for text in texts[: options.requests]]
     batched_env = {**env, "SENTIMENT_HTTP_MAX_QUEUED_TEXTS": str(options.overload_queue_texts)}
     report["batched"] = _bench_server(

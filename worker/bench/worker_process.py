@@ -20,7 +20,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from worker.config import WorkerSettings
+from worker.config import ModelSettings, WorkerSettings
 from worker.errors import OperationError
 
 REFUSAL_PREFIX = "sentiment-worker run: error:"
@@ -241,18 +241,18 @@ def rss_summary(samples: list[dict[str, float]], total: int) -> dict[str, Any]:
     }
 
 
-def served_inference(settings: WorkerSettings) -> dict[str, Any]:
+def served_inference(model: ModelSettings) -> dict[str, Any]:
     """The settings a measured subprocess (worker or server) must share with the model-only phase for the
     two to measure the same inference: backend (and whether the identity one may serve), precision,
     tokenizer, long-text rule, math threads."""
     return {
-        "backend": settings.backend,
-        "use_bf16": settings.use_bf16,
-        "tokenizer": settings.tokenizer,
-        "long_text": settings.long_text,
-        "cpu_threads": settings.cpu_threads,
-        "cpu_threads_per_call": settings.cpu_threads_per_call,
-        "allow_identity_model": settings.allow_identity_model,
+        "backend": model.backend,
+        "use_bf16": model.use_bf16,
+        "tokenizer": model.tokenizer,
+        "long_text": model.long_text,
+        "cpu_threads": model.cpu_threads,
+        "cpu_threads_per_call": model.cpu_threads_per_call,
+        "allow_identity_model": model.allow_identity_model,
     }
 
 
@@ -266,19 +266,26 @@ def start_worker(
 ) -> WorkerProcess:
     """`sentiment-worker run` with the bench's settings (a config file plus flags), metrics on a free port."""
     config = workdir / f"worker-{topics['group']}.json"
-    shape = ("max_batch_size", "max_batch_tokens", "max_window_messages", "max_wait_ms")
+    s = settings.sections
+    batching = s.batching
+    shape = {
+        "max_batch_size": (batching.max_batch_size, batching.max_batch_size_given),
+        "max_batch_tokens": (batching.max_batch_tokens, batching.max_batch_tokens_given),
+        "max_window_messages": (batching.max_window_messages, batching.max_window_messages_given),
+        "max_wait_ms": (batching.max_wait_ms, batching.max_wait_ms_given),
+    }
     values = {
         # Only the batch and window shape the bench was given: the others are the worker's own defaults
         # for its device (on a GPU: no count cap, windows that fill the token budget).
-        **{name: getattr(settings, name) for name in shape if name in settings.model_fields_set},
+        **{name: value for name, (value, given) in shape.items() if given},
         "log_level": "WARNING",
-        **served_inference(settings),
+        **served_inference(s.model),
     }
     config.write_text(json.dumps(values))
     args = [
         "--config", str(config),
-        "--bootstrap-servers", settings.bootstrap_servers, "--input-topic", topics["reviews"],
+        "--bootstrap-servers", s.kafka.bootstrap_servers, "--input-topic", topics["reviews"],
         "--output-topic", topics["results"], "--dlq-topic", topics["dlq"], "--group-id", topics["group"],
-        "--model", settings.model, "--device", settings.device, "--max-messages", str(max_messages),
+        "--model", s.model.model, "--device", s.model.device, "--max-messages", str(max_messages),
     ]  # fmt: skip
     return WorkerProcess(child_env(), workdir, f"worker-{topics['group']}", *args, http_port=free_port())

@@ -96,15 +96,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return bench_host_ceiling(args)
     options = bench_options(args)  # before the model loads: a bad flag fails at once
     settings = settings_from_args(args)
+    s = settings.sections
     configure_logging("WARNING")
-    classifier = load_classifier_for(settings)
+    classifier = load_classifier_for(s.model, s.batching)
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
     try:  # the tuned budget unless --max-batch-tokens names one (whatever SENTIMENT_MAX_BATCH_TOKENS says)
         choice = choose_token_budget(
-            settings,
+            s.batching,
+            s.model,
             classifier,
             requested=args.max_batch_tokens if args.max_batch_tokens is not None else "auto",
             progress=say,
@@ -114,7 +116,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     budget = choice.max_batch_tokens
     source = "--max-batch-tokens" if args.max_batch_tokens is not None else choice.source
     if args.http:
-        return bench_http(args, settings, classifier, budget, say)
+        return bench_http(args, s, classifier, budget, say)
     report = run_bench(settings, classifier, options, max_batch_tokens=budget, tuned_from=source, say=say)
     print(format_table(report), flush=True)
     path = args.json or Path(f"bench-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}.json")
@@ -187,7 +189,7 @@ def bench_host_ceiling(args: argparse.Namespace) -> int:
     return EXIT_OK if conserved(report) else EXIT_FAILED
 
 
-def bench_http(args: argparse.Namespace, settings: Any, classifier: Any, budget: int, say: Any) -> int:
+def bench_http(args: argparse.Namespace, sections: Any, classifier: Any, budget: int, say: Any) -> int:
     from worker.bench.http_bench import HttpBenchOptions, format_http_table, run_http_bench
 
     make = HttpBenchOptions.quick if args.quick else HttpBenchOptions
@@ -201,7 +203,8 @@ def bench_http(args: argparse.Namespace, settings: Any, classifier: Any, budget:
     options = make(**{k: v for k, v in overrides.items() if v is not None})
     stamp = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}"
     report = run_http_bench(
-        settings,
+        sections.model,
+        sections.batching,
         classifier,
         options,
         max_batch_tokens=budget,
@@ -225,14 +228,14 @@ def serve_naive(args: argparse.Namespace) -> int:
     from worker.bench.naive_http import build_naive_app
     from worker.http.server import HttpServer
 
-    settings = settings_from_args(args)
+    s = settings_from_args(args).sections
     rest_idle_threads()  # before Paddle loads (load_model), as `serve` does
-    configure_logging(settings.log_level)
+    configure_logging(s.observability.log_level)
     stop = threading.Event()
     reinstall = install_stop_handlers(stop.set)
-    loaded = load_model(settings)
+    loaded = load_model(s.model, s.batching)
     reinstall()  # loading Paddle replaced them
-    server = HttpServer(build_naive_app(loaded.classifier, loaded.ref), settings.http_host, args.naive_server)
+    server = HttpServer(build_naive_app(loaded.classifier, loaded.ref), s.http.http_host, args.naive_server)
     host, port = server.address
     print(json.dumps({"listening": f"http://{host}:{port}"}), flush=True)
     while not stop.wait(0.5):

@@ -38,7 +38,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     configure_logging("WARNING")
 
     def predict(directory: Path, texts: Sequence[str]) -> Any:
-        classifier = load_classifier_for(settings_for_model(str(directory), args.device, None))
+        sections = settings_for_model(str(directory), args.device, None).sections
+        classifier = load_classifier_for(sections.model, sections.batching)
         return predict_probs(classifier, texts, args.batch_size)[0]
 
     report = calibrate(args.model, predict, lambda line: print(line, flush=True))

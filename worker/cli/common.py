@@ -90,7 +90,8 @@ def settings_from_args(args: argparse.Namespace) -> WorkerSettings:
     except ValueError as exc:
         raise ConfigurationError(str(exc)) from None
     # Before logging is configured these go to stderr as bare lines (logging's last resort handler).
-    serves_api = settings.http_port > 0 and (getattr(args, "command", None) == "serve" or settings.http_api)
+    http = settings.sections.http
+    serves_api = http.http_port > 0 and (getattr(args, "command", None) == "serve" or http.http_api)
     for warning in environment_warnings(settings, os.environ, serves_api=serves_api):
         log.warning("%s", warning)
     return settings
@@ -121,7 +122,8 @@ def evaluate_model(
     """`evaluate`'s report of `model` on labelled `examples` read from `path` (evaluate and promote)."""
     from worker.training.evaluate import evaluate
 
-    classifier = load_classifier_for(settings_for_model(model, device, max_seq_len))
+    sections = settings_for_model(model, device, max_seq_len).sections
+    classifier = load_classifier_for(sections.model, sections.batching)
     return evaluate(
         classifier,
         examples,

@@ -23,8 +23,9 @@ def register(subparsers: Subparsers) -> None:
 
 def cmd_lag(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    topic = args.topic or settings.input_topic
-    lag = measure_lag(settings.librdkafka_common(), settings.group_id, topic, timeout_s=args.timeout_s)
+    kafka = settings.sections.kafka
+    topic = args.topic or kafka.input_topic
+    lag = measure_lag(settings.librdkafka_common(), kafka.group_id, topic, timeout_s=args.timeout_s)
     if args.json:
         print(json.dumps(lag.to_json(), ensure_ascii=False), flush=True)
     else:

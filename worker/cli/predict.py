@@ -64,21 +64,25 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if args.input is not None and not args.input.is_file():
         raise ConfigurationError(f"no such file: {args.input}")
     settings = settings_from_args(args)
+    s = settings.sections
     source = ReviewFile(
         args.input,
         args.format,
         stream=_stdin_bytes() if args.input is None else None,
         text_field=args.text_field,
         id_field=args.id_field,
-        max_text_chars=settings.max_text_chars,
-        max_value_bytes=settings.max_value_bytes,
-        max_json_depth=settings.max_json_depth,
+        max_text_chars=s.limits.max_text_chars,
+        max_value_bytes=s.limits.max_value_bytes,
+        max_json_depth=s.limits.max_json_depth,
     )
-    loaded = load_model(settings)
+    loaded = load_model(s.model, s.batching)
     freeze_loaded_heap()
     sizes = {"max_batch_size": args.batch_size, "max_batch_tokens": args.max_batch_tokens}
     given = {name: value for name, value in sizes.items() if value is not None}
-    options = EngineOptions.from_settings(settings.model_copy(update=given), loaded.classifier)
+    batching = settings.model_copy(update=given).sections.batching
+    options = EngineOptions.from_settings(
+        batching, s.model, loaded.classifier, shutdown_timeout_s=s.delivery.shutdown_timeout_s
+    )
     labeller = Labeller(loaded, options, name="predict")
     bar = (
         ProgressBar(source.total_bytes, sys.stderr)

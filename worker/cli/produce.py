@@ -71,7 +71,8 @@ def register(subparsers: Subparsers) -> None:
 
 def cmd_produce(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    topic = args.topic or settings.input_topic
+    s = settings.sections
+    topic = args.topic or s.kafka.input_topic
     if args.from_line < 1:
         raise ConfigurationError(f"--from-line {args.from_line}: lines are numbered from 1")
     fmt = value_format(args.format, args.schema)
@@ -80,12 +81,12 @@ def cmd_produce(args: argparse.Namespace) -> int:
         "auto" if args.format in REGISTRY_FORMATS else args.format,  # the file's own format, or by its name
         text_field=args.text_field,
         id_field=args.id_field,
-        max_text_chars=settings.max_text_chars,
-        max_value_bytes=settings.max_value_bytes,
-        max_json_depth=settings.max_json_depth,
+        max_text_chars=s.limits.max_text_chars,
+        max_value_bytes=s.limits.max_value_bytes,
+        max_json_depth=s.limits.max_json_depth,
     )
-    fields = MessageFields(text=settings.text_field, id=settings.id_field)
-    encode = value_encoder(settings, fmt, args.schema, topic) if fmt is not None else None
+    fields = MessageFields(text=s.registry.text_field, id=s.registry.id_field)
+    encode = value_encoder(s.registry, fmt, args.schema, topic) if fmt is not None else None
     checked = check_file(file, fields, from_line=args.from_line, encode=encode)
     if checked.bad and not args.skip_bad:
         raise FeedFileError(file.name, None, checked.refusal(file.name))

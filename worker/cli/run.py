@@ -87,7 +87,7 @@ def run_processes(args: argparse.Namespace) -> int:
     """`run --processes N`: N `run` processes supervised (worker.runtime.processes); their summaries added up
     are printed; a failed process stopped the others and is the error (its exit code's category)."""
     settings = settings_from_args(args)  # checked once here, and what the plan is logged from
-    configure_logging(settings.log_level)
+    configure_logging(settings.sections.observability.log_level)
     summary, failure = supervise(settings, args.processes, lambda index: process_command(args, index))
     print(json.dumps(summary, ensure_ascii=False), flush=True)
     if failure is None:

@@ -25,7 +25,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from worker.runtime.root import serve
 
     settings = settings_from_args(args)
-    if not settings.http_port:
+    if not settings.sections.http.http_port:
         raise ConfigurationError("serve needs an HTTP port (SENTIMENT_HTTP_PORT / --http-port, not 0)")
 
     def listening(address: tuple[str, int]) -> None:

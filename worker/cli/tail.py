@@ -36,7 +36,8 @@ def register(subparsers: Subparsers) -> None:
 
 def cmd_tail(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    topic = args.topic or (settings.dlq_topic if args.dlq else settings.output_topic)
+    kafka, registry = settings.sections.kafka, settings.sections.registry
+    topic = args.topic or (kafka.dlq_topic if args.dlq else kafka.output_topic)
     records = tail_records(
         settings.librdkafka_common(),
         topic,
@@ -44,7 +45,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
         max_messages=args.max_messages,
         idle_exit_s=args.idle_exit_s,
     )
-    reader = ValueReader(settings) if settings.schema_registry_url else None
+    reader = ValueReader(registry) if registry.schema_registry_url else None
 
     def row(record: TailedRecord) -> dict[str, Any]:
         # With a registry: values in its wire format (Avro, JSON Schema, Protobuf) are decoded first.

@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from worker.cli.common import EXIT_FAILED, EXIT_OK, Subparsers, add_settings_flags, settings_from_args
-from worker.config import WorkerSettings
+from worker.config import KafkaSettings
 from worker.errors import ConfigurationError, OperationError
 from worker.tools.acls import apply_acls, worker_acls
 from worker.tools.topics import (
@@ -76,14 +76,15 @@ def register(subparsers: Subparsers) -> None:
 
 def cmd_topics_create(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
+    kafka = settings.sections.kafka
     conf = settings.librdkafka_common()
-    outcome = create_topics(conf, [settings.input_topic], partitions=args.partitions)
+    outcome = create_topics(conf, [kafka.input_topic], partitions=args.partitions)
     # A dead letter carries its input's value plus headers, so the output topics accept larger records
     # than the input topic's default (1 MiB), as `run` checks at start-up; larger ones still become dead
     # letters without key and value.
     outcome |= create_topics(
         conf,
-        [settings.output_topic, settings.dlq_topic],
+        [kafka.output_topic, kafka.dlq_topic],
         partitions=args.partitions,
         config={"max.message.bytes": str(OUTPUT_TOPIC_MAX_MESSAGE_BYTES)},
     )
@@ -96,14 +97,15 @@ def cmd_topics_acls(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     if not args.principal.startswith("User:") or args.principal == "User:":
         raise ConfigurationError(f"--principal must look like User:NAME, got {args.principal!r}")
-    rules = worker_acls(settings, args.delivery)
+    kafka, delivery = settings.sections.kafka, args.delivery or settings.sections.delivery.delivery
+    rules = worker_acls(kafka, delivery)
     if args.apply:
         created = apply_acls(settings.librdkafka_common(), args.principal, rules)
-        print(f"{created} ACLs for {args.principal} in place ({args.delivery or settings.delivery})")
+        print(f"{created} ACLs for {args.principal} in place ({delivery})")
         return EXIT_OK
-    print(f"# {args.principal}, delivery={args.delivery or settings.delivery}: least privilege, nothing else")
+    print(f"# {args.principal}, delivery={delivery}: least privilege, nothing else")
     for rule in rules:
-        print(rule.kafka_acls_line(args.principal, settings.bootstrap_servers) + f"  # {rule.why}")
+        print(rule.kafka_acls_line(args.principal, kafka.bootstrap_servers) + f"  # {rule.why}")
     return EXIT_OK
 
 
@@ -120,13 +122,14 @@ def cmd_topics_list(args: argparse.Namespace) -> int:
 
 def cmd_topics_delete(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
+    kafka = settings.sections.kafka
     conf = settings.librdkafka_common()
     existing = list_topic_names(conf)
     if args.topic:
         targets = matching_topics(list(existing), args.topic)
         missing = [] if targets else [" or ".join(args.topic)]
     else:
-        wanted = _worker_topics(settings)
+        wanted = _worker_topics(kafka)
         targets = [name for name in wanted if name in existing]
         missing = [name for name in wanted if name not in existing]
     if missing and not args.if_exists:
@@ -137,11 +140,11 @@ def cmd_topics_delete(args: argparse.Namespace) -> int:
     if not targets:
         print("nothing to delete")
         return EXIT_OK
-    in_use = consumers_of(conf, [*targets, settings.input_topic])
+    in_use = consumers_of(conf, [*targets, kafka.input_topic])
     # A worker consuming the settings' input topic writes to their output and dead-letter topics.
-    workers = [c for c in in_use.get(settings.input_topic, []) if c.group == settings.group_id]
+    workers = [c for c in in_use.get(kafka.input_topic, []) if c.group == kafka.group_id]
     busy = {name: in_use[name] for name in targets if name in in_use}
-    for name in (settings.output_topic, settings.dlq_topic):
+    for name in (kafka.output_topic, kafka.dlq_topic):
         if workers and name in targets:
             busy.setdefault(name, workers)
     if busy and not args.force:
@@ -159,8 +162,8 @@ def cmd_topics_delete(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _worker_topics(settings: WorkerSettings) -> list[str]:
-    return list(dict.fromkeys([settings.input_topic, settings.output_topic, settings.dlq_topic]))
+def _worker_topics(kafka: KafkaSettings) -> list[str]:
+    return list(dict.fromkeys([kafka.input_topic, kafka.output_topic, kafka.dlq_topic]))
 
 
 def _who(consumers: list[TopicConsumer]) -> str:

@@ -35,12 +35,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from worker.inference.tuning import TuneOptions, cache_path, device_description, tune
     from worker.tools.tune import format_report
 
-    settings = settings_from_args(args)
-    configure_logging(settings.log_level if settings.log_level != "INFO" else "WARNING")
-    classifier = load_classifier_for(settings)
+    s = settings_from_args(args).sections
+    log_level = s.observability.log_level
+    configure_logging(log_level if log_level != "INFO" else "WARNING")
+    classifier = load_classifier_for(s.model, s.batching)
     try:
         options = TuneOptions.from_settings(
-            settings,
+            s.batching,
             classifier.max_seq_len,
             vram_budget_mb=args.vram_budget_mb,
             vram_budget_fraction=args.vram_budget_fraction,

@@ -43,7 +43,7 @@ from schemas.http_api import (
 )
 from schemas.review_input import Review
 from schemas.sentiment_result import ModelRef
-from worker.config import WorkerSettings
+from worker.config import HttpSettings, LimitsSettings
 from worker.health import HealthState, endpoint_answer
 from worker.http.admission import AdmissionClosed, Overloaded, RequestAdmission, RequestOutcome
 from worker.http.connections import REFUSED_STATUS
@@ -78,20 +78,23 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 class ApiState:
-    """What the routes use: settings, health, metrics, and (once the model is warm) the admission."""
+    """What the routes use: the http section and the input limits, health, metrics, and (once the model is
+    warm) the admission."""
 
     def __init__(
         self,
-        settings: WorkerSettings,
+        http: HttpSettings,
+        limits: LimitsSettings,
         registry: CollectorRegistry,
         health: HealthState,
         http_metrics: HttpMetrics,
     ) -> None:
-        self.settings = settings
+        self.http = http
+        self.limits = limits
         self.registry = registry
         self.health = health
         self.http_metrics = http_metrics
-        self._limits = RequestLimits.from_settings(settings)
+        self._limits = RequestLimits.from_settings(http, limits)
         self._admission: RequestAdmission | None = None
         self._labels: list[str] = []
         self._metrics: WorkerMetrics | None = None  # set by attach
@@ -125,7 +128,7 @@ class ApiState:
         admission = self._admission
         if admission is None:
             return error_response(503, "not_ready", "the model is still loading", retry_after_s=1)
-        timeout_s = self.settings.http_request_timeout_s
+        timeout_s = self.http.http_request_timeout_s
         reviews = [Review(item.id, item.text, {}) for item in items if item.problem is None]
         outcome = RequestOutcome(
             outputs=[], model=None, queue_seconds=0.0, labelling_seconds=0.0, batch_texts=0
@@ -196,7 +199,7 @@ _HTTP_ERRORS = {404: "not_found", 405: "method_not_allowed"}
 
 def build_app(api: ApiState) -> FastAPI:
     """The FastAPI app: the API, the page, metrics and probes; guarded as the settings say."""
-    s = api.settings
+    s = api.http
     # With a token, /docs and /redoc are off: they load Swagger UI / ReDoc scripts from a CDN into this
     # origin, where the page keeps the token; /openapi.json is for token holders (ApiGuard).
     guarded = s.api_token is not None
@@ -234,7 +237,7 @@ def build_app(api: ApiState) -> FastAPI:
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page() -> HTMLResponse:
-        return HTMLResponse(render_page(s))
+        return HTMLResponse(render_page(s, api.limits))
 
     @app.get("/favicon.ico", include_in_schema=False)
     async def favicon() -> Response:

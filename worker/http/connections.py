@@ -28,7 +28,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from schemas.http_api import ErrorResponse
-from worker.config import WorkerSettings
+from worker.config import HttpSettings, WorkerSettings
 
 _LINGER_S = 1.0
 
@@ -45,13 +45,13 @@ class ConnectionLimits:
     max_connections: int
 
     @classmethod
-    def from_settings(cls, settings: WorkerSettings) -> ConnectionLimits:
+    def from_settings(cls, http: HttpSettings) -> ConnectionLimits:
         return cls(
-            max_header_bytes=settings.http_max_header_bytes,
-            header_timeout_s=settings.http_header_timeout_s,
-            body_timeout_s=settings.http_body_timeout_s,
-            keep_alive_s=settings.http_keep_alive_s,
-            max_connections=settings.http_max_connections,
+            max_header_bytes=http.http_max_header_bytes,
+            header_timeout_s=http.http_header_timeout_s,
+            body_timeout_s=http.http_body_timeout_s,
+            keep_alive_s=http.http_keep_alive_s,
+            max_connections=http.http_max_connections,
         )
 
     @classmethod

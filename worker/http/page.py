@@ -13,7 +13,7 @@ import zlib
 from functools import cache
 from importlib import resources
 
-from worker.config import WorkerSettings
+from worker.config import HttpSettings, LimitsSettings
 
 FAVICON_MEDIA_TYPE = "image/vnd.microsoft.icon"
 FOLD_CHARS = 200
@@ -25,16 +25,16 @@ _ICON_SIZE = 16
 _ICON_RGBA = (0x4B, 0x6C, 0xD6, 0xFF)  # the confidence bar's blue
 
 
-def render_page(settings: WorkerSettings) -> str:
+def render_page(http: HttpSettings, limits: LimitsSettings) -> str:
     """page.html with the limits the API enforces (it reads them from `<body data-...>`)."""
-    limits = {
-        "__MAX_TEXT_CHARS__": settings.max_text_chars,
-        "__MAX_TEXTS__": settings.http_max_texts,
-        "__MAX_BODY_BYTES__": settings.http_max_body_bytes,
+    values = {
+        "__MAX_TEXT_CHARS__": limits.max_text_chars,
+        "__MAX_TEXTS__": http.http_max_texts,
+        "__MAX_BODY_BYTES__": http.http_max_body_bytes,
         "__FOLD_CHARS__": FOLD_CHARS,
     }
     html = _PAGE.read_text(encoding="utf-8")
-    for placeholder, value in limits.items():
+    for placeholder, value in values.items():
         html = html.replace(placeholder, str(value))
     return html
 

@@ -17,7 +17,7 @@ from threading import Event
 
 from prometheus_client import CollectorRegistry
 
-from worker.config import WorkerSettings
+from worker.config import Sections
 from worker.health import HealthState
 from worker.http.admission import RequestAdmission
 from worker.http.api import ApiState, build_app
@@ -30,16 +30,18 @@ log = logging.getLogger(__name__)
 
 
 def open_api_server(
-    stack: ExitStack, settings: WorkerSettings, registry: CollectorRegistry, health: HealthState
+    stack: ExitStack, settings: Sections, registry: CollectorRegistry, health: HealthState
 ) -> tuple[ApiState, HttpServer]:
-    """The API app served on `http_host:http_port`, closed by `stack`; 503 until `attach_admission`."""
-    api = ApiState(settings, registry, health, create_http_metrics(registry))
+    """The API app served on `http_host:http_port` (the http section, the input limits; requests in progress
+    finish within shutdown_timeout_s on close), closed by `stack`; 503 until `attach_admission`."""
+    http = settings.http
+    api = ApiState(http, settings.limits, registry, health, create_http_metrics(registry))
     server = HttpServer(
         build_app(api),
-        settings.http_host,
-        settings.http_port,
-        graceful_timeout_s=settings.shutdown_timeout_s,
-        limits=ConnectionLimits.from_settings(settings),
+        http.http_host,
+        http.http_port,
+        graceful_timeout_s=settings.delivery.shutdown_timeout_s,
+        limits=ConnectionLimits.from_settings(http),
         on_refusal=lambda error: api.http_metrics.connections_refused.labels(error).inc(),
     )
     stack.callback(server.close)
@@ -53,18 +55,19 @@ def attach_admission(
     *,
     labeller: Labeller,
     metrics: WorkerMetrics,
+    shutdown_timeout_s: float,
 ) -> RequestAdmission:
     """Starts admitting requests to `labeller` and hands the admission to the API. On exit `stack` first
     closes the server (in-progress requests finish), then the admission (every accepted request is
-    answered)."""
-    s = api.settings
+    answered, within `shutdown_timeout_s`)."""
+    http = api.http
     admission = RequestAdmission(
         labeller,
-        max_wait_ms=s.http_max_wait_ms,
-        max_queued_texts=s.http_max_queued_texts,
+        max_wait_ms=http.http_max_wait_ms,
+        max_queued_texts=http.http_max_queued_texts,
         http_metrics=api.http_metrics,
     )
-    stack.callback(admission.close, s.shutdown_timeout_s)
+    stack.callback(admission.close, shutdown_timeout_s)
     stack.callback(
         server.close
     )  # runs before admission.close (LIFO); the earlier registration is then a no-op
@@ -78,19 +81,27 @@ class WorkerApi:
 
     def __init__(self) -> None:
         self._opened: tuple[ApiState, HttpServer] | None = None
+        self._shutdown_timeout_s = 0.0
 
     def open(
-        self, stack: ExitStack, settings: WorkerSettings, registry: CollectorRegistry, health: HealthState
+        self, stack: ExitStack, settings: Sections, registry: CollectorRegistry, health: HealthState
     ) -> tuple[str, int]:
         """`open_api_server`; returns the address it listens on."""
         self._opened = open_api_server(stack, settings, registry, health)
+        self._shutdown_timeout_s = settings.delivery.shutdown_timeout_s
         return self._opened[1].address
 
     def attach(self, stack: ExitStack, *, labeller: Labeller, metrics: WorkerMetrics) -> None:
         """`attach_admission` on the server `open` started."""
         if self._opened is None:
             raise RuntimeError("WorkerApi.attach() before open()")
-        attach_admission(stack, *self._opened, labeller=labeller, metrics=metrics)
+        attach_admission(
+            stack,
+            *self._opened,
+            labeller=labeller,
+            metrics=metrics,
+            shutdown_timeout_s=self._shutdown_timeout_s,
+        )
 
 
 @dataclass
@@ -108,7 +119,7 @@ class SentimentApi:
 
     def __init__(
         self,
-        settings: WorkerSettings,
+        settings: Sections,
         labeller: Labeller,
         *,
         registry: CollectorRegistry | None = None,
@@ -118,8 +129,8 @@ class SentimentApi:
         self._settings = settings
         self._labeller = labeller
         self._registry = registry if registry is not None else CollectorRegistry()
-        self._metrics = create_metrics(self._registry, low_confidence=settings.low_confidence)
-        self._health = HealthState(settings.liveness_timeout_s, kafka=False)
+        self._metrics = create_metrics(self._registry, low_confidence=settings.observability.low_confidence)
+        self._health = HealthState(settings.observability.liveness_timeout_s, kafka=False)
         self._stop = stop if stop is not None else Event()
         self._on_listening = on_listening
         self.address: tuple[str, int] | None = None
@@ -141,19 +152,26 @@ class SentimentApi:
         with ExitStack() as stack:
             api, server = open_api_server(stack, s, self._registry, self._health)
             self.address = server.address
-            docs = "/openapi.json with the token" if s.api_token is not None else "/docs"
+            docs = "/openapi.json with the token" if s.http.api_token is not None else "/docs"
             log.info(
                 "serving on http://%s:%d (/ /v1/sentiment %s /metrics /healthz /readyz)", *self.address, docs
             )
             if self._on_listening is not None:
                 self._on_listening(self.address)
             stack.enter_context(labeller)  # started and warm; closed on the way out
-            attach_admission(stack, api, server, labeller=labeller, metrics=self._metrics)
+            attach_admission(
+                stack,
+                api,
+                server,
+                labeller=labeller,
+                metrics=self._metrics,
+                shutdown_timeout_s=s.delivery.shutdown_timeout_s,
+            )
             self._health.model_warm = True
             self._metrics.ready.set(1)
             while not self._stop.wait(0.5):
                 # Alive while the model makes progress (a lane stuck in one call for longer is not).
-                if labeller.stalled_s() <= s.liveness_timeout_s:
+                if labeller.stalled_s() <= s.observability.liveness_timeout_s:
                     self._health.loop_turned()
             self._health.stopping = True
             self._metrics.ready.set(0)

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from schemas.dead_letter import DeadLetterKind
 from schemas.http_api import SentimentRequest
 from schemas.review_input import TextProblem, text_problem
-from worker.config import WorkerSettings
+from worker.config import HttpSettings, LimitsSettings
 
 _BOM: Final = "\ufeff".encode()
 _EXAMPLE: Final = 'send {"text": "..."} or {"texts": ["...", ...]}'
@@ -36,8 +36,8 @@ class RequestLimits:
     max_text_chars: int
 
     @classmethod
-    def from_settings(cls, settings: WorkerSettings) -> RequestLimits:
-        return cls(max_texts=settings.http_max_texts, max_text_chars=settings.max_text_chars)
+    def from_settings(cls, http: HttpSettings, limits: LimitsSettings) -> RequestLimits:
+        return cls(max_texts=http.http_max_texts, max_text_chars=limits.max_text_chars)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,7 @@ budget of 65,536 tokens ~42,000/s), so there, unless the user sets them:
 
 from __future__ import annotations
 
-from worker.config import WorkerSettings
+from worker.config import BatchingSettings, ModelSettings
 from worker.inference.classifier import Classifier
 
 LENGTH_MEMORY_TEXTS = 20_000
@@ -27,17 +27,14 @@ def on_gpu(classifier: Classifier | object) -> bool:
     return getattr(getattr(classifier, "device", None), "kind", "cpu") == "gpu"
 
 
-def is_set(settings: WorkerSettings, name: str) -> bool:
-    """True when the user gave setting `name` (environment, config file or flag), not its default."""
-    return name in settings.model_fields_set
-
-
-def batch_size_cap(settings: WorkerSettings, classifier: Classifier | object) -> int | None:
+def batch_size_cap(
+    batching: BatchingSettings, model: ModelSettings, classifier: Classifier | object
+) -> int | None:
     """Most texts in one inference batch: `max_batch_size` on CPU; on a GPU None (the token budget alone
     bounds a batch) unless `max_batch_size` is set or TensorRT is on (its engine takes batches up to
     `max_batch_size`)."""
-    if not on_gpu(classifier) or is_set(settings, "max_batch_size") or settings.use_tensorrt:
-        return settings.max_batch_size
+    if not on_gpu(classifier) or batching.max_batch_size_given or model.use_tensorrt:
+        return batching.max_batch_size
     return None
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 
 from schemas.dead_letter import DeadLetterKind
-from worker.config import WorkerSettings
+from worker.config import BatchingSettings, ModelSettings
 from worker.errors import OperationError
 from worker.inference.batch_plan import plan_batches
 from worker.inference.batch_shape import TextLengths, batch_size_cap
@@ -104,14 +104,20 @@ class EngineOptions:
 
     @classmethod
     def from_settings(
-        cls, settings: WorkerSettings, classifier: Classifier, *, memory_probe: MemoryProbe | None = None
+        cls,
+        batching: BatchingSettings,
+        model: ModelSettings,
+        classifier: Classifier,
+        *,
+        shutdown_timeout_s: float,
+        memory_probe: MemoryProbe | None = None,
     ) -> EngineOptions:
         """The worker's and `serve`'s options for the classifier's device: the token budget as the settings
         choose it (a number, or calibrated: `choose_token_budget`, on a GPU by default; `memory_probe`
         replaces the real device-memory probe) and the count cap (`batch_size_cap`: none on a GPU unless
         max_batch_size is set)."""
-        budget = choose_token_budget(settings, classifier, memory_probe=memory_probe).max_batch_tokens
-        return cls(batch_size_cap(settings, classifier), budget, settings.shutdown_timeout_s)
+        budget = choose_token_budget(batching, model, classifier, memory_probe=memory_probe).max_batch_tokens
+        return cls(batch_size_cap(batching, model, classifier), budget, shutdown_timeout_s)
 
 
 class Engine:

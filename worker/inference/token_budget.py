@@ -9,9 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from worker.config import WorkerSettings
+from worker.config import BatchingSettings, ModelSettings
 from worker.errors import ConfigurationError
-from worker.inference.batch_shape import is_set, on_gpu
+from worker.inference.batch_shape import on_gpu
 from worker.inference.classifier import Classifier
 from worker.inference.tuning import TuningError, resolve_token_budget
 from worker.inference.tuning.probes import MemoryProbe, memory_is_measured
@@ -37,7 +37,8 @@ class BudgetChoice:
 
 
 def choose_token_budget(
-    settings: WorkerSettings,
+    batching: BatchingSettings,
+    model: ModelSettings,
     classifier: Classifier,
     *,
     requested: int | Literal["auto"] | None = None,
@@ -51,16 +52,18 @@ def choose_token_budget(
     default (a backend whose memory the probe cannot see gets `GPU_UNMEASURED_TOKENS`). `memory_probe`
     replaces the real device-memory probe. A failed calibration is a StartupError."""
     asked = "max_batch_tokens=auto"
-    if requested is None and _gpu_default(settings, classifier):
+    if requested is None and _gpu_default(batching, classifier):
         if memory_probe is None and not memory_is_measured(classifier):
             return _unmeasured_gpu_budget(classifier)
         requested, asked = "auto", "on a GPU max_batch_tokens is calibrated unless set"
     elif requested is None:
-        requested = "auto" if settings.max_batch_tokens_auto else settings.max_batch_tokens
+        requested = "auto" if batching.max_batch_tokens_auto else batching.max_batch_tokens
     if requested != "auto":
         return BudgetChoice(requested, "max_batch_tokens")
     try:
-        result = resolve_token_budget(settings, classifier, progress=progress, memory_probe=memory_probe)
+        result = resolve_token_budget(
+            batching, model, classifier, progress=progress, memory_probe=memory_probe
+        )
     except TuningError as exc:
         raise StartupError(f"{asked}: {exc} (or set SENTIMENT_MAX_BATCH_TOKENS to a number)") from exc
     what = "device memory budget" if result.mode == "gpu-memory" else "CPU throughput (not memory)"
@@ -74,10 +77,9 @@ def choose_token_budget(
     return BudgetChoice(result.max_batch_tokens, source + (", cached" if result.from_cache else ""))
 
 
-def _gpu_default(settings: WorkerSettings, classifier: Classifier) -> bool:
+def _gpu_default(batching: BatchingSettings, classifier: Classifier) -> bool:
     """On a GPU with neither max_batch_tokens nor max_batch_tokens_auto set: calibrated, not 4,096."""
-    explicit = is_set(settings, "max_batch_tokens") or is_set(settings, "max_batch_tokens_auto")
-    return on_gpu(classifier) and not explicit
+    return on_gpu(classifier) and not batching.token_budget_given
 
 
 def _unmeasured_gpu_budget(classifier: Classifier) -> BudgetChoice:

@@ -19,7 +19,7 @@ from typing import NamedTuple, Protocol
 from confluent_kafka import KafkaException, Message
 from prometheus_client import CollectorRegistry
 
-from worker.config import WorkerSettings
+from worker.config import Sections, librdkafka_common
 from worker.health import HealthServer, HealthState
 from worker.kafka import kafka_clients
 from worker.kafka.authorization import consume_refusal, is_authorization_error
@@ -58,7 +58,7 @@ class PortApi(Protocol):
     `worker.http.serving.WorkerApi`, handed in by the caller (the run path never imports http)."""
 
     def open(
-        self, stack: ExitStack, settings: WorkerSettings, registry: CollectorRegistry, health: HealthState
+        self, stack: ExitStack, settings: Sections, registry: CollectorRegistry, health: HealthState
     ) -> tuple[str, int]:
         """Listens on `http_host:http_port` (the API says 503 until `attach`); `stack` closes it."""
         ...
@@ -84,7 +84,7 @@ class SentimentWorker:
 
     def __init__(
         self,
-        settings: WorkerSettings,
+        settings: Sections,
         labeller: Labeller,
         *,
         registry: CollectorRegistry | None = None,
@@ -93,28 +93,34 @@ class SentimentWorker:
         api: PortApi | None = None,
         clients: KafkaClients | None = None,
     ) -> None:
-        """`clients` opens the producer and the consumer (the real ones unless given: a unit test passes
-        fakes); `api` answers HTTP on the worker's port when `http_api` is on."""
-        if settings.http_api and settings.http_port and api is None:
+        """`settings`: every section but the model's (the Labeller's). `clients` opens the producer and the
+        consumer (the real ones unless given: a unit test passes fakes); `api` answers HTTP on the worker's
+        port when `http_api` is on."""
+        if settings.http.http_api and settings.http.http_port and api is None:
             raise ValueError("http_api needs the API to serve: pass api=worker.http.serving.WorkerApi()")
         self._settings = settings
         self._api = api
         self._clients = clients if clients is not None else KafkaClients()
         self._labeller = labeller
         self._registry = registry if registry is not None else CollectorRegistry()
-        self._metrics: WorkerMetrics = create_metrics(self._registry, low_confidence=settings.low_confidence)
+        self._metrics: WorkerMetrics = create_metrics(
+            self._registry, low_confidence=settings.observability.low_confidence
+        )
         self._clock = clock
-        self._health = HealthState(settings.liveness_timeout_s, clock)
+        self._health = HealthState(settings.observability.liveness_timeout_s, clock)
         self._run = RunTracker(clock, stop)  # stop conditions and the run's summary
         self._book = PartitionBook()  # epochs, paused set, offset tracker, lag clock
         self._lag_gauges = LagGauges(
-            self._metrics, self._book, settings.librdkafka_common(), settings.input_topic
+            self._metrics,
+            self._book,
+            librdkafka_common(settings.kafka, settings.security),
+            settings.kafka.input_topic,
         )
-        self._window_shape = WindowShape.for_device(settings, on_gpu=labeller.on_gpu)
+        self._window_shape = WindowShape.for_device(settings.batching, on_gpu=labeller.on_gpu)
         self._window: ConsumeWindow[InputMessage] = self._new_window()
         # The registry's answers are waited for on the poll thread, given up when a stop is requested.
-        decoder = registry_decoder(settings, stop=self._run.stop_event)
-        self._decode_options = DecodeOptions.from_settings(settings, decoder)
+        decoder = registry_decoder(settings.registry, settings.limits, stop=self._run.stop_event)
+        self._decode_options = DecodeOptions.from_settings(settings.registry, settings.limits, decoder)
         self._registry_retry_at = 0.0  # the window is not prepared before this while the registry is away
         self._registry_failures = 0
         self._parts: _StartedParts | None = None  # built once by _start()
@@ -165,23 +171,27 @@ class SentimentWorker:
         s = self._settings
         self._export_metrics()
         api = self._open_http(stack)
-        publisher = self._clients.open_publisher(s)
+        publisher = self._clients.open_publisher(s.kafka, s.security, s.delivery)
         # Closed last, on every exit path (a StartupError too): hands librdkafka's queued log lines over.
         stack.callback(publisher.close)
         records = self._outbound_records(publisher, self._result_encoder())
-        committer_type = committer_for(s.delivery)
-        committer_type.prepare(publisher, s)  # exactly_once: registers the transactional id
+        committer_type = committer_for(s.delivery.delivery)
+        committer_type.prepare(
+            publisher, s.kafka, s.security, s.delivery
+        )  # exactly_once: the transactional id
         self._health.broker_reachable = True
         stack.enter_context(self._labeller)  # started and warm; closed on the way out
         self._health.model_warm = True
         if api is not None:
             api.attach(stack, labeller=self._labeller, metrics=self._metrics)
         rebalance = Rebalance(self._on_assign, self._on_revoke, self._on_lost)
-        consumer = self._clients.open_consumer(s, rebalance, transactional=committer_type.transactional)
+        consumer = self._clients.open_consumer(
+            s.kafka, s.security, s.delivery, rebalance, transactional=committer_type.transactional
+        )
         # Closing leaves the group; its revoke callback flushes and commits what is acknowledged.
         stack.callback(consumer.close)
         committer = committer_type(
-            CommitOptions.from_settings(s, report=self._delivery_problem),
+            CommitOptions.from_settings(s.kafka, s.security, s.delivery, report=self._delivery_problem),
             consumer,
             publisher,
             self._book,
@@ -189,48 +199,49 @@ class SentimentWorker:
             self._run,
             self._metrics,
         )
-        if ShadowOutput.wanted(s):  # the shadow's results and disagreements, best effort
+        if ShadowOutput.wanted(s.live):  # the shadow's results and disagreements, best effort
             self._shadow_output = ShadowOutput(s, self._labeller.labels, self._clock)
             stack.callback(self._shadow_output.close, 5.0)
-        windows: InOrder[PreparedWindow] = InOrder(self._labeller, capacity=s.max_queued_windows)
-        undecodable = UndecodableBatches(s.undecodable_batch_retries, consumer.high_watermark)
+        windows: InOrder[PreparedWindow] = InOrder(self._labeller, capacity=s.batching.max_queued_windows)
+        undecodable = UndecodableBatches(s.kafka.undecodable_batch_retries, consumer.high_watermark)
         self._parts = _StartedParts(consumer, publisher, records, windows, committer, undecodable)
         consumer.subscribe()
         log.info(
             "consuming %s as group %s → results to %s, dead letters to %s; %s",
-            s.input_topic,
-            s.group_id,
-            s.output_topic,
-            s.dlq_topic,
-            kafka_clients.delivery_description(s),
+            s.kafka.input_topic,
+            s.kafka.group_id,
+            s.kafka.output_topic,
+            s.kafka.dlq_topic,
+            kafka_clients.delivery_description(s.kafka, s.delivery),
         )
 
     def _export_metrics(self) -> None:
         s = self._settings
         self._labeller.observe(self._metrics)
         # Exported at 0 from the start, so rate() counts the first messages (a series is born at its value).
-        self._metrics.messages_consumed.labels(s.input_topic)
-        self._metrics.results_published.labels(s.output_topic)
+        self._metrics.messages_consumed.labels(s.kafka.input_topic)
+        self._metrics.results_published.labels(s.kafka.output_topic)
 
     def _open_http(self, stack: ExitStack) -> PortApi | None:
         """The HTTP port: the API with the probes (http_api), or the probes and metrics alone; the API
         answers 503 until it is attached to the Labeller. Returns the API to attach, if any."""
         s = self._settings
-        api = self._api if s.http_port and s.http_api else None
+        http = s.http
+        api = self._api if http.http_port and http.http_api else None
         if api is not None:  # the API on the same port, through this worker's Labeller
             self.http_address = api.open(stack, s, self._registry, self._health)
             log.info(
                 "HTTP API, metrics and health on http://%s:%d (/v1/sentiment /metrics ...)",
                 *self.http_address,
             )
-        elif s.http_port:
+        elif http.http_port:
             server = HealthServer(
-                s.http_host,
-                s.http_port,
+                http.http_host,
+                http.http_port,
                 self._registry,
                 self._health,
-                max_header_bytes=s.http_max_header_bytes,
-                header_timeout_s=s.http_header_timeout_s,
+                max_header_bytes=http.http_max_header_bytes,
+                header_timeout_s=http.http_header_timeout_s,
             )
             stack.callback(server.close)
             self.http_address = server.address
@@ -242,7 +253,8 @@ class SentimentWorker:
         cannot be reached; not ready meanwhile)."""
         while True:
             try:
-                encoder, registered = registered_result_encoder(self._settings)
+                s = self._settings
+                encoder, registered = registered_result_encoder(s.registry, s.kafka.output_topic)
             except RegistryUnavailable as exc:
                 self._registry_away(str(exc))
                 if self._run.wait_for_stop(self._registry_retry_at - self._clock()):
@@ -254,7 +266,7 @@ class SentimentWorker:
             if registered is not None:
                 log.info(
                     "results as %s, schema id %d under subject %s (compatibility %s)",
-                    self._settings.output_format,
+                    self._settings.registry.output_format,
                     registered.schema_id,
                     registered.subject,
                     registered.compatibility,
@@ -264,13 +276,15 @@ class SentimentWorker:
     def _outbound_records(self, publisher: ResultPublisher, encode: ResultEncoder | None) -> OutboundRecords:
         """How results and dead letters are built, for the output topics as the broker describes them."""
         s = self._settings
-        partition_counts, max_message_bytes = kafka_clients.output_topic_limits(publisher, s)
+        partition_counts, max_message_bytes = kafka_clients.output_topic_limits(
+            publisher, s.kafka, s.security
+        )
         return OutboundRecords(
             labels=self._labeller.labels,
-            output_topic=s.output_topic,
-            dlq_topic=s.dlq_topic,
-            worker_id=s.worker_id,
-            partitioning=s.output_partitioning,
+            output_topic=s.kafka.output_topic,
+            dlq_topic=s.kafka.dlq_topic,
+            worker_id=s.kafka.worker_id,
+            partitioning=s.kafka.output_partitioning,
             partition_counts=partition_counts,
             max_message_bytes=max_message_bytes,
             clock=self._clock,
@@ -389,7 +403,7 @@ class SentimentWorker:
         self._health.stopping = True
         self._metrics.ready.set(0)
         self._run.stopping()
-        deadline = self._run.stop_deadline(drain_budget_s(self._settings.shutdown_timeout_s))
+        deadline = self._run.stop_deadline(drain_budget_s(self._settings.delivery.shutdown_timeout_s))
         assert deadline is not None  # stopping
         while (len(self._window) or windows.in_flight) and self._clock() < deadline:
             if len(self._window) and windows.has_room() and not self._submit_window():
@@ -405,7 +419,7 @@ class SentimentWorker:
                 "inputs stay uncommitted and will be processed again",
                 remaining,
                 windows.in_flight,
-                self._settings.shutdown_timeout_s,
+                self._settings.delivery.shutdown_timeout_s,
             )
         committer.raise_for_error()
 
@@ -423,10 +437,10 @@ class SentimentWorker:
             err = message.error()
             if err is not None:
                 if is_authorization_error(err):  # a missing ACL: retrying would only log it forever
-                    raise consume_refusal(self._settings, err)
+                    raise consume_refusal(self._settings.kafka, self._settings.security, err)
                 if err.code() in UNDECODABLE_CODES and message.partition() is not None:
                     self._unreadable_batch(message, err.str(), now, moved)
-                elif handle_consume_error(err, self._settings.input_topic):  # True: brokers unreachable
+                elif handle_consume_error(err, self._settings.kafka.input_topic):  # True: brokers unreachable
                     self._health.broker_reachable = False
                 continue
             topic, partition, offset = message.topic(), message.partition(), message.offset()
@@ -472,7 +486,8 @@ class SentimentWorker:
         reason = (
             f"the record batch holding offsets {first}-{last} of {topic}[{partition}] could not be read: "
             f"{action.reason} (e.g. it decompresses to more than SENTIMENT_RECEIVE_MESSAGE_MAX_BYTES="
-            f"{self._settings.receive_message_max_bytes} bytes, or uses a codec this client lacks); nothing "
+            f"{self._settings.kafka.receive_message_max_bytes} bytes, or uses a codec this client lacks); "
+            "nothing "
             "of its keys and values is kept"
         )
         log.warning("%s[%d]: offsets %d-%d dead-lettered as undecodable_batch: %s", *action.key, first, last,
@@ -575,7 +590,7 @@ class SentimentWorker:
         self._set_paused(True)
         for message in parts.consumer.consume(100, _BUSY_POLL_S):
             err = message.error()
-            if err is not None and handle_consume_error(err, self._settings.input_topic):
+            if err is not None and handle_consume_error(err, self._settings.kafka.input_topic):
                 self._health.broker_reachable = False
         if not parts.committer.recover():
             return
@@ -686,7 +701,7 @@ class SentimentWorker:
         self._health.undecodable_batches = {f"{t}[{p}]": why for (t, p), (_s, why) in held.items()}
         for (topic, partition), seconds in stalled.items():
             self._metrics.partition_stalled_seconds.labels(topic, str(partition)).set(seconds)
-        limit_s = self._settings.stuck_partition_s
+        limit_s = self._settings.observability.stuck_partition_s
         stuck = {f"{t}[{p}]": s for (t, p), s in stalled.items() if s > limit_s}
         if stuck.keys() - self._health.stuck_partitions.keys():
             log.error(
@@ -705,7 +720,7 @@ class SentimentWorker:
         s = self._settings
         return ConsumeWindow(
             max_messages=self._window_shape.max_messages,
-            max_wait_ms=s.max_wait_ms,
+            max_wait_ms=s.batching.max_wait_ms,
             max_bytes=_MAX_WINDOW_BYTES,
             clock=self._clock,
         )

@@ -15,7 +15,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AclOperation, AdminClient
 
-from worker.config import WorkerSettings
+from worker.config import KafkaSettings, SecuritySettings, librdkafka_common
 from worker.inference.token_budget import StartupError
 
 log = logging.getLogger(__name__)
@@ -41,20 +41,20 @@ def is_authorization_error(error: KafkaError | None) -> bool:
     return error is not None and error.code() in AUTHORIZATION_CODES
 
 
-def principal_of(settings: WorkerSettings) -> str:
+def principal_of(security: SecuritySettings) -> str:
     """The principal the broker most likely sees: the SASL user, else the client certificate's holder."""
-    if settings.sasl_username and (settings.security_protocol or "").upper().startswith("SASL"):
-        return f"User:{settings.sasl_username}"
-    if settings.ssl_certificate_location is not None and settings.uses_tls:
-        return f"the principal of {settings.ssl_certificate_location.name}"
+    if security.sasl_username and (security.security_protocol or "").upper().startswith("SASL"):
+        return f"User:{security.sasl_username}"
+    if security.ssl_certificate_location is not None and security.uses_tls:
+        return f"the principal of {security.ssl_certificate_location.name}"
     return "this worker's principal"
 
 
 def refusal(
-    settings: WorkerSettings, operation: str, resource: str, error: KafkaError | str
+    security: SecuritySettings, operation: str, resource: str, error: KafkaError | str
 ) -> AuthorizationError:
     """``the broker refused <principal> WRITE on topic 'x' (TOPIC_AUTHORIZATION_FAILED); ...`` + the fix."""
-    principal = principal_of(settings)
+    principal = principal_of(security)
     code = error.name() if isinstance(error, KafkaError) else error
     user = principal if principal.startswith("User:") else "User:<name>"
     return AuthorizationError(
@@ -64,11 +64,13 @@ def refusal(
     )
 
 
-def consume_refusal(settings: WorkerSettings, error: KafkaError) -> AuthorizationError:
+def consume_refusal(
+    kafka: KafkaSettings, security: SecuritySettings, error: KafkaError
+) -> AuthorizationError:
     """A consumer refused the input topic (READ on it) or the group (READ on the group)."""
     if error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
-        return refusal(settings, "READ", f"group {settings.group_id!r}", error)
-    return refusal(settings, "READ", f"topic {settings.input_topic!r}", error)
+        return refusal(security, "READ", f"group {kafka.group_id!r}", error)
+    return refusal(security, "READ", f"topic {kafka.input_topic!r}", error)
 
 
 def topics_without_write(
@@ -91,20 +93,22 @@ def topics_without_write(
     return missing
 
 
-def publish_refusal(settings: WorkerSettings, error: KafkaError, topics: Sequence[str]) -> AuthorizationError:
+def publish_refusal(
+    kafka: KafkaSettings, security: SecuritySettings, error: KafkaError, topics: Sequence[str]
+) -> AuthorizationError:
     """What a refused publish (or transaction) lacked: WRITE on a topic, READ on the group (offsets in a
     transaction) or WRITE on the transactional id."""
     code = error.code()
     if code == KafkaError.GROUP_AUTHORIZATION_FAILED:
-        return refusal(settings, "READ", f"group {settings.group_id!r}", error)
+        return refusal(security, "READ", f"group {kafka.group_id!r}", error)
     if code == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
-        return refusal(settings, "WRITE", "its transactional id", error)
+        return refusal(security, "WRITE", "its transactional id", error)
     if code == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
-        return refusal(settings, "IDEMPOTENT_WRITE (or WRITE on any topic)", "the cluster", error)
+        return refusal(security, "IDEMPOTENT_WRITE (or WRITE on any topic)", "the cluster", error)
     try:
-        denied = topics_without_write(settings.librdkafka_common(), list(dict.fromkeys(topics)))
+        denied = topics_without_write(librdkafka_common(kafka, security), list(dict.fromkeys(topics)))
     except Exception as exc:  # noqa: BLE001 - the refusal is what matters; the probe only sharpens it
         log.debug("cannot tell which topic refused the write: %s", exc)
         denied = []
     names = ", ".join(repr(t) for t in denied or topics)
-    return refusal(settings, "WRITE", f"topic {names}", error)
+    return refusal(security, "WRITE", f"topic {names}", error)

@@ -30,7 +30,7 @@ from typing import ClassVar
 
 from confluent_kafka import KafkaError, KafkaException
 
-from worker.config import WorkerSettings
+from worker.config import DeliverySettings, KafkaSettings, SecuritySettings
 from worker.errors import OperationError
 from worker.kafka import kafka_clients
 from worker.kafka.authorization import is_authorization_error, publish_refusal
@@ -116,13 +116,17 @@ class CommitOptions:
 
     @classmethod
     def from_settings(
-        cls, settings: WorkerSettings, report: Callable[[str | None], None] = _no_report
+        cls,
+        kafka: KafkaSettings,
+        security: SecuritySettings,
+        delivery: DeliverySettings,
+        report: Callable[[str | None], None] = _no_report,
     ) -> CommitOptions:
         return cls(
-            shutdown_timeout_s=settings.shutdown_timeout_s,
-            session_timeout_s=settings.session_timeout_ms / 1000.0,
-            refusal=partial(publish_refusal, settings),
-            transaction_call_timeout_s=settings.transaction_call_timeout_s,
+            shutdown_timeout_s=delivery.shutdown_timeout_s,
+            session_timeout_s=kafka.session_timeout_ms / 1000.0,
+            refusal=partial(publish_refusal, kafka, security),
+            transaction_call_timeout_s=delivery.transaction_call_timeout_s,
             report=report,
         )
 
@@ -157,7 +161,13 @@ class Committer(ABC):
 
     @classmethod
     @abstractmethod
-    def prepare(cls, publisher: ResultPublisher, settings: WorkerSettings) -> None:
+    def prepare(
+        cls,
+        publisher: ResultPublisher,
+        kafka: KafkaSettings,
+        security: SecuritySettings,
+        delivery: DeliverySettings,
+    ) -> None:
         """Readies `publisher` before anything is consumed (at start-up: a StartupError when refused)."""
 
     def publish(self, records: list[OutboundRecord]) -> list[PartitionKey]:
@@ -256,7 +266,13 @@ class AtLeastOnceCommitter(Committer):
     """Idempotent producer; offsets stored after acknowledgement and committed by librdkafka."""
 
     @classmethod
-    def prepare(cls, publisher: ResultPublisher, settings: WorkerSettings) -> None:
+    def prepare(
+        cls,
+        publisher: ResultPublisher,
+        kafka: KafkaSettings,
+        security: SecuritySettings,
+        delivery: DeliverySettings,
+    ) -> None:
         """Nothing to ready: the idempotent producer needs no registration."""
 
     def _publish(self, records: list[OutboundRecord]) -> list[PartitionKey]:
@@ -308,9 +324,15 @@ class ExactlyOnceCommitter(Committer):
     _reported = False  # a problem was reported to /readyz and not yet cleared
 
     @classmethod
-    def prepare(cls, publisher: ResultPublisher, settings: WorkerSettings) -> None:
+    def prepare(
+        cls,
+        publisher: ResultPublisher,
+        kafka: KafkaSettings,
+        security: SecuritySettings,
+        delivery: DeliverySettings,
+    ) -> None:
         """Registers the transactional id, fencing an older instance that used it."""
-        kafka_clients.init_transactions(publisher, settings)
+        kafka_clients.init_transactions(publisher, kafka, security, delivery)
 
     def _publish(self, records: list[OutboundRecord]) -> list[PartitionKey]:
         """An abortable error aborts the transaction: the caller rewinds the returned partitions to their

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, KafkaException
 
-from worker.config import WorkerSettings
+from worker.config import DeliverySettings, KafkaSettings, SecuritySettings, librdkafka_common
 from worker.inference.token_budget import StartupError
 from worker.kafka.authorization import is_authorization_error, refusal
 from worker.kafka.consumer import ReviewConsumer
@@ -38,62 +38,67 @@ def kafka_error_text(exc: KafkaException) -> str:
     return error.str() if isinstance(error, KafkaError) else str(error)
 
 
-def transactional_id(settings: WorkerSettings) -> str:
+def transactional_id(kafka: KafkaSettings) -> str:
     """exactly_once: the producer's transactional id, one per group and worker id."""
-    return f"sentiment-worker.{settings.group_id}.{settings.worker_id}"
+    return f"sentiment-worker.{kafka.group_id}.{kafka.worker_id}"
 
 
-def delivery_description(settings: WorkerSettings) -> str:
+def delivery_description(kafka: KafkaSettings, delivery: DeliverySettings) -> str:
     """The delivery mode as the start-up log line says it."""
-    if settings.delivery == "exactly_once":
+    if delivery.delivery == "exactly_once":
         return (
             "delivery exactly_once: one transaction per window "
-            f"(transactional id {transactional_id(settings)}); readers need isolation.level=read_committed"
+            f"(transactional id {transactional_id(kafka)}); readers need isolation.level=read_committed"
         )
     return "delivery at_least_once: idempotent producer, offsets committed after acknowledgement"
 
 
-def open_publisher(settings: WorkerSettings) -> ResultPublisher:
+def open_publisher(
+    kafka: KafkaSettings, security: SecuritySettings, delivery: DeliverySettings
+) -> ResultPublisher:
     """The producer; transactional (``sentiment-worker.<group>.<worker id>``) in exactly_once mode."""
-    exactly_once = settings.delivery == "exactly_once"
+    exactly_once = delivery.delivery == "exactly_once"
     try:
         return ResultPublisher(
-            settings.librdkafka_common(),
-            transactional_id=transactional_id(settings) if exactly_once else None,
-            transaction_timeout_ms=settings.transaction_timeout_ms,
+            librdkafka_common(kafka, security),
+            transactional_id=transactional_id(kafka) if exactly_once else None,
+            transaction_timeout_ms=delivery.transaction_timeout_ms,
         )
     except KafkaException as exc:
         raise StartupError(f"the Kafka client settings were rejected: {kafka_error_text(exc)}") from exc
 
 
-def init_transactions(publisher: ResultPublisher, settings: WorkerSettings) -> None:
-    """exactly_once: registers the transactional id (fencing an older instance that used it)."""
+def init_transactions(
+    publisher: ResultPublisher, kafka: KafkaSettings, security: SecuritySettings, delivery: DeliverySettings
+) -> None:
+    """exactly_once: registers the transactional id (fencing an older instance that used it), within
+    `transaction_call_timeout_s`."""
     try:
-        publisher.init_transactions(timeout_s=settings.transaction_call_timeout_s)
+        publisher.init_transactions(timeout_s=delivery.transaction_call_timeout_s)
     except CallAbandoned as exc:
         raise StartupError(
             f"exactly_once: cannot initialise transactions: {exc} (bootstrap servers: "
-            f"{settings.bootstrap_servers}); the transaction coordinator did not answer. Nothing was "
+            f"{kafka.bootstrap_servers}); the transaction coordinator did not answer. Nothing was "
             "consumed."
         ) from exc
     except KafkaException as exc:
         error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
         if error is not None and is_authorization_error(error):
             resource = f"transactional id {publisher.transactional_id!r}"
-            raise refusal(settings, "WRITE", resource, error) from exc
+            raise refusal(security, "WRITE", resource, error) from exc
         raise StartupError(f"exactly_once: cannot initialise transactions: {exc.args[0]}") from exc
 
 
 def output_topic_limits(
-    publisher: ResultPublisher, settings: WorkerSettings
+    publisher: ResultPublisher, kafka: KafkaSettings, security: SecuritySettings
 ) -> tuple[dict[str, int], dict[str, int]]:
     """Partition counts and max.message.bytes of the output and dead-letter topics (which must exist; the
     limits capped at the producer's own), after checking that the dead-letter topic takes the dead letter of
     the largest input (`check_dead_letter_room`)."""
-    check_input_topic(publisher, settings)
+    check_input_topic(publisher, kafka, security)
     partition_counts: dict[str, int] = {}
     max_message_bytes: dict[str, int] = {}
-    for topic in (settings.output_topic, settings.dlq_topic):
+    for topic in (kafka.output_topic, kafka.dlq_topic):
         try:
             partition_counts[topic] = publisher.partition_count(topic)
             limit = publisher.topic_max_message_bytes(topic)
@@ -101,33 +106,33 @@ def output_topic_limits(
         except KafkaException as exc:
             error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
             if error is not None and is_authorization_error(error):
-                raise refusal(settings, "WRITE", f"topic {topic!r}", error) from exc
+                raise refusal(security, "WRITE", f"topic {topic!r}", error) from exc
             # librdkafka's own lines saying why (e.g. "SASL authentication error") reach the log when the
             # worker's exit closes the publisher (ResultPublisher.close).
             raise StartupError(
-                f"{exc.args[0]} (bootstrap servers: {settings.bootstrap_servers}). Nothing was consumed."
+                f"{exc.args[0]} (bootstrap servers: {kafka.bootstrap_servers}). Nothing was consumed."
             ) from exc
-    input_limit = publisher.topic_max_message_bytes(settings.input_topic)
-    check_fetch_room(settings, input_limit)
-    if settings.dlq_size_check:
-        check_dead_letter_room(settings, input_limit, max_message_bytes[settings.dlq_topic])
+    input_limit = publisher.topic_max_message_bytes(kafka.input_topic)
+    check_fetch_room(kafka, input_limit)
+    if kafka.dlq_size_check:
+        check_dead_letter_room(kafka, input_limit, max_message_bytes[kafka.dlq_topic])
     return partition_counts, max_message_bytes
 
 
 _FETCH_RESPONSE_OVERHEAD_BYTES = 512  # librdkafka's allowance for a fetch response's framing
 
 
-def check_fetch_room(settings: WorkerSettings, input_limit: int) -> None:
+def check_fetch_room(kafka: KafkaSettings, input_limit: int) -> None:
     """Refuses to start (StartupError, exit 2) when a record batch the input topic accepts (`input_limit`,
     its max.message.bytes) could not be received: a fetch response larger than receive_message_max_bytes is
     refused by librdkafka and fetched again for ever, stalling every partition of that broker."""
-    receive = settings.consumer_fetch_limits()["receive.message.max.bytes"]
-    receive = int(settings.kafka_extra.get("receive.message.max.bytes", receive))
+    receive = kafka.consumer_fetch_limits()["receive.message.max.bytes"]
+    receive = int(kafka.kafka_extra.get("receive.message.max.bytes", receive))
     needed = input_limit + _FETCH_RESPONSE_OVERHEAD_BYTES
     if receive >= needed:
         return
     raise StartupError(
-        f"input topic {settings.input_topic!r} accepts record batches of up to {input_limit} bytes "
+        f"input topic {kafka.input_topic!r} accepts record batches of up to {input_limit} bytes "
         f"(max.message.bytes) but the consumer receives fetch responses of at most {receive} bytes "
         f"(SENTIMENT_RECEIVE_MESSAGE_MAX_BYTES): such a batch could never be read and would stall the "
         f"partitions of its broker. Set SENTIMENT_RECEIVE_MESSAGE_MAX_BYTES to at least {needed}, or lower "
@@ -140,70 +145,77 @@ _UNREACHABLE = frozenset(
 )
 
 
-def unreachable(settings: WorkerSettings, exc: KafkaException) -> StartupError | None:
+def unreachable(kafka: KafkaSettings, exc: KafkaException) -> StartupError | None:
     """The error to stop with when `exc` says no broker answered at start-up (None for anything else)."""
     error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
     if error is None or error.code() not in _UNREACHABLE:
         return None
     return StartupError(
-        f"no Kafka broker answered at {settings.bootstrap_servers} ({error.str()}): check "
+        f"no Kafka broker answered at {kafka.bootstrap_servers} ({error.str()}): check "
         "SENTIMENT_BOOTSTRAP_SERVERS and that a broker runs there (`make kafka-up` starts the local one). "
         "Nothing was consumed."
     )
 
 
-def check_input_topic(publisher: ResultPublisher, settings: WorkerSettings) -> None:
+def check_input_topic(publisher: ResultPublisher, kafka: KafkaSettings, security: SecuritySettings) -> None:
     """Refuses to start (StartupError, exit 2) when no broker answers or the input topic does not exist: a
     consumer would subscribe to nothing and idle, saying so once."""
     try:
-        publisher.partition_count(settings.input_topic)
+        publisher.partition_count(kafka.input_topic)
     except KafkaException as exc:
         error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
         if error is not None and is_authorization_error(error):
-            raise refusal(settings, "READ", f"topic {settings.input_topic!r}", error) from exc
-        raise unreachable(settings, exc) or StartupError(
-            f"input topic {settings.input_topic!r} cannot be read: {exc.args[0]} (bootstrap servers: "
-            f"{settings.bootstrap_servers}); check SENTIMENT_INPUT_TOPIC, or create the topic "
+            raise refusal(security, "READ", f"topic {kafka.input_topic!r}", error) from exc
+        raise unreachable(kafka, exc) or StartupError(
+            f"input topic {kafka.input_topic!r} cannot be read: {exc.args[0]} (bootstrap servers: "
+            f"{kafka.bootstrap_servers}); check SENTIMENT_INPUT_TOPIC, or create the topic "
             "(`sentiment-worker topics create`). Nothing was consumed."
         ) from exc
 
 
-def check_dead_letter_room(settings: WorkerSettings, input_limit: int, dlq_limit: int) -> None:
+def check_dead_letter_room(kafka: KafkaSettings, input_limit: int, dlq_limit: int) -> None:
     """Refuses to start (StartupError, exit 2) when the dead-letter topic's max.message.bytes `dlq_limit` is
     smaller than the input topic's `input_limit` plus what a dead letter adds (its headers): the dead
     letter of a large input would not fit and would go without its key and value."""
-    needed = input_limit + dead_letter_overhead_bytes(settings.input_topic, settings.worker_id)
+    needed = input_limit + dead_letter_overhead_bytes(kafka.input_topic, kafka.worker_id)
     if dlq_limit >= needed:
         return
-    dlq = settings.dlq_topic
+    dlq = kafka.dlq_topic
     raise StartupError(
         f"dead-letter topic {dlq!r} accepts records of up to {dlq_limit} bytes (max.message.bytes) but "
-        f"input topic {settings.input_topic!r} accepts {input_limit}: the dead letter of a large input (its "
+        f"input topic {kafka.input_topic!r} accepts {input_limit}: the dead letter of a large input (its "
         f"key and value plus up to {needed - input_limit} bytes of headers) would not fit. Raise the "
         f"dead-letter topic's limit to at least {needed}: kafka-configs --bootstrap-server "
-        f"{settings.bootstrap_servers} --alter --entity-type topics --entity-name {dlq} --add-config "
+        f"{kafka.bootstrap_servers} --alter --entity-type topics --entity-name {dlq} --add-config "
         f"max.message.bytes={needed} (`sentiment-worker topics create` makes topics that fit), or set "
         "SENTIMENT_DLQ_SIZE_CHECK=false to start anyway (such dead letters then go without key and value, "
         "their source topic, partition and offset in headers). Nothing was consumed."
     )
 
 
-def open_consumer(settings: WorkerSettings, rebalance: Rebalance, *, transactional: bool) -> ReviewConsumer:
+def open_consumer(
+    kafka: KafkaSettings,
+    security: SecuritySettings,
+    delivery: DeliverySettings,
+    rebalance: Rebalance,
+    *,
+    transactional: bool,
+) -> ReviewConsumer:
     """The group member reading the input topic (not yet subscribed); `transactional`: commits are left to
     the producer's transactions."""
     try:
         return ReviewConsumer(
-            settings.librdkafka_common(),
-            group_id=settings.group_id,
-            topic=settings.input_topic,
-            commit_interval_ms=settings.commit_interval_ms,
-            max_poll_interval_ms=settings.max_poll_interval_ms,
-            session_timeout_ms=settings.session_timeout_ms,
+            librdkafka_common(kafka, security),
+            group_id=kafka.group_id,
+            topic=kafka.input_topic,
+            commit_interval_ms=delivery.commit_interval_ms,
+            max_poll_interval_ms=kafka.max_poll_interval_ms,
+            session_timeout_ms=kafka.session_timeout_ms,
             on_assign=rebalance.on_assign,
             on_revoke=rebalance.on_revoke,
             on_lost=rebalance.on_lost,
             transactional=transactional,
-            fetch_limits=settings.consumer_fetch_limits(),
+            fetch_limits=kafka.consumer_fetch_limits(),
         )
     except KafkaException as exc:
         raise StartupError(f"the Kafka client settings were rejected: {kafka_error_text(exc)}") from exc
@@ -213,5 +225,7 @@ def open_consumer(settings: WorkerSettings, rebalance: Rebalance, *, transaction
 class KafkaClients:
     """How the worker opens its producer and consumer: the real clients unless a test passes others."""
 
-    open_publisher: Callable[[WorkerSettings], ResultPublisher] = open_publisher
+    open_publisher: Callable[[KafkaSettings, SecuritySettings, DeliverySettings], ResultPublisher] = (
+        open_publisher
+    )
     open_consumer: Callable[..., ReviewConsumer] = open_consumer

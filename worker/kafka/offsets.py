@@ -12,7 +12,7 @@ import math
 from collections import deque
 from collections.abc import Iterable
 
-from worker.config import WorkerSettings
+from worker.config import BatchingSettings, DeliverySettings
 
 PartitionKey = tuple[str, int]
 """(topic, partition): the one name for a partition key in the worker (confluent-kafka's PartitionKey is
@@ -121,7 +121,10 @@ class OffsetTracker:
 
 
 def crash_duplicate_bound(
-    settings: WorkerSettings, labelled_per_s: float, largest_window: int | None = None
+    batching: BatchingSettings,
+    delivery: DeliverySettings,
+    labelled_per_s: float,
+    largest_window: int | None = None,
 ) -> int:
     """The most outputs a kill -9 of one at-least-once worker can repeat (the README's bound).
 
@@ -136,7 +139,7 @@ def crash_duplicate_bound(
     grow past `max_window_messages` (on a GPU: about one token budget's worth of reviews). Exactly-once has
     no such tail (0 duplicates for read_committed).
     """
-    window = max(settings.max_window_messages, largest_window or 0)
-    in_pipeline = (settings.max_queued_windows + 1) * window
-    per_commit = math.ceil(labelled_per_s * settings.commit_interval_ms / 1000.0)
+    window = max(batching.max_window_messages, largest_window or 0)
+    in_pipeline = (batching.max_queued_windows + 1) * window
+    per_commit = math.ceil(labelled_per_s * delivery.commit_interval_ms / 1000.0)
     return in_pipeline + 2 * max(window, per_commit)

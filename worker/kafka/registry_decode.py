@@ -27,7 +27,7 @@ from google.protobuf.message import DecodeError
 from schemas.dead_letter import DeadLetterKind
 from schemas.review_decode import DecodeFailure, checked_review, review_id_of
 from schemas.review_input import Review
-from worker.config import REGISTRY_FORMATS, WorkerSettings
+from worker.config import REGISTRY_FORMATS, LimitsSettings, RegistrySettings
 from worker.kafka.avro_values import AvroValues
 from worker.kafka.json_schema_values import JsonSchemaValues, schema_error_reason
 from worker.kafka.protobuf_values import ProtobufValues
@@ -311,17 +311,19 @@ def review_of_record(
     return checked_review(text, max_text_chars, review_id, plain_json(document, max_depth))
 
 
-def registry_decoder(settings: WorkerSettings, stop: threading.Event | None = None) -> RegistryDecoder | None:
+def registry_decoder(
+    registry: RegistrySettings, limits: LimitsSettings, stop: threading.Event | None = None
+) -> RegistryDecoder | None:
     """The decoder of a registry input format, with its own client (its waits given up when `stop` is
     set); None for json and text."""
-    if settings.input_format not in REGISTRY_FORMATS:
+    if registry.input_format not in REGISTRY_FORMATS:
         return None
     return RegistryDecoder(
-        RegistryClient.from_conf(settings.schema_registry_conf(), stop=stop),
-        settings.input_format,
-        text_field=settings.text_field,
-        id_field=settings.id_field,
-        max_value_bytes=settings.max_value_bytes,
-        max_text_chars=settings.max_text_chars,
-        max_json_depth=settings.max_json_depth,
+        RegistryClient.from_conf(registry.schema_registry_conf(), stop=stop),
+        registry.input_format,
+        text_field=registry.text_field,
+        id_field=registry.id_field,
+        max_value_bytes=limits.max_value_bytes,
+        max_text_chars=limits.max_text_chars,
+        max_json_depth=limits.max_json_depth,
     )

@@ -26,7 +26,7 @@ from schemas.registry_schemas import (
     protobuf_result_file,
 )
 from schemas.sentiment_result import SentimentResult
-from worker.config import WorkerSettings
+from worker.config import RegistrySettings
 from worker.errors import ConfigurationError
 from worker.kafka.registry_decode import registry_trouble
 from worker.kafka.wire_format import wire_header
@@ -117,14 +117,16 @@ class RegisteredResult:
     compatibility: str
 
 
-def register_result_schema(client: SchemaRegistryClient, settings: WorkerSettings) -> RegisteredResult:
-    """Registers the result schema of `settings.output_format` (a no-op when that version is there) and sets
-    the subject's compatibility level. A version the level refuses raises SchemaRegistryError (409): the
-    schema changed incompatibly; the registry's message says how."""
-    subject = result_subject(settings.schema_subject_strategy, settings.output_topic)
-    schema_id = client.register_schema(subject, result_schema(settings.output_format))
-    client.set_compatibility(subject_name=subject, level=settings.schema_compatibility)
-    return RegisteredResult(subject, schema_id, settings.schema_compatibility)
+def register_result_schema(
+    client: SchemaRegistryClient, registry: RegistrySettings, output_topic: str
+) -> RegisteredResult:
+    """Registers the result schema of `registry.output_format` for `output_topic` (a no-op when that version
+    is there) and sets the subject's compatibility level. A version the level refuses raises
+    SchemaRegistryError (409): the schema changed incompatibly; the registry's message says how."""
+    subject = result_subject(registry.schema_subject_strategy, output_topic)
+    schema_id = client.register_schema(subject, result_schema(registry.output_format))
+    client.set_compatibility(subject_name=subject, level=registry.schema_compatibility)
+    return RegisteredResult(subject, schema_id, registry.schema_compatibility)
 
 
 _ENCODERS: dict[str, Callable[[int], ResultEncoder]] = {
@@ -135,26 +137,27 @@ _ENCODERS: dict[str, Callable[[int], ResultEncoder]] = {
 
 
 def registered_result_encoder(
-    settings: WorkerSettings,
+    registry: RegistrySettings, output_topic: str
 ) -> tuple[ResultEncoder | None, RegisteredResult | None]:
-    """The encoder of `settings.output_format`, its schema registered first for a registry format (None for
-    JSON). Raises `RegistryUnavailable` when the registry cannot answer (the caller waits and tries again)."""
-    if settings.output_format == "json":
+    """The encoder of `registry.output_format`, its schema registered first for a registry format (None for
+    JSON) under `output_topic`'s subject. Raises `RegistryUnavailable` when the registry cannot answer (the
+    caller waits and tries again)."""
+    if registry.output_format == "json":
         return None, None
-    conf = settings.schema_registry_conf()
+    conf = registry.schema_registry_conf()
     try:
-        registered = register_result_schema(SchemaRegistryClient(conf), settings)
+        registered = register_result_schema(SchemaRegistryClient(conf), registry, output_topic)
     except Exception as exc:
         trouble = registry_trouble(exc, conf["url"])
         if trouble is not None:
             raise trouble from exc
         if isinstance(exc, SchemaRegistryError):  # 409: incompatible with the subject's level; 422: invalid
-            subject = result_subject(settings.schema_subject_strategy, settings.output_topic)
+            subject = result_subject(registry.schema_subject_strategy, output_topic)
             raise ConfigurationError(
-                f"the Schema Registry at {conf['url']} refuses the {settings.output_format} result schema "
+                f"the Schema Registry at {conf['url']} refuses the {registry.output_format} result schema "
                 f"under subject {subject!r} ({exc.http_status_code}: {exc.error_message}): register results "
                 "under another subject (SENTIMENT_SCHEMA_SUBJECT_STRATEGY, SENTIMENT_OUTPUT_TOPIC) or relax "
                 "the subject's compatibility level"
             ) from None
         raise
-    return _ENCODERS[settings.output_format](registered.schema_id), registered
+    return _ENCODERS[registry.output_format](registered.schema_id), registered

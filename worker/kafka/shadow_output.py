@@ -20,7 +20,7 @@ import numpy as np
 from confluent_kafka import KafkaException, Producer
 
 from schemas.review_input import Review
-from worker.config import WorkerSettings
+from worker.config import LiveModelsSettings, Sections, librdkafka_common
 from worker.inference.label_fields import label_fields
 from worker.kafka.records import ResultWriter
 from worker.kafka.windows import PreparedWindow
@@ -38,27 +38,26 @@ class ShadowOutput:
     """Publishes the shadow's results and disagreements of the windows handed to `add` (see the module
     docstring); `publish_done()` on each loop turn sends what the shadow finished."""
 
-    def __init__(
-        self, settings: WorkerSettings, labels: list[str], clock: Callable[[], float] = time.monotonic
-    ):
-        self._results_topic = settings.shadow_topic
-        self._samples_topic = settings.shadow_sample_topic
+    def __init__(self, sections: Sections, labels: list[str], clock: Callable[[], float] = time.monotonic):
+        live = sections.live
+        self._results_topic = live.shadow_topic
+        self._samples_topic = live.shadow_sample_topic
         self._labels = labels
         self._writer = ResultWriter(labels)
         self._clock = clock
         self._pending: deque[tuple[PreparedWindow, Predictions]] = deque()
-        self._rate = settings.shadow_samples_per_s
+        self._rate = live.shadow_samples_per_s
         self._tokens = _BURST
         self._refilled_at = clock()
         self._dropped = 0
-        conf = settings.librdkafka_common()
+        conf = librdkafka_common(sections.kafka, sections.security)
         conf.update({"enable.idempotence": True, "linger.ms": 50})
         self._producer = Producer(conf)
 
     @staticmethod
-    def wanted(settings: WorkerSettings) -> bool:
+    def wanted(live: LiveModelsSettings) -> bool:
         """True when a shadow topic or a sample topic is set."""
-        return bool(settings.shadow_topic or settings.shadow_sample_topic)
+        return bool(live.shadow_topic or live.shadow_sample_topic)
 
     def add(self, prepared: PreparedWindow, predictions: Predictions) -> None:
         """A window the primary labelled (and published); its shadow's predictions, if any, go out when

@@ -7,8 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from worker.config import WorkerSettings
-from worker.inference.batch_shape import is_set
+from worker.config import BatchingSettings
 
 
 @dataclass(frozen=True)
@@ -25,10 +24,10 @@ class WindowShape:
             raise ValueError(f"max_messages must be >= 1, got {self.max_messages}")
 
     @classmethod
-    def for_device(cls, settings: WorkerSettings, *, on_gpu: bool) -> WindowShape:
+    def for_device(cls, batching: BatchingSettings, *, on_gpu: bool) -> WindowShape:
         """`max_window_messages` as it is on CPU or when set; on a GPU otherwise filling the token budget."""
-        fills = on_gpu and not is_set(settings, "max_window_messages")
-        return cls(settings.max_window_messages, fills)
+        fills = on_gpu and not batching.max_window_messages_given
+        return cls(batching.max_window_messages, fills)
 
     def cap(self, token_budget: int, tokens_per_text: float | None) -> int:
         """The window's message cap now: `max_messages`, or (filling the token budget) enough texts of

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from schemas.dead_letter import DeadLetterKind
 from schemas.review_decode import DecodeFailure, InputFormat, decode_review
 from schemas.review_input import Review
-from worker.config import REGISTRY_FORMATS, WorkerSettings
+from worker.config import REGISTRY_FORMATS, LimitsSettings, RegistrySettings
 from worker.inference.classifier import InferenceFailure
 from worker.kafka.partitions import PartitionBook
 from worker.kafka.producer import OutboundRecord
@@ -20,7 +20,7 @@ from worker.labelling.labeller import Predictions
 
 @dataclass(frozen=True)
 class DecodeOptions:
-    """What decoding a consumed value needs of the settings."""
+    """What decoding a consumed value needs of the settings (the registry section and the input limits)."""
 
     input_format: InputFormat  # json or text; a registry format's values go through `registry` instead
     max_value_bytes: int
@@ -32,18 +32,18 @@ class DecodeOptions:
 
     @classmethod
     def from_settings(
-        cls, settings: WorkerSettings, registry: RegistryDecoder | None = None
+        cls, formats: RegistrySettings, limits: LimitsSettings, registry: RegistryDecoder | None = None
     ) -> DecodeOptions:
         """`registry`: the decoder of a registry input format (built by the caller: it holds a client)."""
-        if (settings.input_format in REGISTRY_FORMATS) != (registry is not None):
-            raise ValueError(f"input_format={settings.input_format} and a registry decoder go together")
+        if (formats.input_format in REGISTRY_FORMATS) != (registry is not None):
+            raise ValueError(f"input_format={formats.input_format} and a registry decoder go together")
         return cls(
-            input_format="text" if settings.input_format == "text" else "json",
-            max_value_bytes=settings.max_value_bytes,
-            max_text_chars=settings.max_text_chars,
-            max_json_depth=settings.max_json_depth,
-            text_field=settings.text_field,
-            id_field=settings.id_field,
+            input_format="text" if formats.input_format == "text" else "json",
+            max_value_bytes=limits.max_value_bytes,
+            max_text_chars=limits.max_text_chars,
+            max_json_depth=limits.max_json_depth,
+            text_field=formats.text_field,
+            id_field=formats.id_field,
             registry=registry,
         )
 

@@ -15,6 +15,7 @@ connection settings (bootstrap, security) and nothing of the Kafka door.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -33,7 +34,7 @@ from schemas.control import (
     ServedRef,
     parse_desired,
 )
-from worker.config import WorkerSettings
+from worker.config import Sections, librdkafka_common
 from worker.errors import ConfigurationError
 from worker.labelling.labeller import Labeller, ModelChangeRefused
 from worker.labelling.loading import LoadedModel, load_model
@@ -47,18 +48,18 @@ _POLL_S = 1.0
 _READ_TO_END_S = 10.0
 
 
-def model_control_mode(settings: WorkerSettings, command: str) -> str:
+def model_control_mode(sections: Sections, command: str) -> str:
     """`topic`, `api` or `off` for `command` (run | serve), resolving `model_control=auto`: topic for run, api
     for serve when an API token guards it."""
-    mode = settings.model_control
+    mode = sections.live.model_control
     if mode != "auto":
         return mode
     if command == "run":
         return "topic"
-    return "api" if settings.api_token is not None else "off"
+    return "api" if sections.http.api_token is not None else "off"
 
 
-def load_choice(settings: WorkerSettings, choice: ModelChoice, role: str) -> LoadedModel:
+def load_choice(sections: Sections, choice: ModelChoice, role: str) -> LoadedModel:
     """The model `choice` names, loaded as the settings load models (a shadow with its share of the CPU
     threads), after its directory's files were checked against the choice's hash and its manifest. Raises
     ModelChangeRefused saying why it will not be served."""
@@ -75,12 +76,12 @@ def load_choice(settings: WorkerSettings, choice: ModelChoice, role: str) -> Loa
             f"record names {choice.content_hash[:12]}…: refused (the directory changed, or the record is "
             "wrong)"
         )
-    update: dict[str, object] = {"model": choice.path}
+    model = dataclasses.replace(sections.model, model=choice.path)
     if role == "shadow":
-        cores = settings.cpu_threads or os.cpu_count() or 1
-        update["cpu_threads"] = max(1, round(cores * settings.shadow_cpu_share))
+        cores = model.cpu_threads or os.cpu_count() or 1
+        model = dataclasses.replace(model, cpu_threads=max(1, round(cores * sections.live.shadow_cpu_share)))
     try:
-        loaded = load_model(settings.model_copy(update=update))
+        loaded = load_model(model, sections.batching)
     except ConfigurationError as exc:
         raise ModelChangeRefused(f"{role} model {choice.path} could not be loaded: {exc}") from None
     if loaded.content_hash != choice.content_hash:  # changed between the check and the load
@@ -99,10 +100,10 @@ class ControlReader:
     """Reads the control topic from its beginning (a consumer without a group: it commits nothing); `read()`
     returns the newest desired state seen so far, `None` before any."""
 
-    def __init__(self, settings: WorkerSettings) -> None:
-        conf = settings.librdkafka_common()
-        conf.update({"group.id": f"{settings.group_id}.control-reader", "enable.auto.commit": False})
-        self._topic = settings.control_topic_name
+    def __init__(self, sections: Sections) -> None:
+        conf = librdkafka_common(sections.kafka, sections.security)
+        conf.update({"group.id": f"{sections.kafka.group_id}.control-reader", "enable.auto.commit": False})
+        self._topic = sections.live.control_topic_of(sections.kafka.group_id)
         self._consumer = Consumer(conf)
         self._assigned = False
         self.desired: DesiredState | None = None
@@ -177,24 +178,27 @@ class ModelControl:
 
     def __init__(
         self,
-        settings: WorkerSettings,
+        sections: Sections,
         labeller: Labeller,
         *,
         reader: ControlReader | None = None,
         load: Callable[[ModelChoice, str], LoadedModel] | None = None,
         problem: str | None = None,
     ) -> None:
-        self._settings = settings
+        self._sections = sections
+        self._status_topic = sections.live.status_topic_of(sections.kafka.group_id)
         self._labeller = labeller
         self._reader = reader
-        self._load = load or (lambda choice, role: load_choice(settings, choice, role))
+        self._load = load or (lambda choice, role: load_choice(sections, choice, role))
         self._applied: DesiredState | None = None
         self.problem = problem
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         # With the control topic comes the status topic; `serve` alone (the admin route) reports on its API.
         self._status = (
-            Producer({**settings.librdkafka_common(), "linger.ms": 0}) if reader is not None else None
+            Producer({**librdkafka_common(sections.kafka, sections.security), "linger.ms": 0})
+            if reader is not None
+            else None
         )
 
     def apply(self, desired: DesiredState | None) -> None:
@@ -215,7 +219,7 @@ class ModelControl:
         """What this replica serves now, its problem, and the shadow's agreement."""
         primary, shadow = self._labeller.serving
         return ReplicaStatus(
-            worker_id=self._settings.worker_id,
+            worker_id=self._sections.kafka.worker_id,
             primary=served_ref(primary),
             shadow=served_ref(shadow) if shadow is not None else None,
             desired_at_ms=self._applied.changed_at_ms if self._applied is not None else None,
@@ -229,12 +233,14 @@ class ModelControl:
         if self._status is None:
             return
         status = self.status()
-        key = (REPLICA_KEY_PREFIX + self._settings.worker_id).encode()
+        key = (REPLICA_KEY_PREFIX + self._sections.kafka.worker_id).encode()
         try:
-            self._status.produce(self._settings.status_topic_name, status.model_dump_json().encode(), key)
+            self._status.produce(
+                self._status_topic, status.model_dump_json().encode(), key
+            )
             self._status.poll(0)
         except Exception as exc:  # noqa: BLE001 - a report is best effort
-            log.warning("could not report to %s: %s", self._settings.status_topic_name, exc)
+            log.warning("could not report to %s: %s", self._status_topic, exc)
 
     def start(self) -> None:
         """Follows the control topic from now on (a daemon thread; it applies what the topic says once the
@@ -262,14 +268,14 @@ class ModelControl:
                     self.apply(self._reader.read())
                 if time.monotonic() >= next_report:
                     self.report()
-                    next_report = time.monotonic() + self._settings.status_interval_s
+                    next_report = time.monotonic() + self._sections.live.status_interval_s
             except Exception:  # noqa: BLE001 - the control thread never dies: the replica keeps serving
                 log.exception("following the control topic failed; trying again")
             self._stop.wait(_POLL_S)
 
     def _apply_primary(self, choice: ModelChoice | None) -> str | None:
         current = self._labeller.serving[0]
-        if choice is None and current.path == self._settings.model:
+        if choice is None and current.path == self._sections.model.model:
             return None
         if choice is not None and current.content_hash == choice.content_hash:
             return None
@@ -310,10 +316,10 @@ class ModelControl:
 
     def _load_configured(self) -> LoadedModel:
         try:
-            return load_model(self._settings)
+            return load_model(self._sections.model, self._sections.batching)
         except ConfigurationError as exc:
             raise ModelChangeRefused(
-                f"the configured model {self._settings.model} could not be loaded: {exc}"
+                f"the configured model {self._sections.model.model} could not be loaded: {exc}"
             ) from None
 
 

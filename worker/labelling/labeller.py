@@ -26,7 +26,7 @@ import numpy as np
 from schemas.control import Agreement
 from schemas.review_input import Review
 from schemas.sentiment_result import ModelRef
-from worker.config import WorkerSettings
+from worker.config import BatchingSettings, ModelSettings
 from worker.errors import OperationError
 from worker.inference.batch_shape import on_gpu
 from worker.inference.classifier import Classifier, Output
@@ -116,21 +116,28 @@ class Labeller:
     @classmethod
     def from_settings(
         cls,
-        settings: WorkerSettings,
+        model: ModelSettings,
+        batching: BatchingSettings,
         *,
+        shutdown_timeout_s: float,
         loaded: LoadedModel | None = None,
         memory_probe: MemoryProbe | None = None,
         on_released: Callable[[], None] | None = None,
+        shadow_max_groups: int = 2,
     ) -> Labeller:
-        """Serves `loaded`, else the model the settings name, loaded now; engine options (the token budget,
-        calibrated when asked for) chosen as each model starts. `memory_probe` replaces the device-memory
-        probe (tests); `on_released` runs after a replaced model is closed (the heap policy)."""
-        loaded = loaded if loaded is not None else load_model(settings)
+        """Serves `loaded`, else the model the model section names, loaded now; engine options (the token
+        budget, calibrated when asked for; `close()` waiting at most `shutdown_timeout_s`) chosen as each
+        model starts. `memory_probe` replaces the device-memory probe (tests); `on_released` runs after a
+        replaced model is closed (the heap policy); the shadow takes at most `shadow_max_groups` groups at
+        once."""
+        loaded = loaded if loaded is not None else load_model(model, batching)
 
         def options(classifier: Classifier) -> EngineOptions:
-            return EngineOptions.from_settings(settings, classifier, memory_probe=memory_probe)
+            return EngineOptions.from_settings(
+                batching, model, classifier, shutdown_timeout_s=shutdown_timeout_s, memory_probe=memory_probe
+            )
 
-        return cls(loaded, options, on_released=on_released, shadow_in_flight=settings.shadow_max_groups)
+        return cls(loaded, options, on_released=on_released, shadow_in_flight=shadow_max_groups)
 
     @classmethod
     def of(

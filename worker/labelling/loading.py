@@ -7,7 +7,7 @@ import logging
 from typing import NamedTuple
 
 from schemas.sentiment_result import ModelRef
-from worker.config import WorkerSettings
+from worker.config import BatchingSettings, ModelSettings
 from worker.errors import ConfigurationError
 from worker.inference.classifier import Classifier
 from worker.model.classifier import TextClassifierBase
@@ -40,29 +40,29 @@ def device_name(classifier: object) -> str:
     return str(getattr(device, "paddle_device", device) or "unknown")
 
 
-def load_model(settings: WorkerSettings) -> LoadedModel:
-    """The model the settings name, and its identity (`load_classifier_for`)."""
-    classifier = load_classifier_for(settings)
-    return LoadedModel(classifier, ModelRef(name=classifier.name, version=classifier.version), settings.model)
+def load_model(model: ModelSettings, batching: BatchingSettings) -> LoadedModel:
+    """The model the model section names, and its identity (`load_classifier_for`)."""
+    classifier = load_classifier_for(model, batching)
+    return LoadedModel(classifier, ModelRef(name=classifier.name, version=classifier.version), model.model)
 
 
-def load_classifier_for(settings: WorkerSettings) -> TextClassifierBase:
-    """The classifier built as the settings say: model, device, max_seq_len, backend (dynamic/static/onnx, or
-    identity when allow_identity_model), tokenizer, long_text, cpu_threads, FP16/TensorRT. The device is
-    chosen and activated first; a GPU asked for and not working, or a model that cannot load, is a
-    ConfigurationError saying what to do."""
+def load_classifier_for(model: ModelSettings, batching: BatchingSettings) -> TextClassifierBase:
+    """The classifier built as the model section says: model, device, max_seq_len, backend (dynamic, static,
+    onnx, or identity when allow_identity_model), tokenizer, long_text, cpu_threads, FP16/TensorRT (whose
+    largest batch is batching's max_batch_size). The device is chosen and activated first; a GPU asked for
+    and not working, or a model that cannot load, is a ConfigurationError saying what to do."""
     try:
-        choice = choose_device(settings.device)
+        choice = choose_device(model.device)
     except DeviceUnavailableError as exc:
         raise ConfigurationError(f"device: {exc}") from None
     log.info("device %s (%s)", choice.paddle_device, choice.reason)
     activate(choice)
     try:
         classifier = load_classifier(
-            settings.model,
+            model.model,
             choice,
-            max_seq_len=settings.max_seq_len,
-            options=InferenceOptions.from_settings(settings),
+            max_seq_len=model.max_seq_len,
+            options=InferenceOptions.from_settings(model, batching),
         )
     except ModelLoadError as exc:
         raise ConfigurationError(f"model: {exc}") from None

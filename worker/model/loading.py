@@ -56,7 +56,7 @@ from worker.model.static_backend import (
 from worker.model.weights import build_classifier, load_tokenizer
 
 if TYPE_CHECKING:
-    from worker.config import WorkerSettings
+    from worker.config import BatchingSettings, ModelSettings
 
 log = logging.getLogger(__name__)
 
@@ -116,21 +116,21 @@ class InferenceOptions:
     allow_hub: bool = False
 
     @classmethod
-    def from_settings(cls, settings: WorkerSettings) -> InferenceOptions:
-        """The options the worker's settings ask for."""
+    def from_settings(cls, model: ModelSettings, batching: BatchingSettings) -> InferenceOptions:
+        """The options the model section asks for (TensorRT's largest batch: batching's max_batch_size)."""
         return cls(
-            backend=settings.backend,
-            tokenizer=settings.tokenizer,
-            long_text=settings.long_text,
-            chunk_stride_tokens=settings.chunk_stride_tokens,
-            cpu_threads=settings.cpu_threads,
-            cpu_threads_per_call=settings.cpu_threads_per_call,
-            use_fp16=settings.use_fp16,
-            use_tensorrt=settings.use_tensorrt,
-            use_bf16=settings.use_bf16,
-            max_batch_size=settings.max_batch_size,
-            allow_identity=settings.allow_identity_model,
-            allow_hub=settings.allow_hub_model,
+            backend=model.backend,
+            tokenizer=model.tokenizer,
+            long_text=model.long_text,
+            chunk_stride_tokens=model.chunk_stride_tokens,
+            cpu_threads=model.cpu_threads,
+            cpu_threads_per_call=model.cpu_threads_per_call,
+            use_fp16=model.use_fp16,
+            use_tensorrt=model.use_tensorrt,
+            use_bf16=model.use_bf16,
+            max_batch_size=batching.max_batch_size,
+            allow_identity=model.allow_identity_model,
+            allow_hub=model.allow_hub_model,
         )
 
 

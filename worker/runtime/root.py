@@ -15,7 +15,7 @@ from collections.abc import Callable
 from threading import Event
 
 from schemas.control import DesiredState
-from worker.config import WorkerSettings
+from worker.config import Sections, WorkerSettings
 from worker.http.serving import SentimentApi, ServeSummary, WorkerApi
 from worker.kafka.app import SentimentWorker
 from worker.kafka.run_tracker import RunSummary
@@ -42,45 +42,54 @@ def _started(settings: WorkerSettings, command: str) -> tuple[Event, Labeller, M
     """The shared start-up of `run` and `serve`: process set-up, the models (`models_for`), the heap frozen.
     Returns the stop event (set by SIGTERM/SIGINT), the Labeller (not started) and the model control (None:
     off)."""
+    s = settings.sections
     rest_idle_threads()  # before Paddle loads
     name_os_threads()  # before the engine and the HTTP server start their threads
-    configure_logging(settings.log_level)
+    configure_logging(s.observability.log_level)
     stop = Event()
     # Before the models load: a signal then stops at once; a stop overdue by the shutdown timeout exits 1.
-    reinstall = install_stop_handlers(stop.set, stop_timeout_s=settings.shutdown_timeout_s)
-    labeller, control = models_for(settings, command)
+    reinstall = install_stop_handlers(stop.set, stop_timeout_s=s.delivery.shutdown_timeout_s)
+    labeller, control = models_for(s, command)
     freeze_loaded_heap()
     reinstall()  # loading Paddle replaced them
     return stop, labeller, control
 
 
-def models_for(settings: WorkerSettings, command: str) -> tuple[Labeller, ModelControl | None]:
+def models_for(sections: Sections, command: str) -> tuple[Labeller, ModelControl | None]:
     """The Labeller of a replica of `command` (run | serve): the primary the control topic names when it
     follows it (else the settings' model), and the model control that keeps it current (None: off)."""
-    mode = model_control_mode(settings, command)
-    reader = ControlReader(settings) if mode == "topic" else None
+    mode = model_control_mode(sections, command)
+    reader = ControlReader(sections) if mode == "topic" else None
     desired = reader.read(timeout_s=_READ_CONTROL_S) if reader is not None else None
-    loaded, problem = _first_primary(settings, desired)
-    labeller = Labeller.from_settings(settings, loaded=loaded, on_released=release_heap)
+    loaded, problem = _first_primary(sections, desired)
+    labeller = Labeller.from_settings(
+        sections.model,
+        sections.batching,
+        shutdown_timeout_s=sections.delivery.shutdown_timeout_s,
+        loaded=loaded,
+        on_released=release_heap,
+        shadow_max_groups=sections.live.shadow_max_groups,
+    )
     if mode == "off":
         return labeller, None
-    control = ModelControl(settings, labeller, reader=reader, problem=problem)
+    control = ModelControl(sections, labeller, reader=reader, problem=problem)
     control.apply(desired)  # the shadow too, before the door consumes anything
     return labeller, control
 
 
-def _first_primary(settings: WorkerSettings, desired: DesiredState | None) -> tuple[LoadedModel, str | None]:
+def _first_primary(sections: Sections, desired: DesiredState | None) -> tuple[LoadedModel, str | None]:
     """The primary a starting replica serves: the control topic's, when it names one that loads; else the
     settings' model (and why the topic's was not served)."""
+    configured = sections.model, sections.batching
     if desired is not None and desired.primary is not None:
         try:
-            loaded = load_choice(settings, desired.primary, "primary")
+            loaded = load_choice(sections, desired.primary, "primary")
             log.info("serving %s as the control topic says", desired.primary.path)
             return loaded, None
         except ModelChangeRefused as exc:
-            log.error("%s; serving the configured model %s instead", exc, settings.model)
-            return load_model(settings), str(exc)
-    return load_model(settings), None
+            log.error("%s; serving the configured model %s instead", exc, sections.model.model)
+            return load_model(*configured), str(exc)
+    return load_model(*configured), None
 
 
 def run_worker(
@@ -89,8 +98,9 @@ def run_worker(
     """`run`: the Kafka door (with the HTTP API on its port when `http_api`) until stopped, `max_messages`
     inputs are done, or `idle_exit_s` passes without input; the control topic followed meanwhile."""
     stop, labeller, control = _started(settings, "run")
-    api = WorkerApi() if settings.http_api else None  # the API on the worker's port, when asked for
-    worker = SentimentWorker(settings, labeller, stop=stop, api=api)
+    sections = settings.sections
+    api = WorkerApi() if sections.http.http_api else None  # the API on the worker's port, when asked for
+    worker = SentimentWorker(sections, labeller, stop=stop, api=api)
     if control is not None:
         control.start()
     try:
@@ -107,7 +117,7 @@ def serve(settings: WorkerSettings, *, on_listening: Callable[[tuple[str, int]],
     if control is not None:
         control.start()
     try:
-        return SentimentApi(settings, labeller, stop=stop, on_listening=on_listening).run()
+        return SentimentApi(settings.sections, labeller, stop=stop, on_listening=on_listening).run()
     finally:
         if control is not None:
             control.stop()

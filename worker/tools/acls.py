@@ -27,7 +27,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from worker.config import WorkerSettings
+from worker.config import KafkaSettings
 from worker.errors import OperationError
 
 Resource = Literal["topic", "group", "transactional-id"]
@@ -82,29 +82,29 @@ class AclRule:
         )
 
 
-def transactional_id_prefix(settings: WorkerSettings) -> str:
+def transactional_id_prefix(kafka: KafkaSettings) -> str:
     """What every replica's transactional id starts with (the worker id follows)."""
-    return f"sentiment-worker.{settings.group_id}."
+    return f"sentiment-worker.{kafka.group_id}."
 
 
-def worker_acls(settings: WorkerSettings, delivery: str | None = None) -> list[AclRule]:
-    """The ACLs a worker with these settings needs in ``delivery`` mode (default: the settings' mode)."""
-    mode = delivery or settings.delivery
+def worker_acls(kafka: KafkaSettings, delivery: str) -> list[AclRule]:
+    """The ACLs a worker with these topics and group needs in ``delivery`` mode."""
+    mode = delivery
     rules = [
-        AclRule("topic", settings.input_topic, "Read", "consume the input topic"),
+        AclRule("topic", kafka.input_topic, "Read", "consume the input topic"),
         AclRule(
             "topic",
-            settings.input_topic,
+            kafka.input_topic,
             "DescribeConfigs",
             "read max.message.bytes at start-up (the dead-letter topic must hold its largest record)",
         ),
-        AclRule("group", settings.group_id, "Read", "join the consumer group and commit its offsets"),
+        AclRule("group", kafka.group_id, "Read", "join the consumer group and commit its offsets"),
     ]
-    for topic in (settings.output_topic, settings.dlq_topic):
+    for topic in (kafka.output_topic, kafka.dlq_topic):
         rules.append(AclRule("topic", topic, "Write", "publish results / dead letters"))
         rules.append(AclRule("topic", topic, "DescribeConfigs", "read max.message.bytes at start-up"))
     if mode == "exactly_once":
-        prefix = transactional_id_prefix(settings)
+        prefix = transactional_id_prefix(kafka)
         for operation in ("Write", "Describe"):
             rules.append(AclRule("transactional-id", prefix, operation, "transactions", prefixed=True))  # type: ignore[arg-type]
     return rules

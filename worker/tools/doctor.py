@@ -10,7 +10,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from worker.config import DEFAULT_MODEL_DIR, WorkerSettings, kafka_extra_overrides
+from worker.config import (
+    DEFAULT_MODEL_DIR,
+    BatchingSettings,
+    KafkaSettings,
+    ModelSettings,
+    SecuritySettings,
+    WorkerSettings,
+    kafka_extra_overrides,
+    librdkafka_common,
+)
 from worker.inference.label_fields import label_fields
 from worker.model.backend_choice import compression_outlook, cpu_description, cpu_features
 from worker.model.device import DeviceChoice, DeviceUnavailableError, activate, choose_device
@@ -34,26 +43,27 @@ TOPICS_FIX = "run `sentiment-worker topics create`"
 
 def run_checks(settings: WorkerSettings) -> list[Check]:
     """Runs every check in order; never raises. Secrets never appear in the details."""
+    s = settings.sections
     checks = [_check_python(), _check_cpu(), _check_paddle()]
-    device_check, device = _check_device(settings)
+    device_check, device = _check_device(s.model)
     checks.append(device_check)
     if device is not None:
-        checks.append(_check_model(settings, device))
-    kafka = kafka_checks(settings)
+        checks.append(_check_model(s.model, s.batching, device))
+    kafka = kafka_checks(s.kafka, s.security)
     checks.extend(kafka)
     if kafka[-1].name == "tls" and kafka[-1].verdict == "FAIL":
         return checks  # the broker check would only fail again, less clearly
-    if settings.schema_registry_url:
-        checks.extend(check_registry(settings))
+    if s.registry.schema_registry_url:
+        checks.extend(check_registry(s.registry, s.kafka))
     return checks
 
 
-def kafka_checks(settings: WorkerSettings) -> list[Check]:
+def kafka_checks(kafka: KafkaSettings, security: SecuritySettings) -> list[Check]:
     """The Kafka checks of the configuration librdkafka gets (kafka_extra's overrides included, named in a
     WARN first): the TLS handshake (SSL/SASL_SSL), then the broker and the topics; the TLS check last when
     it fails. Never raises."""
     checks = []
-    overrides = kafka_extra_overrides(settings.kafka_extra)
+    overrides = kafka_extra_overrides(kafka.kafka_extra)
     if overrides:
         checks.append(
             Check(
@@ -64,15 +74,15 @@ def kafka_checks(settings: WorkerSettings) -> list[Check]:
                 "set the settings of the same meaning instead (docs/security.md)",
             )
         )
-    if uses_tls(settings.librdkafka_common()):
-        tls = check_tls(settings)
+    if uses_tls(librdkafka_common(kafka, security)):
+        tls = check_tls(kafka, security)
         checks.append(tls)
         if tls.verdict == "FAIL":
             return checks
-    broker = check_broker(settings)
+    broker = check_broker(kafka, security)
     checks.append(broker)
     if broker.verdict == "OK":
-        checks.extend(_check_topics(settings))
+        checks.extend(_check_topics(kafka, security))
     return checks
 
 
@@ -106,30 +116,30 @@ def _check_paddle() -> Check:
     return check if check.verdict == "OK" else Check("paddle", "FAIL", check.detail, PADDLE_FIX)
 
 
-def _check_device(settings: WorkerSettings) -> tuple[Check, object | None]:
+def _check_device(model: ModelSettings) -> tuple[Check, object | None]:
     try:
-        choice = choose_device(settings.device)
+        choice = choose_device(model.device)
     except DeviceUnavailableError as exc:
-        return Check(f"device={settings.device}", "FAIL", str(exc)), None
+        return Check(f"device={model.device}", "FAIL", str(exc)), None
     except Exception as exc:  # noqa: BLE001
         detail = f"{type(exc).__name__}: {exc}"
-        return Check(f"device={settings.device}", "FAIL", detail, "set SENTIMENT_DEVICE=cpu"), None
-    return Check(f"device={settings.device}", "OK", f"{choice.paddle_device} ({choice.reason})"), choice
+        return Check(f"device={model.device}", "FAIL", detail, "set SENTIMENT_DEVICE=cpu"), None
+    return Check(f"device={model.device}", "OK", f"{choice.paddle_device} ({choice.reason})"), choice
 
 
-def _check_model(settings: WorkerSettings, device: object) -> Check:
+def _check_model(model: ModelSettings, batching: BatchingSettings, device: object) -> Check:
     def body() -> Check:
         assert isinstance(device, DeviceChoice)
         activate(device)
         started = time.perf_counter()
         try:
-            options = InferenceOptions.from_settings(settings)
-            limit = settings.max_seq_len
-            classifier = load_classifier(settings.model, device, max_seq_len=limit, options=options)
+            options = InferenceOptions.from_settings(model, batching)
+            limit = model.max_seq_len
+            classifier = load_classifier(model.model, device, max_seq_len=limit, options=options)
         except ModelLoadError as exc:
             # The loader's message says what to do about a directory that exists (or a hub name).
-            path = Path(settings.model).expanduser()
-            if not path.exists() and ("/" in settings.model or settings.model.startswith((".", "~"))):
+            path = Path(model.model).expanduser()
+            if not path.exists() and ("/" in model.model or model.model.startswith((".", "~"))):
                 return Check("model", "FAIL", f"model directory {path} does not exist", MODEL_FIX)
             return Check("model", "FAIL", str(exc))
         probs = classifier.predict_texts(["质量很好，非常满意", "太差了，再也不买"])
@@ -145,15 +155,15 @@ def _check_model(settings: WorkerSettings, device: object) -> Check:
     return _guard("model", body)
 
 
-def check_tls(settings: WorkerSettings) -> Check:
+def check_tls(kafka: KafkaSettings, security: SecuritySettings) -> Check:
     """SSL/SASL_SSL: a TLS handshake with the first bootstrap server; what is wrong, in one line (WARN: it
     worked only because the configuration turns the broker's certificate check off)."""
-    outcome = handshake(settings)
+    outcome = handshake(kafka, security)
     verdict: Verdict = "FAIL" if not outcome.ok else "WARN" if outcome.unverified else "OK"
     return Check("tls", verdict, outcome.detail, outcome.fix if verdict != "OK" else None)
 
 
-def check_broker(settings: WorkerSettings) -> Check:
+def check_broker(kafka: KafkaSettings, security: SecuritySettings) -> Check:
     """Reads cluster metadata once. librdkafka's own log lines of the attempt (one per retry, on stderr by
     default) are kept out of the report; the last error among them says why, and picks the fix."""
     from confluent_kafka.admin import AdminClient
@@ -162,7 +172,7 @@ def check_broker(settings: WorkerSettings) -> Check:
     logger = logging.Logger("doctor.librdkafka")  # not registered: this probe's lines only
     logger.addHandler(collected)
     timeout_s = 5.0
-    conf: dict[str, Any] = {**settings.librdkafka_common(), "logger": logger}
+    conf: dict[str, Any] = {**librdkafka_common(kafka, security), "logger": logger}
     bootstrap = conf.get("bootstrap.servers") or conf.get("metadata.broker.list")
     try:
         admin = AdminClient(conf)
@@ -210,10 +220,10 @@ def broker_fix(messages: list[tuple[int, str]]) -> str:
     return BROKER_FIX
 
 
-def _check_topics(settings: WorkerSettings) -> list[Check]:
-    names = [settings.input_topic, settings.output_topic, settings.dlq_topic]
+def _check_topics(kafka: KafkaSettings, security: SecuritySettings) -> list[Check]:
+    names = [kafka.input_topic, kafka.output_topic, kafka.dlq_topic]
     try:
-        counts = describe_topics(settings.librdkafka_common(), names)
+        counts = describe_topics(librdkafka_common(kafka, security), names)
     except Exception as exc:  # noqa: BLE001
         fix = "check the broker (`make kafka-status`) and that this principal may describe topics"
         return [Check("topics", "FAIL", f"{type(exc).__name__}: {exc}", fix)]

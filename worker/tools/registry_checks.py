@@ -9,7 +9,7 @@ from typing import Any
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from worker.config import REGISTRY_FORMATS, WorkerSettings
+from worker.config import REGISTRY_FORMATS, KafkaSettings, RegistrySettings
 from worker.kafka.registry_decode import registry_trouble
 from worker.kafka.result_encoding import result_schema, result_subject
 from worker.tools.checks import Check
@@ -17,10 +17,10 @@ from worker.tools.checks import Check
 REGISTRY_FIX = "start it (`make registry-up`) or set SENTIMENT_SCHEMA_REGISTRY_URL to one that runs"
 
 
-def check_registry(settings: WorkerSettings) -> list[Check]:
+def check_registry(registry: RegistrySettings, kafka: KafkaSettings) -> list[Check]:
     """The registry's checks, in order; never raises. The URL shown is the one without user info (the
     settings keep none in it); basic auth is named by its user only."""
-    conf = settings.schema_registry_conf()
+    conf = registry.schema_registry_conf()
     url = conf["url"]
     try:
         client = SchemaRegistryClient(conf)
@@ -33,25 +33,25 @@ def check_registry(settings: WorkerSettings) -> list[Check]:
     auth = conf.get("basic.auth.user.info")
     as_user = f" (basic auth as {auth.partition(':')[0]!r})" if auth else ""
     checks = [Check("schema registry", "OK", f"{url} answered{as_user}; {len(subjects)} subjects")]
-    if settings.output_format in REGISTRY_FORMATS:
-        checks.append(_check_result_subject(client, settings, set(subjects)))
-    if settings.input_format in REGISTRY_FORMATS:
-        checks.append(_check_input_subject(client, settings, set(subjects)))
+    if registry.output_format in REGISTRY_FORMATS:
+        checks.append(_check_result_subject(client, registry, kafka.output_topic, set(subjects)))
+    if registry.input_format in REGISTRY_FORMATS:
+        checks.append(_check_input_subject(client, registry, kafka.input_topic, set(subjects)))
     return checks
 
 
 def _check_result_subject(
-    client: SchemaRegistryClient, settings: WorkerSettings, subjects: set[str]
+    client: SchemaRegistryClient, registry: RegistrySettings, output_topic: str, subjects: set[str]
 ) -> Check:
-    subject = result_subject(settings.schema_subject_strategy, settings.output_topic)
+    subject = result_subject(registry.schema_subject_strategy, output_topic)
     name = f"subject {subject}"
     if subject not in subjects:
         return Check(
-            name, "OK", f"not registered yet: `run` registers the {settings.output_format} result schema"
+            name, "OK", f"not registered yet: `run` registers the {registry.output_format} result schema"
         )
     try:
         latest = client.get_latest_version(subject)
-        compatible = client.test_compatibility(subject, result_schema(settings.output_format))
+        compatible = client.test_compatibility(subject, result_schema(registry.output_format))
         level = _compatibility(client, subject)
     except SchemaRegistryError as exc:
         return Check(name, "FAIL", f"{exc.http_status_code}: {exc.error_message}")
@@ -66,8 +66,8 @@ def _check_result_subject(
             "register results under another subject "
             "(SENTIMENT_SCHEMA_SUBJECT_STRATEGY, SENTIMENT_OUTPUT_TOPIC)",
         )
-    if level != settings.schema_compatibility:
-        return Check(name, "WARN", f"{detail}; `run` sets it to {settings.schema_compatibility}")
+    if level != registry.schema_compatibility:
+        return Check(name, "WARN", f"{detail}; `run` sets it to {registry.schema_compatibility}")
     return Check(name, "OK", detail)
 
 
@@ -78,8 +78,10 @@ def _compatibility(client: SchemaRegistryClient, subject: str) -> str | None:
         return None  # no level of its own: the global one applies
 
 
-def _check_input_subject(client: SchemaRegistryClient, settings: WorkerSettings, subjects: set[str]) -> Check:
-    subject = f"{settings.input_topic}-value"
+def _check_input_subject(
+    client: SchemaRegistryClient, registry: RegistrySettings, input_topic: str, subjects: set[str]
+) -> Check:
+    subject = f"{input_topic}-value"
     name = f"subject {subject}"
     if subject not in subjects:
         return Check(
@@ -94,15 +96,15 @@ def _check_input_subject(client: SchemaRegistryClient, settings: WorkerSettings,
         return Check(name, "FAIL", f"{exc.http_status_code}: {exc.error_message}")
     fields = _field_names(latest.schema.schema_type or "AVRO", latest.schema.schema_str or "")
     detail = f"version {latest.version} ({latest.schema.schema_type or 'AVRO'}, schema id {latest.schema_id})"
-    if fields is not None and settings.text_field not in fields:
+    if fields is not None and registry.text_field not in fields:
         return Check(
             name,
             "FAIL",
-            f"{detail} has no {settings.text_field!r} field (it has {', '.join(sorted(fields))}): "
+            f"{detail} has no {registry.text_field!r} field (it has {', '.join(sorted(fields))}): "
             "every value would be dead-lettered as missing_text",
             "set SENTIMENT_TEXT_FIELD to the field holding the review text",
         )
-    return Check(name, "OK", f"{detail}; text from {settings.text_field!r}")
+    return Check(name, "OK", f"{detail}; text from {registry.text_field!r}")
 
 
 def _field_names(schema_type: str, schema_str: str) -> set[str] | None:

@@ -20,7 +20,7 @@ from google.protobuf.message_factory import GetMessageClass
 
 from schemas.proto_text import parse_proto
 from schemas.review_decode import DecodeFailure
-from worker.config import REGISTRY_FORMATS, WorkerSettings
+from worker.config import REGISTRY_FORMATS, RegistrySettings
 from worker.errors import ConfigurationError, OperationError
 from worker.kafka.registry_client import RegistryClient
 from worker.kafka.registry_decode import RegistryUnavailable, SchemaReaders, registry_trouble
@@ -52,7 +52,7 @@ def value_format(declared: str | None, schema: Path | None) -> str | None:
 
 
 def value_encoder(
-    settings: WorkerSettings, fmt: str, schema_file: Path, topic: str
+    registry: RegistrySettings, fmt: str, schema_file: Path, topic: str
 ) -> Callable[[dict[str, Any]], bytes]:
     """A message dict → its value in `fmt` with the schema in `schema_file`, registered under `<topic>-value`
     on first use. A message that does not fit the schema raises ValueError saying why."""
@@ -64,7 +64,7 @@ def value_encoder(
         raise ConfigurationError(
             f"--schema {schema_file}: cannot read it as a {fmt} schema ({exc})"
         ) from None
-    conf = settings.schema_registry_conf()
+    conf = registry.schema_registry_conf()
     client = SchemaRegistryClient(conf)
     serializer: Callable[[Any, SerializationContext], bytes | None]
     if fmt == "avro":
@@ -130,8 +130,8 @@ class ValueReader:
     type says the format); None for a value not in the wire format (plain JSON, text) or one that does not
     decode (shown as the raw value)."""
 
-    def __init__(self, settings: WorkerSettings) -> None:
-        client = RegistryClient.from_conf(settings.schema_registry_conf())
+    def __init__(self, registry: RegistrySettings) -> None:
+        client = RegistryClient.from_conf(registry.schema_registry_conf())
         self._readers = SchemaReaders(client, max_depth=MAX_VALUE_DEPTH)
 
     def fields(self, value: bytes | None) -> dict[str, Any] | None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from worker.config import WorkerSettings
+from worker.config import KafkaSettings, SecuritySettings, librdkafka_common
 
 # OpenSSL X509_V_ERR_* codes a handshake meets.
 _UNKNOWN_CA = {2, 18, 19, 20, 21, 27}  # unable to get issuer / self-signed (in chain) / untrusted
@@ -106,10 +106,10 @@ def tls_context(target: TlsTarget) -> ssl.SSLContext:
     return context
 
 
-def handshake(settings: WorkerSettings, timeout_s: float = 5.0) -> Handshake:
+def handshake(kafka: KafkaSettings, security: SecuritySettings, timeout_s: float = 5.0) -> Handshake:
     """Connects to the first bootstrap server librdkafka would dial and shakes hands as it would; never
     raises."""
-    target = TlsTarget.of(settings.librdkafka_common())
+    target = TlsTarget.of(librdkafka_common(kafka, security))
     host, port = first_server(target.bootstrap_servers)
     files = {
         "SENTIMENT_SSL_CA_LOCATION": target.ca,

@@ -21,7 +21,8 @@ def test_the_http_bench_server_gets_the_model_only_phase_inference(monkeypatch: 
         long_text="chunk",
         tokenizer="slow",
     )
-    env = server_env(settings, max_batch_tokens=2048, max_wait_ms=3)
+    s = settings.sections
+    env = server_env(s.model, s.batching, max_batch_tokens=2048, max_wait_ms=3)
     assert "SENTIMENT_API_TOKEN" not in env
     assert {k: v for k, v in env.items() if not k.startswith("SENTIMENT_")} == {
         k: v for k, v in os.environ.items() if not k.startswith("SENTIMENT_")

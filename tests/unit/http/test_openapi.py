@@ -16,9 +16,8 @@ from worker.metrics import create_http_metrics
 
 def openapi(**settings: Any) -> dict[str, Any]:
     registry = CollectorRegistry()
-    api = ApiState(
-        WorkerSettings(**settings), registry, HealthState(30, kafka=False), create_http_metrics(registry)
-    )
+    s = WorkerSettings(**settings).sections
+    api = ApiState(s.http, s.limits, registry, HealthState(30, kafka=False), create_http_metrics(registry))
     return build_app(api).openapi()
 
 

@@ -40,7 +40,8 @@ def _servers(kafka: bool) -> Iterator[Servers]:
     Counter("probe_things", "things", registry=registry).inc(3)
     clock = FakeClock()
     health = HealthState(30, clock, kafka=kafka)
-    api = ApiState(WorkerSettings(), registry, health, create_http_metrics(registry))
+    s = WorkerSettings().sections
+    api = ApiState(s.http, s.limits, registry, health, create_http_metrics(registry))
     plain = HealthServer("127.0.0.1", 0, registry, health)
     fast = HttpServer(build_app(api), "127.0.0.1", 0, graceful_timeout_s=1)
     try:

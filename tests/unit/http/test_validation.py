@@ -143,4 +143,5 @@ def test_at_most_five_problems_are_listed() -> None:
 
 def test_limits_come_from_the_settings() -> None:
     settings = WorkerSettings(http_max_texts=7, max_text_chars=99)
-    assert RequestLimits.from_settings(settings) == RequestLimits(max_texts=7, max_text_chars=99)
+    s = settings.sections
+    assert RequestLimits.from_settings(s.http, s.limits) == RequestLimits(max_texts=7, max_text_chars=99)

@@ -8,10 +8,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from tests.labellers import engine_options
 from tests.polling import wait_until
 from worker.config import WorkerSettings
 from worker.inference.batch_plan import plan_batches
@@ -86,6 +88,14 @@ def padded(lengths: list[int]) -> int:
     return len(lengths) * max(lengths)
 
 
+def cap(settings: WorkerSettings, classifier: object) -> int | None:
+    return batch_size_cap(settings.sections.batching, settings.sections.model, classifier)
+
+
+def budget(settings: WorkerSettings, classifier: Any, **kwargs: Any) -> BudgetChoice:
+    return choose_token_budget(settings.sections.batching, settings.sections.model, classifier, **kwargs)
+
+
 def gpu_settings(tmp_path: Path, **extra: object) -> WorkerSettings:
     """A GPU worker's settings as a user leaves them (no batch size, token budget or window set), with
     1,400 MiB of device memory for inference: about 80,000 padded tokens of this model."""
@@ -98,7 +108,7 @@ def test_on_a_gpu_a_backlog_is_planned_into_batches_bounded_by_the_calibrated_to
     tmp_path: Path,
 ) -> None:
     fake, probe = FakeDeviceClassifier(GPU), FakeH200MemoryProbe()
-    options = EngineOptions.from_settings(gpu_settings(tmp_path), fake, memory_probe=probe)
+    options = engine_options(gpu_settings(tmp_path), fake, memory_probe=probe)
     assert probe.calls  # the default budget on a GPU is measured against the device memory budget
     assert options.max_batch_size is None  # no count cap
     assert options.max_batch_tokens >= 65_536
@@ -114,33 +124,33 @@ def test_on_a_gpu_a_backlog_is_planned_into_batches_bounded_by_the_calibrated_to
 
 def test_on_a_gpu_max_batch_size_caps_batches_only_when_set_or_with_tensorrt(tmp_path: Path) -> None:
     gpu, cpu = FakeDeviceClassifier(GPU), FakeDeviceClassifier(CPU)
-    assert batch_size_cap(gpu_settings(tmp_path), gpu) is None
-    assert batch_size_cap(gpu_settings(tmp_path, max_batch_size=64), gpu) == 64
-    assert batch_size_cap(gpu_settings(tmp_path, use_tensorrt=True), gpu) == 32  # its engine's largest batch
-    assert batch_size_cap(WorkerSettings(), cpu) == 32
+    assert cap(gpu_settings(tmp_path), gpu) is None
+    assert cap(gpu_settings(tmp_path, max_batch_size=64), gpu) == 64
+    assert cap(gpu_settings(tmp_path, use_tensorrt=True), gpu) == 32  # its engine's largest batch
+    assert cap(WorkerSettings(), cpu) == 32
 
 
 def test_on_a_gpu_a_token_budget_that_is_set_is_used_as_it_is(tmp_path: Path) -> None:
     fake, probe = FakeDeviceClassifier(GPU), FakeH200MemoryProbe()
     settings = gpu_settings(tmp_path, max_batch_tokens=262_144)
-    choice = choose_token_budget(settings, fake, memory_probe=probe)
+    choice = budget(settings, fake, memory_probe=probe)
     assert (choice.max_batch_tokens, choice.source, probe.calls) == (262_144, "max_batch_tokens", 0)
     turned_off = gpu_settings(tmp_path, max_batch_tokens_auto=False)
-    assert choose_token_budget(turned_off, fake, memory_probe=probe).max_batch_tokens == 4096
+    assert budget(turned_off, fake, memory_probe=probe).max_batch_tokens == 4096
     assert probe.calls == 0
 
 
 def test_on_a_gpu_an_onnx_model_whose_memory_is_not_measured_gets_a_gpu_sized_default(tmp_path: Path) -> None:
     onnx = FakeDeviceClassifier(GPU)
     onnx.backend = "onnx"  # ONNX Runtime allocates device memory Paddle's probe does not see
-    choice = choose_token_budget(gpu_settings(tmp_path), onnx)
+    choice = budget(gpu_settings(tmp_path), onnx)
     assert choice == BudgetChoice(65_536, "GPU default (onnx backend)")
     assert not list(tmp_path.iterdir())  # nothing calibrated
 
 
 def test_on_cpu_the_measured_plan_is_unchanged(tmp_path: Path) -> None:
     fake, probe = FakeDeviceClassifier(CPU), FakeH200MemoryProbe()
-    options = EngineOptions.from_settings(WorkerSettings(tuning_cache_dir=tmp_path), fake, memory_probe=probe)
+    options = engine_options(WorkerSettings(tuning_cache_dir=tmp_path), fake, memory_probe=probe)
     assert (options.max_batch_size, options.max_batch_tokens, probe.calls) == (32, 4096, 0)
     texts = backlog()
     with Engine(fake, options).start(warm_up=False) as engine:

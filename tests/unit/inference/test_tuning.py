@@ -344,12 +344,12 @@ def test_tune_on_cpu_says_it_tuned_for_throughput(tmp_path: Path) -> None:
 
 def test_options_from_settings_and_flags() -> None:
     settings = WorkerSettings(vram_budget_fraction=0.5, vram_safety_margin=0.2, tuning_latency_bound_ms=250)
-    options = TuneOptions.from_settings(settings, 128)
+    options = TuneOptions.from_settings(settings.sections.batching, 128)
     assert (options.vram_budget_fraction, options.safety_margin, options.latency_bound_s) == (0.5, 0.2, 0.25)
-    flagged = TuneOptions.from_settings(settings, 128, vram_budget_mb=2048)
+    flagged = TuneOptions.from_settings(settings.sections.batching, 128, vram_budget_mb=2048)
     assert (flagged.vram_budget_mb, flagged.vram_budget_fraction) == (2048, None)
     with pytest.raises(ValueError):
-        TuneOptions.from_settings(settings, 128, safety_margin=1.5)
+        TuneOptions.from_settings(settings.sections.batching, 128, safety_margin=1.5)
 
 
 def test_settings_accept_auto_token_budget_and_one_kind_of_vram_budget(

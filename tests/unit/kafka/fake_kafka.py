@@ -10,7 +10,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from worker.config import WorkerSettings
+from worker.config import DeliverySettings, KafkaSettings, SecuritySettings
 from worker.kafka.consumer import OffsetsFor, PartitionBacklog
 from worker.kafka.kafka_clients import KafkaClients, Rebalance
 from worker.kafka.partitions import PartitionKey
@@ -200,9 +200,16 @@ def fake_clients(
     """`KafkaClients` opening `publisher` and a FakeConsumer over `log` (appended to the returned list)."""
     consumers: list[FakeConsumer] = []
 
-    def open_consumer(settings: WorkerSettings, rebalance: Rebalance, *, transactional: bool) -> FakeConsumer:
+    def open_consumer(
+        kafka: KafkaSettings,
+        security: SecuritySettings,
+        delivery: DeliverySettings,
+        rebalance: Rebalance,
+        *,
+        transactional: bool,
+    ) -> FakeConsumer:
         consumer = FakeConsumer(topic, log, rebalance)
         consumers.append(consumer)
         return consumer
 
-    return KafkaClients(open_publisher=lambda settings: publisher, open_consumer=open_consumer), consumers
+    return KafkaClients(open_publisher=lambda *_sections: publisher, open_consumer=open_consumer), consumers

@@ -17,15 +17,15 @@ MODEL = ModelRef(name="tiny", version="1")
 def test_http_api_without_the_api_is_refused() -> None:
     settings = WorkerSettings(http_api=True, http_port=8080)
     with pytest.raises(ValueError, match="http_api"):
-        SentimentWorker(settings, labeller_for(object(), settings, MODEL))
+        SentimentWorker(settings.sections, labeller_for(object(), settings, MODEL))
 
 
 def test_no_api_is_needed_without_http_api_or_without_a_port() -> None:
     SentimentWorker(
-        WorkerSettings(http_api=False, http_port=8080),
+        WorkerSettings(http_api=False, http_port=8080).sections,
         labeller_for(object(), WorkerSettings(http_api=False, http_port=8080), MODEL),
     )
     SentimentWorker(
-        WorkerSettings(http_api=True, http_port=0),
+        WorkerSettings(http_api=True, http_port=0).sections,
         labeller_for(object(), WorkerSettings(http_api=True, http_port=0), MODEL),
     )

@@ -86,7 +86,7 @@ def test_every_input_offset_yields_one_record_in_input_order_and_all_offsets_are
     publisher = FakePublisher()
     clients, consumers = fake_clients(TOPIC, log, publisher)
     worker = SentimentWorker(
-        settings(), labeller_for(FakeLengthClassifier(), settings(), MODEL), clients=clients
+        settings().sections, labeller_for(FakeLengthClassifier(), settings(), MODEL), clients=clients
     )
     summary = worker.run(max_messages=210, idle_exit_s=5)
 
@@ -153,15 +153,17 @@ def test_offsets_are_stored_only_after_everything_before_them_was_acknowledged()
     publisher = SlowAckPublisher(polls=3)
     consumers: list[CheckingConsumer] = []
 
-    def open_checking(s: WorkerSettings, rebalance: object, *, transactional: bool) -> CheckingConsumer:
+    def open_checking(
+        kafka: object, security: object, delivery: object, rebalance: object, *, transactional: bool
+    ) -> CheckingConsumer:
         consumer = CheckingConsumer(TOPIC, log, rebalance)  # type: ignore[arg-type]
         consumer.publisher = publisher
         consumers.append(consumer)
         return consumer
 
-    clients = KafkaClients(open_publisher=lambda s: publisher, open_consumer=open_checking)
+    clients = KafkaClients(open_publisher=lambda *_sections: publisher, open_consumer=open_checking)
     summary = SentimentWorker(
-        settings(), labeller_for(FakeLengthClassifier(), settings(), MODEL), clients=clients
+        settings().sections, labeller_for(FakeLengthClassifier(), settings(), MODEL), clients=clients
     ).run(max_messages=120, idle_exit_s=5)
     assert summary.results + summary.dead_letters == 120
     assert consumers[0].stored == {(TOPIC, 0): 60, (TOPIC, 1): 60}
@@ -177,7 +179,7 @@ def test_a_refused_delivery_stops_the_worker_and_its_offset_is_never_committed()
     )
     clients, consumers = fake_clients(TOPIC, log, publisher)
     worker = SentimentWorker(
-        settings(), labeller_for(FakeLengthClassifier(), settings(), MODEL), clients=clients
+        settings().sections, labeller_for(FakeLengthClassifier(), settings(), MODEL), clients=clients
     )
     with pytest.raises(DeliveryFailedError, match="input reviews/1/21"):
         worker.run(max_messages=80, idle_exit_s=5)
@@ -191,7 +193,7 @@ def test_a_missing_output_topic_is_a_startup_error_naming_it() -> None:
     clients, consumers = fake_clients(TOPIC, review_log(1, 3), publisher)
     with pytest.raises(StartupError, match="dlq"):
         SentimentWorker(
-            settings(), labeller_for(FakeLengthClassifier(), settings(), MODEL), clients=clients
+            settings().sections, labeller_for(FakeLengthClassifier(), settings(), MODEL), clients=clients
         ).run(max_messages=3)
     assert consumers == [] and publisher.closed  # nothing consumed; the producer closed on the way out
 
@@ -202,7 +204,7 @@ def test_a_dead_letter_topic_smaller_than_the_input_topic_is_a_startup_error_nam
     clients, consumers = fake_clients(TOPIC, review_log(1, 3), publisher)
     with pytest.raises(StartupError) as refused:
         SentimentWorker(
-            settings(), labeller_for(FakeLengthClassifier(), settings(), MODEL), clients=clients
+            settings().sections, labeller_for(FakeLengthClassifier(), settings(), MODEL), clients=clients
         ).run(max_messages=3)
     said = str(refused.value)
     assert f"dead-letter topic {DLQ!r} accepts records of up to 1048588 bytes" in said
@@ -217,7 +219,7 @@ def test_the_dead_letter_size_check_can_be_turned_off() -> None:
     limits = {TOPIC: 1_048_588, RESULTS: 1_048_588, DLQ: 1_048_588}
     clients, _ = fake_clients(TOPIC, review_log(1, 3), FakePublisher(max_message_bytes=limits))
     worker = SentimentWorker(
-        settings(dlq_size_check=False),
+        settings(dlq_size_check=False).sections,
         labeller_for(FakeLengthClassifier(), settings(dlq_size_check=False), MODEL),
         clients=clients,
     )
@@ -257,7 +259,7 @@ def test_a_partition_whose_outputs_are_never_acknowledged_fails_readiness_naming
     publisher = WithholdingPublisher()
     clients, _ = fake_clients(TOPIC, review_log(partitions=2, per_partition=5), publisher)
     worker = SentimentWorker(
-        settings(stuck_partition_s=0.2),
+        settings(stuck_partition_s=0.2).sections,
         labeller_for(FakeLengthClassifier(), settings(stuck_partition_s=0.2), MODEL),
         clients=clients,
     )
@@ -281,7 +283,7 @@ def test_a_draining_worker_says_its_progress(
     clients, _ = fake_clients(TOPIC, log, FakePublisher())
     with caplog.at_level("INFO", logger="worker.kafka.app"):
         SentimentWorker(
-            settings(), labeller_for(FakeLengthClassifier(), settings(), MODEL), clients=clients
+            settings().sections, labeller_for(FakeLengthClassifier(), settings(), MODEL), clients=clients
         ).run(max_messages=40, idle_exit_s=5)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("labelled ")]
     assert lines and "msg/s over the last" in lines[-1]

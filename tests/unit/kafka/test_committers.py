@@ -118,8 +118,11 @@ def make(
         partition_counts={"results": 2, "dlq": 2},
         max_message_bytes={"results": 1_000_000, "dlq": 1_000_000},
     )
-    committer = committer_for(settings.delivery)(
-        CommitOptions.from_settings(settings, report=report or (lambda _problem: None)),
+    s = settings.sections
+    committer = committer_for(s.delivery.delivery)(
+        CommitOptions.from_settings(
+            s.kafka, s.security, s.delivery, report=report or (lambda _problem: None)
+        ),
         cast(ReviewConsumer, consumer),
         cast(ResultPublisher, publisher),
         book,

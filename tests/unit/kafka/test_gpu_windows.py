@@ -66,7 +66,9 @@ def run(classifier: FakeDeviceClassifier, **extra: object) -> FakePublisher:
     publisher = FakePublisher()
     clients, _ = fake_clients(TOPIC, backlog(), publisher)
     worker = SentimentWorker(
-        WorkerSettings(**values), labeller_for(classifier, WorkerSettings(**values), MODEL), clients=clients
+        WorkerSettings(**values).sections,
+        labeller_for(classifier, WorkerSettings(**values), MODEL),
+        clients=clients,
     )  # type: ignore[arg-type]
     summary = worker.run(max_messages=2000, idle_exit_s=5)
     assert (summary.consumed, summary.results, summary.dead_letters) == (2000, 2000, 0)

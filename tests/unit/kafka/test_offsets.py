@@ -192,12 +192,16 @@ def test_randomized_against_reference_model(seed: int) -> None:
 
 def test_crash_duplicate_bound_is_the_pipeline_plus_two_commit_intervals_of_labelling() -> None:
     settings = WorkerSettings(max_window_messages=32, max_queued_windows=2, commit_interval_ms=100)
-    assert crash_duplicate_bound(settings, 500.0) == 3 * 32 + 2 * 50
-    assert crash_duplicate_bound(settings, 10.0) == 3 * 32 + 2 * 32  # at least a window per interval
-    assert crash_duplicate_bound(settings, 10.0, largest_window=1300) == 3 * 1300 + 2 * 1300  # GPU windows
-    assert crash_duplicate_bound(settings.model_copy(update={"max_queued_windows": 4}), 500.0) == 5 * 32 + 100
+
+    def bound(s: WorkerSettings, rate: float, largest_window: int | None = None) -> int:
+        return crash_duplicate_bound(s.sections.batching, s.sections.delivery, rate, largest_window)
+
+    assert bound(settings, 500.0) == 3 * 32 + 2 * 50
+    assert bound(settings, 10.0) == 3 * 32 + 2 * 32  # at least a window per interval
+    assert bound(settings, 10.0, largest_window=1300) == 3 * 1300 + 2 * 1300  # GPU windows
+    assert bound(settings.model_copy(update={"max_queued_windows": 4}), 500.0) == 5 * 32 + 100
     slow_commits = settings.model_copy(update={"commit_interval_ms": 1000})
-    assert crash_duplicate_bound(slow_commits, 500.0) == 3 * 32 + 2 * 500
+    assert bound(slow_commits, 500.0) == 3 * 32 + 2 * 500
 
 
 def test_the_readme_states_the_crash_bound_this_module_computes() -> None:

@@ -210,7 +210,7 @@ def _message(offset: int, value: bytes) -> InputMessage:
 
 def test_a_window_needing_an_unreachable_registry_is_not_prepared_at_all() -> None:
     s = settings(input_format="avro", schema_registry_url=CLOSED_PORT_URL)
-    options = DecodeOptions.from_settings(s, _decoder("avro"))
+    options = DecodeOptions.from_settings(s.sections.registry, s.sections.limits, _decoder("avro"))
     items = [_message(0, b"not wire format"), _message(1, wire_header(1) + b"\x02x")]
     with pytest.raises(RegistryUnavailable):
         prepare_window(items, options)
@@ -225,7 +225,7 @@ def test_the_worker_holds_inputs_while_the_registry_is_away_and_says_so_on_ready
     publisher = FakePublisher()
     clients, consumers = fake_clients(TOPIC, log, publisher)
     s = settings(input_format="avro", schema_registry_url=CLOSED_PORT_URL, schema_registry_timeout_s=1)
-    worker = SentimentWorker(s, labeller_for(FakeLengthClassifier(), s, MODEL), clients=clients)
+    worker = SentimentWorker(s.sections, labeller_for(FakeLengthClassifier(), s, MODEL), clients=clients)
     runner = threading.Thread(target=worker.run, kwargs={"max_messages": 3})
     runner.start()
     try:
@@ -333,7 +333,7 @@ def test_the_worker_waits_for_the_registry_to_register_the_result_schema_and_a_s
     publisher = FakePublisher()
     clients, consumers = fake_clients(TOPIC, {0: [b'{"text": "x"}']}, publisher)
     s = settings(output_format="avro", schema_registry_url=CLOSED_PORT_URL, schema_registry_timeout_s=1)
-    worker = SentimentWorker(s, labeller_for(FakeLengthClassifier(), s, MODEL), clients=clients)
+    worker = SentimentWorker(s.sections, labeller_for(FakeLengthClassifier(), s, MODEL), clients=clients)
     failures: list[BaseException] = []
     summaries: list[RunSummary] = []
 

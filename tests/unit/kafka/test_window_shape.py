@@ -15,7 +15,7 @@ from worker.kafka.window_shape import WindowShape
 
 
 def test_a_gpu_window_grows_to_fill_one_batch_at_the_mean_length(tmp_path: Path) -> None:
-    shape = WindowShape.for_device(gpu_settings(tmp_path), on_gpu=True)
+    shape = WindowShape.for_device(gpu_settings(tmp_path).sections.batching, on_gpu=True)
     assert shape == WindowShape(256, fills_token_budget=True)
     assert shape.cap(65_536, None) == 256  # nothing labelled yet: the configured window
     assert shape.cap(65_536, 50.0) == math.ceil(65_536 / 50)  # 1,311 reviews fill a batch
@@ -23,8 +23,10 @@ def test_a_gpu_window_grows_to_fill_one_batch_at_the_mean_length(tmp_path: Path)
 
 
 def test_a_window_size_that_is_set_or_on_cpu_stays_as_it_is(tmp_path: Path) -> None:
-    gpu_set = WindowShape.for_device(gpu_settings(tmp_path, max_window_messages=500), on_gpu=True)
-    cpu = WindowShape.for_device(WorkerSettings(), on_gpu=False)
+    gpu_set = WindowShape.for_device(
+        gpu_settings(tmp_path, max_window_messages=500).sections.batching, on_gpu=True
+    )
+    cpu = WindowShape.for_device(WorkerSettings().sections.batching, on_gpu=False)
     assert (gpu_set.cap(65_536, 50.0), cpu.cap(65_536, 50.0)) == (500, 256)
 
 

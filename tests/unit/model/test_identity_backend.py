@@ -83,9 +83,9 @@ def test_it_is_refused_unless_allowed(tiny_int8_dir: Path) -> None:
     assert "does no inference" in str(caught.value)
     settings = WorkerSettings(model=str(tiny_int8_dir), device="cpu", backend="identity")
     with pytest.raises(ConfigurationError, match="backend=identity does no inference"):
-        load_model(settings)
-    allowed = settings.model_copy(update={"allow_identity_model": True})
-    classifier, model_ref, _ = load_model(allowed)
+        load_model(settings.sections.model, settings.sections.batching)
+    allowed = settings.model_copy(update={"allow_identity_model": True}).sections
+    classifier, model_ref, _ = load_model(allowed.model, allowed.batching)
     assert model_ref.name == "identity" and model_ref.version == classifier.version
 
 

@@ -173,7 +173,8 @@ def test_windows_keep_one_output_per_valid_review_in_input_order() -> None:
     fake = FakeChunkingClassifier()
     settings = WorkerSettings(http_port=0)
     items = [_message(i, text) for i, text in enumerate(TEXTS)]
-    prepared = prepare_window(items, DecodeOptions.from_settings(settings))
+    s = settings.sections
+    prepared = prepare_window(items, DecodeOptions.from_settings(s.registry, s.limits))
     valid = [t for t in TEXTS if t]  # the empty text is dead-lettered by decode, never tokenized
     assert [review.text for review in prepared.reviews] == valid
     with Labeller.of(fake, EngineOptions(4, 1000)).start(warm_up=False) as labeller:

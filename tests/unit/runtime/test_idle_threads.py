@@ -55,7 +55,7 @@ def test_run_serve_and_the_naive_server_set_it_before_the_model_loads(
 ) -> None:
     seen: dict[str, str | None] = {}
 
-    def load_model(_settings: object) -> None:
+    def load_model(*_sections: object) -> None:
         seen.update({name: os.environ.get(name) for name in IDLE_THREAD_DEFAULTS})
         raise ConfigurationError("stop here")
 

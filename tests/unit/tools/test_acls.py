@@ -19,7 +19,8 @@ NAMES = {"input_topic": "in", "output_topic": "out", "dlq_topic": "dlq", "group_
 
 def rules_as_tuples(delivery: str) -> set[tuple[str, str, str, bool]]:
     return {
-        (r.resource, r.name, r.operation, r.prefixed) for r in worker_acls(WorkerSettings(**NAMES), delivery)
+        (r.resource, r.name, r.operation, r.prefixed)
+        for r in worker_acls(WorkerSettings(**NAMES).sections.kafka, delivery)
     }
 
 
@@ -47,7 +48,7 @@ def test_exactly_once_adds_write_and_describe_on_the_transactional_id_prefix_onl
 
 
 def test_rules_become_kafka_acls_lines_and_admin_bindings() -> None:
-    rules = worker_acls(WorkerSettings(**NAMES), "exactly_once")
+    rules = worker_acls(WorkerSettings(**NAMES).sections.kafka, "exactly_once")
     lines = [r.kafka_acls_line("User:worker", "b:9093") for r in rules]
     assert lines[0] == (
         "kafka-acls.sh --bootstrap-server b:9093 --command-config admin.properties --add "
@@ -93,5 +94,7 @@ def test_the_k8s_kafkauser_holds_exactly_the_rules_for_the_configmaps_names(deli
                     resource["patternType"] == "prefix",
                 )
             )
-    expected = {(r.resource, r.name, r.operation, r.prefixed) for r in worker_acls(settings, delivery)}
+    expected = {
+        (r.resource, r.name, r.operation, r.prefixed) for r in worker_acls(settings.sections.kafka, delivery)
+    }
     assert found == expected

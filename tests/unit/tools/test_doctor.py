@@ -24,7 +24,8 @@ def test_an_unreachable_broker_fails_with_librdkafkas_reason_and_prints_nothing(
 ) -> None:
     bootstrap = f"127.0.0.1:{free_port()}"
 
-    check = check_broker(WorkerSettings(bootstrap_servers=bootstrap))
+    s = WorkerSettings(bootstrap_servers=bootstrap).sections
+    check = check_broker(s.kafka, s.security)
 
     assert (check.name, check.verdict, check.fix) == ("broker", "FAIL", BROKER_FIX)
     assert check.detail.startswith(f"{bootstrap} did not answer within 5 s (")

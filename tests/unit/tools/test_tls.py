@@ -14,18 +14,29 @@ import pytest
 
 from tests.kafka_fixtures import load_launcher
 from worker.config import WorkerSettings
-from worker.tools.doctor import check_tls
+from worker.tools import doctor, tls
+from worker.tools.checks import Check
 from worker.tools.tls import (
     CA_FIX,
     CLIENT_CERT_FIX,
     EXPIRED_FIX,
     HOST_FIX,
     NOT_TLS_FIX,
-    handshake,
+    Handshake,
     verify_failure,
 )
 
 kafka_tls: Any = load_launcher().kafka_tls
+
+
+def handshake(settings: WorkerSettings) -> Handshake:
+    """`tls.handshake` with the kafka and security sections of `settings`."""
+    return tls.handshake(settings.sections.kafka, settings.sections.security)
+
+
+def check_tls(settings: WorkerSettings) -> Check:
+    """doctor's `check_tls` with the kafka and security sections of `settings`."""
+    return doctor.check_tls(settings.sections.kafka, settings.sections.security)
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from worker.config import WorkerSettings
+from worker.config import BatchingSettings, ModelSettings
 from worker.inference.classifier import Classifier
 from worker.inference.tuning.memory_model import resolve_budget
 from worker.inference.tuning.probes import (
@@ -65,15 +65,15 @@ class TuneOptions:
             raise ValueError(f"the latency bound must be positive, got {self.latency_bound_s} s")
 
     @classmethod
-    def from_settings(cls, settings: WorkerSettings, max_seq_len: int, **overrides: Any) -> TuneOptions:
+    def from_settings(cls, batching: BatchingSettings, max_seq_len: int, **overrides: Any) -> TuneOptions:
         """Options from the settings; `overrides` whose value is None are ignored."""
         values: dict[str, Any] = {
             "max_seq_len": max_seq_len,
-            "vram_budget_mb": settings.vram_budget_mb,
-            "vram_budget_fraction": settings.vram_budget_fraction,
-            "safety_margin": settings.vram_safety_margin,
-            "latency_bound_s": settings.tuning_latency_bound_ms / 1000.0,
-            "cache_dir": settings.tuning_cache_dir or DEFAULT_CACHE_DIR,
+            "vram_budget_mb": batching.vram_budget_mb,
+            "vram_budget_fraction": batching.vram_budget_fraction,
+            "safety_margin": batching.vram_safety_margin,
+            "latency_bound_s": batching.tuning_latency_bound_ms / 1000.0,
+            "cache_dir": batching.tuning_cache_dir or DEFAULT_CACHE_DIR,
         }
         values.update({k: v for k, v in overrides.items() if v is not None})
         # A budget given as a flag replaces the other kind of budget from the settings.
@@ -231,7 +231,8 @@ def tune(
 
 
 def resolve_token_budget(
-    settings: WorkerSettings,
+    batching: BatchingSettings,
+    model: ModelSettings,
     classifier: Classifier,
     *,
     progress: Callable[[str], None] | None = None,
@@ -239,6 +240,6 @@ def resolve_token_budget(
 ) -> TuningResult:
     """For start-up with `max_batch_tokens_auto` (or a GPU's default): the calibrated (usually cached)
     budget for `classifier`; `memory_probe` replaces the real device-memory probe."""
-    max_seq_len = int(getattr(classifier, "max_seq_len", settings.max_seq_len or 128))
-    options = TuneOptions.from_settings(settings, max_seq_len)
+    max_seq_len = int(getattr(classifier, "max_seq_len", model.max_seq_len or 128))
+    options = TuneOptions.from_settings(batching, max_seq_len)
     return tune(classifier, options, progress=progress, memory_probe=memory_probe)

@@ -18,7 +18,7 @@ from worker.cli.main import exit_code
 from worker.config import OTHER_ENVIRONMENT, WorkerSettings, environment_warnings, load_settings
 from worker.errors import ConfigurationError
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(autouse=True)

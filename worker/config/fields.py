@@ -1,52 +1,26 @@
-"""The one settings object of the worker.
+"""The settings' fields: every setting the worker can be told, its type, default, bounds and description, in
+the order docs/settings.md lists them (`make docs` generates it from here). One field is one environment
+variable `SENTIMENT_<NAME>` and one key of the config file; the rules that span fields and the sources are in
+`worker.config.settings`.
 
-Read once at the entry point (`load_settings`) and passed down; no other module reads the environment.
-Every setting is an environment variable `SENTIMENT_<NAME>` and a key of the optional config file
-(`SENTIMENT_CONFIG_FILE` or `--config`; JSON, or TOML when the name ends in `.toml`, in any case).
+A new setting: a Field here with a description; a field of the same name in its section
+(`worker.config.sections`: the part that reads it takes that section); a value in
+tests/unit/config/test_sections.py's USER_VALUES; then `make docs`.
 """
 
 from __future__ import annotations
 
-import difflib
-import json
-import logging
-import re
 import socket
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal
-from urllib.parse import unquote, urlsplit, urlunsplit
+from typing import Any, Literal
 
-import tomllib
-from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_MODEL_DIR = "models/default-int8"
-LIBRDKAFKA_LOGGER = "librdkafka"
-"""The logger librdkafka's own log lines go to, at their syslog level mapped to Python's (3 ERROR, 4 WARNING,
-5-6 INFO, 7 DEBUG), instead of raw `%N|...` lines on stderr."""
 """What `make model` derives from the shipped models/default: ONNX Runtime INT8, the fastest CPU form."""
 
-
 ENV_PREFIX = "SENTIMENT_"
-
-JSON_EXAMPLES = {
-    "http_cors_origins": '["https://reviews.example.com"]',
-    "kafka_extra": '{"socket.keepalive.enable": true}',
-}
-"""The settings whose environment variable holds JSON (a list or an object), with an example each."""
-
-OTHER_ENVIRONMENT = frozenset(
-    {
-        "SENTIMENT_CONFIG_FILE",
-        "SENTIMENT_BASE_MODEL_CACHE",
-        "SENTIMENT_KAFKA_CACHE",
-        "SENTIMENT_REGISTRY_CACHE",
-    }
-)
-"""SENTIMENT_* variables that are not settings but are read on purpose: the config file's name (by the
-command line), the cache directories of the base-model fetch and of the Kafka and registry launchers."""
-
 
 REGISTRY_FORMATS = frozenset({"avro", "json_schema", "protobuf"})
 """Input and output formats in the Schema Registry wire format (magic byte 0, 4-byte big-endian schema id)."""
@@ -54,15 +28,31 @@ REGISTRY_FORMATS = frozenset({"avro", "json_schema", "protobuf"})
 DEFAULT_LOW_CONFIDENCE = 0.7
 """See `WorkerSettings.low_confidence` (it is here so worker/metrics.py shares the default)."""
 
+# The choices of the settings that have a few, named once for the fields and their sections.
+InputFormat = Literal["json", "text", "avro", "json_schema", "protobuf"]
+OutputFormat = Literal["json", "avro", "json_schema", "protobuf"]
+SubjectStrategy = Literal["topic", "record", "topic_record"]
+Compatibility = Literal[
+    "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE", "NONE"
+]
+OutputPartitioning = Literal["source", "key"]
+Delivery = Literal["at_least_once", "exactly_once"]
+ModelControlMode = Literal["auto", "topic", "api", "off"]
+Device = Literal["gpu", "cpu", "auto"]
+Backend = Literal["auto", "dynamic", "static", "onnx", "identity"]
+Tokenizer = Literal["auto", "fast", "slow"]
+LongText = Literal["truncate", "head_tail", "chunk"]
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
 
-class WorkerSettings(BaseSettings):
-    """Everything the worker can be told. Units are in the names."""
+
+class SettingsFields(BaseSettings):
+    """Everything the worker can be told, flat, as users name it; units are in the names. Read through
+    `WorkerSettings`, whose sections (`settings.sections.kafka`, ...) are what the worker's parts take."""
 
     # hide_input_in_errors: a validation error must never echo a password it was given.
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX, frozen=True, extra="forbid", hide_input_in_errors=True
     )
-    _config_file_values: ClassVar[dict[str, Any]] = {}  # set by load_settings on a subclass
 
     # --- Kafka ---
     bootstrap_servers: str = Field("localhost:9092", description="Kafka bootstrap servers, comma-separated.")
@@ -80,7 +70,7 @@ class WorkerSettings(BaseSettings):
     worker_id: str = Field(
         default_factory=socket.gethostname, description="Identifies this replica in dead letters and logs."
     )
-    input_format: Literal["json", "text", "avro", "json_schema", "protobuf"] = Field(
+    input_format: InputFormat = Field(
         "json",
         description='json: {"text": ..., "id": ...}; text: the whole value is the review; avro, json_schema, '
         "protobuf: the Schema Registry wire format (magic byte 0, 4-byte schema id), decoded with the "
@@ -97,7 +87,7 @@ class WorkerSettings(BaseSettings):
         description="input_format json, avro, json_schema, protobuf: the field that holds the review id "
         "(optional in each message; without it the id is topic/partition/offset).",
     )
-    output_format: Literal["json", "avro", "json_schema", "protobuf"] = Field(
+    output_format: OutputFormat = Field(
         "json",
         description="json: UTF-8 JSON results (schemas/json/sentiment-result.v1.schema.json); avro, "
         "json_schema, protobuf: the registry wire format, the result schema (schemas/avro, schemas/json, "
@@ -121,14 +111,12 @@ class WorkerSettings(BaseSettings):
         description="https registry: PEM file of the CA that signed the registry's certificate; default: "
         "the system's CA store.",
     )
-    schema_subject_strategy: Literal["topic", "record", "topic_record"] = Field(
+    schema_subject_strategy: SubjectStrategy = Field(
         "topic",
         description="Subject the result schema is registered under: topic `<output_topic>-value`, record "
         "the record's full name `sentiment.SentimentResult`, topic_record `<output_topic>-<record name>`.",
     )
-    schema_compatibility: Literal[
-        "BACKWARD", "BACKWARD_TRANSITIVE", "FORWARD", "FORWARD_TRANSITIVE", "FULL", "FULL_TRANSITIVE", "NONE"
-    ] = Field(
+    schema_compatibility: Compatibility = Field(
         "BACKWARD",
         description="Compatibility level set on the result subject at start-up: BACKWARD lets a new "
         "result schema add optional fields, and readers of the old one still read.",
@@ -139,7 +127,7 @@ class WorkerSettings(BaseSettings):
         description="Longest one registry answer may take, the whole answer (not each read); an unanswered "
         "one makes the worker wait and retry the window (not ready meanwhile), never dead-letter it.",
     )
-    output_partitioning: Literal["source", "key"] = Field(
+    output_partitioning: OutputPartitioning = Field(
         "source",
         description="source: a result goes to the output partition numbered like its input partition "
         "(modulo the output partition count), which keeps per-partition order end to end; "
@@ -214,7 +202,7 @@ class WorkerSettings(BaseSettings):
         "meanwhile.",
     )
 
-    delivery: Literal["at_least_once", "exactly_once"] = Field(
+    delivery: Delivery = Field(
         "at_least_once",
         description="at_least_once: idempotent producer, offsets committed after acks (a crash may repeat "
         "a window); exactly_once: one transaction per window with results, dead letters and offsets "
@@ -285,79 +273,6 @@ class WorkerSettings(BaseSettings):
         1000.0, gt=0, description="CPU calibration: the longest acceptable inference batch."
     )
 
-    @model_validator(mode="before")
-    @classmethod
-    def _max_batch_tokens_auto(cls, data: Any) -> Any:
-        # max_batch_tokens stays an int for its users; "auto" turns calibration on and keeps the default.
-        if isinstance(data, dict) and str(data.get("max_batch_tokens", "")).strip().lower() == "auto":
-            data = {key: value for key, value in data.items() if key != "max_batch_tokens"}
-            data["max_batch_tokens_auto"] = True
-        return data
-
-    @model_validator(mode="before")
-    @classmethod
-    def _registry_user_info_out_of_the_url(cls, data: Any) -> Any:
-        # Moved before anything sees the URL: the registry client gets a URL without a password, so none of
-        # its errors (dead-letter reasons, /readyz, logs, doctor) can carry one.
-        url = data.get("schema_registry_url") if isinstance(data, dict) else None
-        if not isinstance(url, str) or "@" not in url:
-            return data
-        bare, user_info = split_user_info(url)
-        if user_info is None:
-            return data
-        given = data.get("schema_registry_basic_auth_user_info")
-        if isinstance(given, SecretStr):
-            given = given.get_secret_value()
-        if given is not None and str(given).strip():
-            raise ValueError(
-                "SENTIMENT_SCHEMA_REGISTRY_URL carries user info (user:password@) and "
-                "SENTIMENT_SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO is set too: keep one, preferably the "
-                "variable, and take the user info out of the URL"
-            )
-        return {**data, "schema_registry_url": bare, "schema_registry_basic_auth_user_info": user_info}
-
-    @model_validator(mode="after")
-    def _two_input_fields(self) -> WorkerSettings:
-        if self.text_field == self.id_field:
-            raise ValueError(f"text_field and id_field are both {self.text_field!r}: name two fields")
-        return self
-
-    @model_validator(mode="after")
-    def _registry_for_registry_formats(self) -> WorkerSettings:
-        needs = [
-            f"{name}={value}"
-            for name, value in (("input_format", self.input_format), ("output_format", self.output_format))
-            if value in REGISTRY_FORMATS
-        ]
-        if needs and not (self.schema_registry_url or "").strip():
-            raise ValueError(
-                f"{' and '.join(needs)} needs a Schema Registry: set SENTIMENT_SCHEMA_REGISTRY_URL "
-                "(e.g. http://localhost:8081)"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _fetch_limits(self) -> WorkerSettings:
-        if self.receive_message_max_bytes < self.fetch_max_bytes + 512:
-            raise ValueError(
-                f"receive_message_max_bytes ({self.receive_message_max_bytes}) must be at least "
-                f"fetch_max_bytes + 512 ({self.fetch_max_bytes + 512}): librdkafka needs room for a whole "
-                "fetch response"
-            )
-        if self.transaction_call_timeout_s * 1000 >= self.transaction_timeout_ms:
-            raise ValueError(
-                f"transaction_call_timeout_s ({self.transaction_call_timeout_s:g}) must be below "
-                f"transaction_timeout_ms ({self.transaction_timeout_ms} ms): a call given up must leave the "
-                "transaction time to be fenced and aborted"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _one_vram_budget(self) -> WorkerSettings:
-        if self.vram_budget_mb is not None and self.vram_budget_fraction is not None:
-            raise ValueError("set vram_budget_mb or vram_budget_fraction, not both")
-        return self
-
     # --- input limits ---
     max_text_chars: int = Field(10_000, ge=1, description="Longer texts are dead-lettered (text_too_long).")
     max_value_bytes: int = Field(1_048_576, ge=1, description="Larger values are dead-lettered.")
@@ -375,13 +290,13 @@ class WorkerSettings(BaseSettings):
         "model_manifest.json before it is read), or a PaddleNLP model name when allow_hub_model; the default "
         "is the shipped models/default as ONNX Runtime INT8, which `make model` derives.",
     )
-    device: Literal["gpu", "cpu", "auto"] = Field(
+    device: Device = Field(
         "auto", description="gpu fails loudly without a working CUDA device; auto logs its choice."
     )
     max_seq_len: int | None = Field(None, ge=8, description="Token limit per review; default: the model's.")
 
     # --- inference backend ---
-    backend: Literal["auto", "dynamic", "static", "onnx", "identity"] = Field(
+    backend: Backend = Field(
         "auto",
         description="static: Paddle Inference predictor on a `sentiment-worker export` directory (oneDNN on "
         "CPU); onnx: ONNX Runtime on an `export --format onnx` or `quantize` (INT8) directory; dynamic: "
@@ -401,7 +316,7 @@ class WorkerSettings(BaseSettings):
         description="Let `model` name a PaddleNLP hub model, which PaddleNLP downloads and unpickles (code "
         "from the hub runs). Off: only verified local model directories load (docs/model-trust.md).",
     )
-    tokenizer: Literal["auto", "fast", "slow"] = Field(
+    tokenizer: Tokenizer = Field(
         "auto",
         description="fast: Rust WordPiece (same ids as ErnieTokenizer); slow: ErnieTokenizer itself; "
         "auto: fast if it matches the slow one on probe texts (checked by the export for an exported model, "
@@ -427,7 +342,7 @@ class WorkerSettings(BaseSettings):
         description="Static backend on CPU: oneDNN bfloat16 kernels (needs AVX512-BF16 or AMX; the worker "
         "refuses to start without). Compare its accuracy first: `sentiment-worker compare-backends`.",
     )
-    long_text: Literal["truncate", "head_tail", "chunk"] = Field(
+    long_text: LongText = Field(
         "head_tail",
         description="Reviews over max_seq_len tokens: truncate keeps the head; head_tail the first 1/4 and "
         "last 3/4; chunk labels overlapping windows and averages their probabilities (one result each).",
@@ -515,7 +430,7 @@ class WorkerSettings(BaseSettings):
         "closed.",
     )
     # --- live models (the control and status topics) ---
-    model_control: Literal["auto", "topic", "api", "off"] = Field(
+    model_control: ModelControlMode = Field(
         "auto",
         description="How a running replica learns which models to serve: topic: follows the control topic "
         "(`models shadow|promote` write it; a replica that starts serves what it says); api: `serve`'s "
@@ -578,7 +493,7 @@ class WorkerSettings(BaseSettings):
         description="/readyz fails when a partition's oldest unacknowledged input has not moved for longer "
         "while inputs wait (sentiment_partition_stalled_seconds; alert SentimentPartitionStuck).",
     )
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
+    log_level: LogLevel = Field("INFO", description="Log level.")
 
     @field_validator("bootstrap_servers", "input_topic", "output_topic", "dlq_topic", "group_id")
     @classmethod
@@ -612,306 +527,3 @@ class WorkerSettings(BaseSettings):
         if value is not None and ":" not in value.get_secret_value():
             raise ValueError("must be `user:password` (a colon between them)")
         return value
-
-    @model_validator(mode="after")
-    def _kafka_extra_keeps_security(self) -> WorkerSettings:
-        guarded = kafka_extra_overrides(self.kafka_extra)
-        if guarded and not self.allow_kafka_extra_overrides:
-            instead = "; ".join(
-                f"{key}: {KAFKA_EXTRA_GUARDED_ONE_SETTING.get(key.lower(), _NO_SETTING)}" for key in guarded
-            )
-            raise ValueError(
-                f"SENTIMENT_KAFKA_EXTRA sets {', '.join(guarded)}, which would change the connection's "
-                f"security, address or transactional id without a word; instead, {instead} (or set "
-                "SENTIMENT_ALLOW_KAFKA_EXTRA_OVERRIDES=true: start-up then names each such key)"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _http_queue_holds_a_request(self) -> WorkerSettings:
-        if self.http_max_queued_texts < self.http_max_texts:
-            raise ValueError("http_max_queued_texts must be >= http_max_texts (a full request must fit)")
-        return self
-
-    @model_validator(mode="after")
-    def _topics_distinct(self) -> WorkerSettings:
-        if self.input_topic in (self.output_topic, self.dlq_topic):
-            raise ValueError("input_topic must differ from output_topic and dlq_topic (it would loop)")
-        return self
-
-    @model_validator(mode="after")
-    def _sasl_complete(self) -> WorkerSettings:
-        if not (self.security_protocol or "").upper().startswith("SASL"):
-            return self
-        mechanism = (self.sasl_mechanism or "").upper()
-        if not mechanism:
-            raise ValueError(
-                f"security_protocol={self.security_protocol} needs sasl_mechanism (PLAIN, SCRAM-SHA-512, ...)"
-            )
-        if (mechanism == "PLAIN" or mechanism.startswith("SCRAM")) and (
-            not self.sasl_username or self.sasl_password is None
-        ):
-            raise ValueError(f"sasl_mechanism={self.sasl_mechanism} needs sasl_username and sasl_password")
-        return self
-
-    @model_validator(mode="after")
-    def _tls_complete(self) -> WorkerSettings:
-        files = {
-            "ssl_ca_location": self.ssl_ca_location,
-            "ssl_certificate_location": self.ssl_certificate_location,
-            "ssl_key_location": self.ssl_key_location,
-        }
-        given = [name for name, path in files.items() if path is not None]
-        if given and not self.uses_tls:
-            raise ValueError(
-                f"{given[0]} is set but security_protocol={self.security_protocol} does not use TLS "
-                "(set SENTIMENT_SECURITY_PROTOCOL=SSL or SASL_SSL)"
-            )
-        if (self.ssl_certificate_location is None) != (self.ssl_key_location is None):
-            raise ValueError("ssl_certificate_location and ssl_key_location go together (mTLS needs both)")
-        return self  # the files are read by librdkafka (and `doctor`), which say when one is missing
-
-    @property
-    def control_topic_name(self) -> str:
-        """The control topic: `control_topic`, else `<group_id>.control`."""
-        return self.control_topic or f"{self.group_id}.control"
-
-    @property
-    def status_topic_name(self) -> str:
-        """The status topic: `status_topic`, else `<group_id>.status`."""
-        return self.status_topic or f"{self.group_id}.status"
-
-    @property
-    def uses_tls(self) -> bool:
-        """True when security_protocol is SSL or SASL_SSL."""
-        return (self.security_protocol or "").upper() in ("SSL", "SASL_SSL")
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Explicit arguments (CLI flags) > environment > config file (see load_settings) > defaults.
-        return (init_settings, env_settings, _ConfigFileSource(settings_cls, cls._config_file_values))
-
-    def librdkafka_common(self) -> dict[str, Any]:
-        """Properties shared by consumer and producer, including credentials (handle with care).
-
-        librdkafka's log lines go to the `librdkafka` Python logger; a client hands them over when it is
-        polled (consume, poll, flush), and those still queued when it is destroyed are dropped."""
-        conf: dict[str, Any] = {
-            "bootstrap.servers": self.bootstrap_servers,
-            "client.id": self.worker_id,
-            "logger": logging.getLogger(LIBRDKAFKA_LOGGER),
-        }
-        if self.security_protocol:
-            conf["security.protocol"] = self.security_protocol
-        if self.sasl_mechanism:
-            conf["sasl.mechanism"] = self.sasl_mechanism
-        if self.sasl_username is not None:
-            conf["sasl.username"] = self.sasl_username
-        if self.sasl_password is not None:
-            conf["sasl.password"] = self.sasl_password.get_secret_value()
-        if self.uses_tls:
-            # librdkafka reads the files itself: no key material passes through this process's memory.
-            if self.ssl_ca_location is not None:
-                conf["ssl.ca.location"] = str(self.ssl_ca_location)
-            if self.ssl_certificate_location is not None and self.ssl_key_location is not None:
-                conf["ssl.certificate.location"] = str(self.ssl_certificate_location)
-                conf["ssl.key.location"] = str(self.ssl_key_location)
-            verify = "https" if self.ssl_endpoint_identification else "none"
-            conf["ssl.endpoint.identification.algorithm"] = verify
-        conf.update(self.kafka_extra)
-        return conf
-
-    def consumer_fetch_limits(self) -> dict[str, int]:
-        """The librdkafka properties that bound what the consumer fetches and decompresses (docs/delivery.md);
-        `kafka_extra` may override them."""
-        return {
-            "fetch.max.bytes": self.fetch_max_bytes,
-            "max.partition.fetch.bytes": self.max_partition_fetch_bytes,
-            "receive.message.max.bytes": self.receive_message_max_bytes,
-            "queued.max.messages.kbytes": self.queued_max_messages_kbytes,
-        }
-
-    def schema_registry_conf(self) -> dict[str, Any]:
-        """confluent-kafka `SchemaRegistryClient` configuration, including credentials (handle with care).
-        No retries inside the client: the worker retries a window itself, and says so on /readyz."""
-        if not self.schema_registry_url:
-            raise ValueError("no Schema Registry: set SENTIMENT_SCHEMA_REGISTRY_URL")
-        conf: dict[str, Any] = {
-            "url": self.schema_registry_url,
-            "timeout": self.schema_registry_timeout_s,
-            "max.retries": 0,
-        }
-        if self.schema_registry_basic_auth_user_info is not None:
-            conf["basic.auth.user.info"] = self.schema_registry_basic_auth_user_info.get_secret_value()
-        if self.schema_registry_ssl_ca_location is not None:
-            conf["ssl.ca.location"] = str(self.schema_registry_ssl_ca_location)
-        return conf
-
-    def public_view(self) -> dict[str, Any]:
-        """The settings as printable JSON-able values, secrets masked."""
-        return json.loads(self.model_dump_json())
-
-
-KAFKA_EXTRA_GUARDED_ONE_SETTING: Mapping[str, str] = {
-    "bootstrap.servers": "set SENTIMENT_BOOTSTRAP_SERVERS",
-    "metadata.broker.list": "set SENTIMENT_BOOTSTRAP_SERVERS",
-    "security.protocol": "set SENTIMENT_SECURITY_PROTOCOL",
-    "sasl.mechanism": "set SENTIMENT_SASL_MECHANISM",
-    "sasl.mechanisms": "set SENTIMENT_SASL_MECHANISM",
-    "sasl.username": "set SENTIMENT_SASL_USERNAME",
-    "sasl.password": "set SENTIMENT_SASL_PASSWORD",
-    "ssl.ca.location": "set SENTIMENT_SSL_CA_LOCATION",
-    "ssl.certificate.location": "set SENTIMENT_SSL_CERTIFICATE_LOCATION",
-    "ssl.key.location": "set SENTIMENT_SSL_KEY_LOCATION",
-    "ssl.endpoint.identification.algorithm": "set SENTIMENT_SSL_ENDPOINT_IDENTIFICATION",
-    "enable.ssl.certificate.verification": "no setting turns it off: trust the broker's CA with "
-    "SENTIMENT_SSL_CA_LOCATION",
-    "transactional.id": "no setting: exactly_once derives it from SENTIMENT_GROUP_ID and SENTIMENT_WORKER_ID",
-    "plugin.library.paths": "no setting: it loads native code into the worker",
-}
-"""librdkafka properties kafka_extra may not set without allow_kafka_extra_overrides, each with what to do
-instead; and with `_GUARDED_PREFIXES`, every other key of their families."""
-_GUARDED_PREFIXES = ("security.", "ssl.", "ssl_", "sasl.", "enable.ssl.", "enable.sasl.", "https.", "oauth")
-_NO_SETTING = "no setting of its own"
-
-
-def kafka_extra_overrides(extra: Mapping[str, object]) -> list[str]:
-    """The keys of `extra` (kafka_extra) that change the connection's security (security.*, ssl.*, sasl.*,
-    enable.ssl.certificate.verification, OAUTHBEARER and its https.* endpoint, plugins), its bootstrap
-    address or the transactional id, in the order given."""
-    return [
-        key
-        for key in extra
-        if key.lower() in KAFKA_EXTRA_GUARDED_ONE_SETTING or key.lower().startswith(_GUARDED_PREFIXES)
-    ]
-
-
-def split_user_info(urls: str) -> tuple[str, str | None]:
-    """A registry URL (or a comma-separated list of them) without user info, and that user info as basic
-    auth's `user:password` (percent-decoding undone, as the registry client does; no password: empty), or
-    None when no URL has any. Raises ValueError, without echoing a URL, when the URLs carry different
-    user info or the user name holds a colon (basic auth cannot carry one)."""
-    bare, found = [], set()
-    for url in urls.split(","):
-        parts = urlsplit(url.strip())
-        user_info, at, host = parts.netloc.rpartition("@")
-        if at:
-            user, colon, password = user_info.partition(":")
-            if ":" in unquote(user):
-                raise ValueError(
-                    "the user name in SENTIMENT_SCHEMA_REGISTRY_URL holds a colon, which HTTP basic auth "
-                    "cannot carry: set SENTIMENT_SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO=user:password"
-                )
-            found.add(f"{unquote(user)}:{unquote(password) if colon else ''}")
-            parts = parts._replace(netloc=host)
-        bare.append(urlunsplit(parts))
-    if len(found) > 1:
-        raise ValueError(
-            "the URLs of SENTIMENT_SCHEMA_REGISTRY_URL carry different user info: the registry client sends "
-            "one: set it once in SENTIMENT_SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO and take it out of the URLs"
-        )
-    return ",".join(bare), (found.pop() if found else None)
-
-
-def read_config_file(path: Path) -> dict[str, Any]:
-    """Reads a config file (TOML when the name ends in .toml in any case, else JSON); raises ValueError
-    naming the file when it is not a regular file, not UTF-8, or not valid JSON/TOML."""
-    if path.exists() and not path.is_file():  # a FIFO would block the read until someone writes to it
-        raise ValueError(
-            f"config file {path} is not a regular file (a directory, pipe or device): "
-            "point --config / SENTIMENT_CONFIG_FILE at a JSON or TOML file"
-        )
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ValueError(f"cannot read config file {path}: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise ValueError(
-            f"config file {path} is not UTF-8 text (byte {exc.start}): save it as UTF-8"
-        ) from None
-    is_toml = path.suffix.lower() == ".toml"
-    try:
-        data = tomllib.loads(text) if is_toml else json.loads(text)
-    except (ValueError, tomllib.TOMLDecodeError) as exc:
-        kind = "TOML" if is_toml else "JSON"
-        raise ValueError(f"config file {path} is not valid {kind}: {exc}") from None
-    if not isinstance(data, dict):
-        raise ValueError(f"config file {path} must hold an object of settings")
-    return data
-
-
-class _ConfigFileSource(PydanticBaseSettingsSource):
-    """Values of the config file: below the environment, above the defaults."""
-
-    def __init__(self, settings_cls: type[BaseSettings], values: dict[str, Any]) -> None:
-        super().__init__(settings_cls)
-        self._values = values
-
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        return self._values.get(field_name), field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        return dict(self._values)
-
-
-def load_settings(config_file: Path | None = None, **overrides: Any) -> WorkerSettings:
-    """Builds the settings: explicit overrides > SENTIMENT_* environment > config file > defaults.
-
-    Overrides whose value is None are ignored, so CLI flags left unset don't mask the environment.
-    """
-    file_values = read_config_file(config_file) if config_file else {}
-    unknown = sorted(set(file_values) - set(WorkerSettings.model_fields))
-    if unknown:
-        raise ValueError(f"config file {config_file} has unknown settings: {', '.join(unknown)}")
-
-    class _Settings(WorkerSettings):
-        _config_file_values: ClassVar[dict[str, Any]] = file_values
-
-    try:
-        return _Settings(**{key: value for key, value in overrides.items() if value is not None})
-    except SettingsError as exc:  # names pydantic's source class: say which variable and what it must be
-        field = re.search(r'field "(\w+)"', str(exc))
-        if field is None or field.group(1) not in JSON_EXAMPLES:
-            raise
-        variable, example = ENV_PREFIX + field.group(1).upper(), JSON_EXAMPLES[field.group(1)]
-        raise ValueError(f"{variable} must be JSON, e.g. {variable}='{example}'") from None
-
-
-def environment_warnings(
-    settings: WorkerSettings, environ: Mapping[str, str], *, serves_api: bool
-) -> list[str]:
-    """What start-up should warn about, one line each: SENTIMENT_* variables that are not settings (a typo
-    is otherwise ignored, unlike an unknown config-file key), with the closest known name; the keys by
-    which kafka_extra overrides the connection's security, address or transactional id (names, never
-    values); and, when the process answers the HTTP API (`serves_api`), that it does so without a token."""
-    known = {ENV_PREFIX + name.upper() for name in WorkerSettings.model_fields}
-    warnings = []
-    for name in sorted(environ):
-        upper = name.upper()  # pydantic-settings matches the names case-insensitively
-        if not upper.startswith(ENV_PREFIX) or upper in known or upper in OTHER_ENVIRONMENT:
-            continue
-        close = difflib.get_close_matches(upper, sorted(known | OTHER_ENVIRONMENT), n=1, cutoff=0.6)
-        hint = f"did you mean {close[0]}?" if close else "see docs/settings.md for the settings"
-        warnings.append(f"{name} is not a setting and is ignored: {hint}")
-    overrides = kafka_extra_overrides(settings.kafka_extra)
-    if overrides:
-        warnings.append(
-            f"SENTIMENT_KAFKA_EXTRA overrides {', '.join(overrides)} (SENTIMENT_ALLOW_KAFKA_EXTRA_OVERRIDES="
-            "true): the Kafka clients connect with these, not with the settings of the same meaning; "
-            "`sentiment-worker doctor` checks the configuration they get"
-        )
-    if serves_api and settings.api_token is None:
-        blank = any(k.upper() == "SENTIMENT_API_TOKEN" for k in environ)
-        why = "SENTIMENT_API_TOKEN is blank" if blank else "SENTIMENT_API_TOKEN is not set"
-        warnings.append(
-            f"the HTTP API is open: {why}, so POST /v1/sentiment answers anyone who can reach "
-            f"{settings.http_host}:{settings.http_port}; set SENTIMENT_API_TOKEN to require a bearer token"
-        )
-    return warnings
