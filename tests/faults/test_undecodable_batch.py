@@ -124,7 +124,9 @@ def test_a_zstd_bomb_is_dead_lettered_and_its_partition_moves_on(
         bootstrap, names, delivery=delivery, undecodable_batch_retries=RETRIES, max_window_messages=4
     )
     running = _Running(
-        SentimentWorker(settings, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1")))
+        SentimentWorker(
+            settings.sections, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
+        )
     )
     worker = running.worker
     try:

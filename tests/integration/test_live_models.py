@@ -48,10 +48,10 @@ class Replica:
 
     def __init__(self, settings: WorkerSettings) -> None:
         self.registry = CollectorRegistry()
-        self.labeller, control = models_for(settings, "run")
+        self.labeller, control = models_for(settings.sections, "run")
         assert control is not None
         self.control: ModelControl = control
-        self.worker = SentimentWorker(settings, self.labeller, registry=self.registry)
+        self.worker = SentimentWorker(settings.sections, self.labeller, registry=self.registry)
         self.outcome: list[Any] = []
         self.control.start()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -182,9 +182,13 @@ def test_a_shadow_changes_no_result_and_its_agreement_is_what_both_models_say(
         }
     # Agreement: computed from each model's own predict, over every review (nothing was skipped).
     primary_labels = [
-        row["label"] for row in predict_lines(Labeller.of(load_model(second).classifier), texts)
+        row["label"]
+        for row in predict_lines(
+            Labeller.of(load_model(second.sections.model, second.sections.batching).classifier), texts
+        )
     ]
-    shadow_model = load_model(second.model_copy(update={"model": str(tiny_int8_dir)}))
+    shadow_settings = second.model_copy(update={"model": str(tiny_int8_dir)}).sections
+    shadow_model = load_model(shadow_settings.model, shadow_settings.batching)
     shadow_labels = [row["label"] for row in predict_lines(Labeller.of(shadow_model.classifier), texts)]
     expected: dict[tuple[str, str], int] = defaultdict(int)
     for ours, theirs in zip(primary_labels, shadow_labels, strict=True):
@@ -240,7 +244,7 @@ def test_a_replica_started_after_a_promote_serves_the_promoted_model(
     kafka_bootstrap: str, live_topics: dict[str, str], tiny_model_dir: Path, tiny_int8_dir: Path
 ) -> None:
     write_desired(kafka_bootstrap, live_topics["control"], tiny_int8_dir)
-    labeller, control = models_for(settings_for(kafka_bootstrap, live_topics, tiny_model_dir), "run")
+    labeller, control = models_for(settings_for(kafka_bootstrap, live_topics, tiny_model_dir).sections, "run")
     assert control is not None and control.problem is None
     assert labeller.serving[0].path == str(tiny_int8_dir)
     assert labeller.serving[0].content_hash == model_content_hash(tiny_int8_dir)

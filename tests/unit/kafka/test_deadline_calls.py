@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from tests.polling import wait_until
 from worker.kafka.deadline_calls import CallAbandoned, DeadlineCalls
 
 
@@ -26,11 +27,7 @@ def test_a_call_that_does_not_return_is_given_up_at_its_deadline_and_counted_unt
     assert waited and calls.stuck == 1
     release.set()
     assert calls.call(lambda: "next", timeout_s=5, what="next") == "next"
-    for _ in range(100):  # the given-up call returns on its own thread
-        if calls.stuck == 0:
-            break
-        release.wait(0.05)
-    assert calls.stuck == 0
+    wait_until(lambda: calls.stuck == 0, 60, "the given-up call to return on its own thread")
 
 
 def test_give_up_ends_the_wait_before_the_deadline() -> None:
