@@ -235,9 +235,7 @@ class ModelControl:
         status = self.status()
         key = (REPLICA_KEY_PREFIX + self._sections.kafka.worker_id).encode()
         try:
-            self._status.produce(
-                self._status_topic, status.model_dump_json().encode(), key
-            )
+            self._status.produce(self._status_topic, status.model_dump_json().encode(), key)
             self._status.poll(0)
         except Exception as exc:  # noqa: BLE001 - a report is best effort
             log.warning("could not report to %s: %s", self._status_topic, exc)
