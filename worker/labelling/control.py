@@ -215,6 +215,11 @@ class ModelControl:
         self.problem = "; ".join(problems) or None
         self.report()
 
+    @property
+    def desired(self) -> DesiredState | None:
+        """The desired state this replica last applied (None: none yet, it serves what it started with)."""
+        return self._applied
+
     def status(self) -> ReplicaStatus:
         """What this replica serves now, its problem, and the shadow's agreement."""
         primary, shadow = self._labeller.serving
