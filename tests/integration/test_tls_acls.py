@@ -113,10 +113,10 @@ def settings_of(names: dict[str, str]) -> WorkerSettings:
 
 
 def grant_all_but(admin: dict[str, str], principal: str, names: dict[str, str], missing: AclRule) -> None:
-    rules = [
-        rule for rule in worker_acls(settings_of(names).sections.kafka, "exactly_once") if rule != missing
-    ]
-    assert len(rules) == len(worker_acls(settings_of(names).sections.kafka, "exactly_once")) - 1
+    sections = settings_of(names).sections
+    every = worker_acls(sections.kafka, "exactly_once", sections.live)
+    rules = [rule for rule in every if rule != missing]
+    assert len(rules) == len(every) - 1
     apply_acls(admin, principal, rules)
 
 
@@ -237,7 +237,7 @@ def test_mtls_client_of_our_ca_gets_in_and_one_from_another_ca_is_refused_at_the
     apply_acls(
         secure_broker.admin_conf(),
         "User:worker",
-        worker_acls(settings_of(names).sections.kafka, "at_least_once"),
+        worker_acls(settings_of(names).sections.kafka, "at_least_once", settings_of(names).sections.live),
     )
     ours = WorkerSettings(
         **base, ssl_certificate_location=tls.cert("worker"), ssl_key_location=tls.key("worker")
