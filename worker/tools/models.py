@@ -61,6 +61,7 @@ HELDOUT_MARGIN = 0.005
 HELDOUT_ECE_MARGIN = 0.02
 """How much higher its calibration error may be (`promote --ece-margin`'s default)."""
 _READ_TIMEOUT_S = 15.0
+_DENIED = (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED)
 
 
 class ModelRefused(OperationError):
@@ -83,6 +84,8 @@ def read_records(sections: Sections, topic: str, *, timeout_s: float = _READ_TIM
                 f"cannot read topic {topic}: {exc.args[0] if exc.args else exc}; check bootstrap.servers "
                 "and that the broker is up"
             ) from None
+        if metadata is not None and metadata.error is not None and metadata.error.code() in _DENIED:
+            raise _denied(topic, metadata.error.name())
         if metadata is None or metadata.error is not None or not metadata.partitions:
             raise ConfigurationError(
                 f"no topic {topic}: `sentiment-worker topics create` makes the group's control and status "
@@ -106,7 +109,11 @@ def read_records(sections: Sections, topic: str, *, timeout_s: float = _READ_TIM
                 continue
             error = message.error()
             if error is not None:
-                if error.code() != KafkaError._PARTITION_EOF:
+                # The client looks up the group's coordinator even with assign(); nothing is committed, so
+                # no ACL on that group is needed and its refusal is no error.
+                if error.code() in _DENIED:
+                    raise _denied(topic, error.name())
+                if error.code() not in (KafkaError._PARTITION_EOF, KafkaError.GROUP_AUTHORIZATION_FAILED):
                     raise ConfigurationError(f"reading {topic}: {error.str()}")
                 continue
             records.append(message)
@@ -116,6 +123,13 @@ def read_records(sections: Sections, topic: str, *, timeout_s: float = _READ_TIM
         return records
     finally:
         consumer.close()
+
+
+def _denied(topic: str, code: str) -> ConfigurationError:
+    return ConfigurationError(
+        f"not allowed to read topic {topic} ({code}): an operator needs the ACLs `sentiment-worker topics "
+        "acls --role operator --principal User:NAME` prints"
+    )
 
 
 @dataclass(frozen=True)
