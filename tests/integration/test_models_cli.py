@@ -34,7 +34,11 @@ from schemas.control import (
     ServedRef,
     parse_desired,
 )
-from tests.integration.kafka_io import read_topic
+from tests.integration.helpers import sample_reviews
+from tests.integration.kafka_io import produce, read_topic, review_records
+from tests.integration.test_live_models import Replica, settings_for
+from tests.kafka_fixtures import DLQ_CONFIG
+from tests.polling import wait_until
 from worker.cli.main import main
 from worker.config import WorkerSettings
 from worker.model.manifest import model_content_hash, write_manifest
@@ -315,3 +319,43 @@ def test_without_the_control_topic_the_commands_exit_2_saying_what_to_do(
 ) -> None:  # fmt: skip
     code, _, err = Cli(kafka_bootstrap, unique_name("nogroup"), capsys)("status")
     assert code == 2 and "`sentiment-worker topics create` makes" in err
+
+
+def test_status_of_two_running_replicas_shows_both_and_the_agreement_on_every_review(
+    models: Cli,
+    kafka_bootstrap: str,
+    group: str,
+    create_topics: Any,
+    unique_name: Callable[[str], str],
+    tiny_model_dir: Path,
+    tiny_int8_dir: Path,
+) -> None:
+    names = {"group": group, "control": f"{group}.control", "status": f"{group}.status"}
+    names |= {k: unique_name(k) for k in ("reviews", "results", "dlq")}
+    create_topics([names["reviews"], names["results"]], partitions=2)
+    create_topics(names["dlq"], partitions=1, config=DLQ_CONFIG)
+    assert models("shadow", str(tiny_int8_dir))[0] == 0
+    replicas = [
+        Replica(settings_for(kafka_bootstrap, names, tiny_model_dir, worker_id=f"replica-{i}",
+                             shadow_max_groups=1000))
+        for i in range(2)
+    ]  # fmt: skip
+    try:
+        produce(kafka_bootstrap, names["reviews"], review_records(sample_reviews(120)))
+        assert len(read_topic(kafka_bootstrap, names["results"], expected=120)) == 120
+
+        def reported() -> Any:
+            code, shown = models.json("status")
+            agreement = shown["agreement"] or {}
+            return shown if code == 0 and agreement.get("reviews") == 120 else None
+
+        shown = wait_until(reported, 60, "the two replicas to report the shadow's figures on 120 reviews")
+        agreeing = [r.labeller.agreement for r in replicas]
+    finally:
+        for replica in replicas:
+            replica.stop()
+    assert [r["worker_id"] for r in shown["replicas"]] == ["replica-0", "replica-1"]
+    assert all(r["follows_desired"] and r["problem"] is None for r in shown["replicas"])
+    assert {r["primary"]["content_hash"] for r in shown["replicas"]} == {model_content_hash(tiny_model_dir)}
+    assert shown["agreement"]["agreeing"] == sum(a.agreeing for a in agreeing if a is not None)
+    assert sum(shown["agreement"]["confusion"].values()) == 120

@@ -15,6 +15,7 @@ reason; what was served stays served.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from pathlib import Path
@@ -58,14 +59,17 @@ class ModelsAdmin:
             if len(body) > _MAX_BODY_BYTES:
                 return _error(413, "body_too_large", f"the body is larger than {_MAX_BODY_BYTES} bytes")
             try:
-                change = ModelsChange.model_validate_json(body)
-            except ValidationError as exc:
-                reason = "; ".join(
-                    f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors()
+                data = json.loads(body)
+                change = ModelsChange.model_validate(data)
+            except (ValueError, ValidationError) as exc:
+                reason = (
+                    "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
+                    if isinstance(exc, ValidationError)
+                    else f"not JSON ({exc})"
                 )
                 return _error(422, "invalid_request", f'send {{"primary"?: DIR, "shadow"?: DIR}}: {reason}')
-            # Loading and probing a model takes seconds: off the event loop.
-            status, answer = await asyncio.to_thread(self.change, change, change.model_fields_set)
+            # Loading and probing a model takes seconds: off the event loop. The keys sent say what changes.
+            status, answer = await asyncio.to_thread(self.change, change, set(data))
             return JSONResponse(answer, status)
 
     def state(self) -> dict[str, object]:
