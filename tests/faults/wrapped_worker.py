@@ -11,7 +11,8 @@ import os
 import sys
 from typing import Any
 
-import worker.labelling.labeller as labeller_module
+import worker.labelling.control as control_module
+import worker.runtime.root as root_module
 from tests.model_wrappers import StallOn
 from worker.cli import main
 from worker.labelling.loading import LoadedModel
@@ -31,9 +32,11 @@ def _wrapped_load_model(model: Any, batching: Any) -> LoadedModel:
     return LoadedModel(classifier, ref, path)
 
 
-_real_load_model = labeller_module.load_model
-# Labeller.from_settings looks it up in its module at call time.
-labeller_module.load_model = _wrapped_load_model  # type: ignore[assignment]
+_real_load_model = root_module.load_model
+# The composition root loads the configured model and ModelControl any model the control topic names; each
+# looks `load_model` up in its own module at call time.
+root_module.load_model = _wrapped_load_model  # type: ignore[assignment]
+control_module.load_model = _wrapped_load_model  # type: ignore[assignment]
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
