@@ -8,8 +8,9 @@ Modules, in the order a message meets them: `consumer` (group member, rebalances
 Protobuf values through a Schema Registry: `registry_client` asks it, `avro_values`, `json_schema_values` and
 `protobuf_values` read each format within `registry_limits`), `windows` (a window's records in input
 order), `records` and `producer` (results, dead letters, delivery reports; `result_encoding`: a result's
-bytes in the output format), `committers` (the one owner of what was published and
-what may be committed: delivery accounting, too-large stand-ins, commits, one per delivery mode), `offsets`
+bytes in the output format), `publisher` (sends a window's records, takes the delivery reports in:
+accounting, too-large stand-ins, the first failure), `checkpoint` (what may be committed, one per delivery
+mode: stored offsets or the transaction), `offsets`
 and `partitions` (per-partition bookkeeping), `backpressure`, `lag_clock` and `lag_gauges` (lag in messages
 and seconds), `run_tracker` (stop conditions, the run's summary), `kafka_clients` (opening the producer and
 consumer, topics, transactions at start). Health and metrics are `worker.health`

@@ -24,13 +24,14 @@ from worker.health import HealthServer, HealthState
 from worker.kafka import kafka_clients
 from worker.kafka.authorization import consume_refusal, is_authorization_error
 from worker.kafka.backpressure import Backpressure
-from worker.kafka.committers import CommitOptions, Committer, committer_for
+from worker.kafka.checkpoint import Checkpoint, CommitOptions, checkpoint_for
 from worker.kafka.consume_window import ConsumeWindow
 from worker.kafka.consumer import ReviewConsumer, handle_consume_error
 from worker.kafka.kafka_clients import KafkaClients, Rebalance
 from worker.kafka.lag_gauges import LagGauges
 from worker.kafka.partitions import PartitionBook, PartitionKey, format_partitions
 from worker.kafka.producer import ResultPublisher, SourcePosition
+from worker.kafka.publisher import Publisher
 from worker.kafka.records import InputMessage, OutboundRecords
 from worker.kafka.registry_decode import RegistryUnavailable, RegistryWaitStopped, registry_decoder
 from worker.kafka.result_encoding import ResultEncoder, registered_result_encoder
@@ -72,10 +73,11 @@ class _StartedParts(NamedTuple):
     """What `_start()` builds, once: the loop, the drain and the callbacks use these."""
 
     consumer: ReviewConsumer
-    publisher: ResultPublisher
+    producer: ResultPublisher
     records: OutboundRecords
+    publisher: Publisher  # sends the records, takes their delivery reports in
     windows: InOrder[PreparedWindow]  # submitted to the Labeller, collected in order (bounded)
-    committer: Committer
+    checkpoint: Checkpoint  # what may be committed: offsets, or the transaction
     undecodable: UndecodableBatches  # partitions held by a record batch the consumer cannot read
 
 
@@ -171,13 +173,13 @@ class SentimentWorker:
         s = self._settings
         self._export_metrics()
         api = self._open_http(stack)
-        publisher = self._clients.open_publisher(s.kafka, s.security, s.delivery)
+        producer = self._clients.open_publisher(s.kafka, s.security, s.delivery)
         # Closed last, on every exit path (a StartupError too): hands librdkafka's queued log lines over.
-        stack.callback(publisher.close)
-        records = self._outbound_records(publisher, self._result_encoder())
-        committer_type = committer_for(s.delivery.delivery)
-        committer_type.prepare(
-            publisher, s.kafka, s.security, s.delivery
+        stack.callback(producer.close)
+        records = self._outbound_records(producer, self._result_encoder())
+        checkpoint_type = checkpoint_for(s.delivery.delivery)
+        checkpoint_type.prepare(
+            producer, s.kafka, s.security, s.delivery
         )  # exactly_once: the transactional id
         self._health.broker_reachable = True
         stack.enter_context(self._labeller)  # started and warm; closed on the way out
@@ -186,25 +188,19 @@ class SentimentWorker:
             api.attach(stack, labeller=self._labeller, metrics=self._metrics)
         rebalance = Rebalance(self._on_assign, self._on_revoke, self._on_lost)
         consumer = self._clients.open_consumer(
-            s.kafka, s.security, s.delivery, rebalance, transactional=committer_type.transactional
+            s.kafka, s.security, s.delivery, rebalance, transactional=checkpoint_type.transactional
         )
         # Closing leaves the group; its revoke callback flushes and commits what is acknowledged.
         stack.callback(consumer.close)
-        committer = committer_type(
-            CommitOptions.from_settings(s.kafka, s.security, s.delivery, report=self._delivery_problem),
-            consumer,
-            publisher,
-            self._book,
-            records,
-            self._run,
-            self._metrics,
-        )
+        options = CommitOptions.from_settings(s.kafka, s.security, s.delivery, report=self._delivery_problem)
+        publisher = Publisher(producer, records, self._book, self._run, self._metrics, options.refusal)
+        checkpoint = checkpoint_type(options, consumer, publisher, self._book, self._run, self._metrics)
         if ShadowOutput.wanted(s.live):  # the shadow's results and disagreements, best effort
             self._shadow_output = ShadowOutput(s, self._labeller.labels, self._clock)
             stack.callback(self._shadow_output.close, 5.0)
         windows: InOrder[PreparedWindow] = InOrder(self._labeller, capacity=s.batching.max_queued_windows)
         undecodable = UndecodableBatches(s.kafka.undecodable_batch_retries, consumer.high_watermark)
-        self._parts = _StartedParts(consumer, publisher, records, windows, committer, undecodable)
+        self._parts = _StartedParts(consumer, producer, records, publisher, windows, checkpoint, undecodable)
         consumer.subscribe()
         log.info(
             "consuming %s as group %s → results to %s, dead letters to %s; %s",
@@ -298,7 +294,7 @@ class SentimentWorker:
         self._next_broker_check_at = self._clock() + _BROKER_CHECK_EVERY_S
         while True:
             # Step 1. A delivery that failed for good stops the worker before it goes past it.
-            self._started.committer.raise_for_error()
+            self._started.publisher.raise_for_error()
             if run.stop_requested:
                 return "stop requested"
             self._health.loop_turned()
@@ -360,8 +356,8 @@ class SentimentWorker:
         return messages
 
     def _settle(self) -> None:
-        self._started.publisher.poll(0)  # serves delivery callbacks
-        self._started.committer.settle()
+        self._started.producer.poll(0)  # serves delivery callbacks
+        self._started.checkpoint.commit()
         if self._shadow_output is not None:
             self._shadow_output.publish_done()
 
@@ -393,13 +389,13 @@ class SentimentWorker:
 
     def _idle(self, *, consumed: int) -> bool:
         """Nothing consumed this turn and nothing in the window, the Labeller or the producer."""
-        windows, publisher = self._started.windows, self._started.publisher
-        return not consumed and not len(self._window) and not windows.in_flight and publisher.pending() == 0
+        windows, producer = self._started.windows, self._started.producer
+        return not consumed and not len(self._window) and not windows.in_flight and producer.pending() == 0
 
     def _drain(self) -> None:
         """Stop order: fetch no more, label and publish what was fetched, flush, commit (then close)."""
         parts = self._started
-        publisher, windows, committer = parts.publisher, parts.windows, parts.committer
+        publisher, windows, checkpoint = parts.publisher, parts.windows, parts.checkpoint
         self._health.stopping = True
         self._metrics.ready.set(0)
         self._run.stopping()
@@ -410,8 +406,8 @@ class SentimentWorker:
                 self._leave_window_unprepared()
             self._publish_labelled(timeout_s=0.1)
         remaining = publisher.flush(max(0.0, deadline - self._clock()))
-        committer.settle()
-        committer.commit_final(deadline, self._clock)
+        checkpoint.commit()
+        checkpoint.commit_final(deadline, self._clock)
         self._run.summary.unacknowledged_at_stop = remaining + windows.in_flight
         if remaining or windows.in_flight:
             log.warning(
@@ -421,7 +417,7 @@ class SentimentWorker:
                 windows.in_flight,
                 self._settings.delivery.shutdown_timeout_s,
             )
-        committer.raise_for_error()
+        publisher.raise_for_error()
 
     # ----- per message and per window -----
     def _accept_all(self, messages: list[Message]) -> None:
@@ -552,13 +548,13 @@ class SentimentWorker:
     def _publish_window(self, prepared: PreparedWindow, predictions: Predictions) -> None:
         """Publishes exactly one record per input of the window that is still ours, in input order."""
         records = window_records(prepared, predictions, self._book, self._started.records, self._clock())
-        committer = self._started.committer
-        rewind = committer.publish(records)
+        checkpoint = self._started.checkpoint
+        rewind = checkpoint.publish(records)
         if rewind:  # an aborted transaction: its inputs are read and labelled again
             self._rewind(rewind)
-        if committer.recovering is not None and not self._rewind_pending:
+        if checkpoint.recovering is not None and not self._rewind_pending:
             self._hold_for_recovery()
-        if not rewind and committer.recovering is None and self._shadow_output is not None:
+        if not rewind and checkpoint.recovering is None and self._shadow_output is not None:
             self._shadow_output.add(prepared, predictions)
         self._metrics.in_flight_messages.set(self._book.offsets.outstanding())
 
@@ -592,7 +588,7 @@ class SentimentWorker:
             err = message.error()
             if err is not None and handle_consume_error(err, self._settings.kafka.input_topic):
                 self._health.broker_reachable = False
-        if not parts.committer.recover():
+        if not parts.checkpoint.recover():
             return
         assigned = sorted(parts.consumer.assignment)
         try:
@@ -638,7 +634,7 @@ class SentimentWorker:
         uncommitted, so the next owner reads them again (no loss, no duplicate)."""
         self._metrics.rebalances.labels("revoked").inc()
         self._drop_window_items(partitions)
-        committed = self._started.committer.revoked(partitions)
+        committed = self._started.checkpoint.revoked(partitions)
         self._forget(partitions)
         log.info("revoked %s (%s)", format_partitions(partitions), committed)
         self._set_assigned_count(partitions, added=False)
@@ -712,8 +708,8 @@ class SentimentWorker:
         self._health.stuck_partitions = stuck
 
     def _check_broker(self) -> None:
-        publisher = self._started.publisher
-        self._health.broker_reachable = publisher.broker_answers(timeout_s=2.0)
+        producer = self._started.producer
+        self._health.broker_reachable = producer.broker_answers(timeout_s=2.0)
 
     # ----- helpers -----
     def _new_window(self) -> ConsumeWindow[InputMessage]:

@@ -19,10 +19,10 @@ from tests.unit.kafka.fake_kafka import FakeConsumer, FakePublisher, fake_client
 from worker.config import WorkerSettings
 from worker.inference.token_budget import StartupError
 from worker.kafka.app import SentimentWorker
-from worker.kafka.committers import DeliveryFailedError
 from worker.kafka.kafka_clients import KafkaClients
 from worker.kafka.partitions import PartitionKey
 from worker.kafka.producer import Delivery, OutboundRecord
+from worker.kafka.publisher import DeliveryFailedError
 
 TOPIC, RESULTS, DLQ = "reviews", "results", "dlq"
 MODEL = ModelRef(name="fake", version="1")

@@ -1,19 +1,16 @@
-"""How published work becomes committed offsets: one committer per delivery mode, behind one interface.
+"""What may be committed: one checkpoint per delivery mode, behind one interface.
 
-A committer is the one owner of what was published and what may be committed: it sends a window's records
-(a record too large for its topic replaced by its stand-in, decided in `OutboundRecords.replacement`), takes
-the delivery reports in (acknowledged → the partition book, the run's counts, the metrics; refused as too
-large → the stand-in sent instead; any other failure → kept, and raised by `raise_for_error()` before the
-worker goes further), and commits. Both keep the worker's rule: an offset is committed only after the broker
-acknowledged everything its input produced, and per partition in input order.
+A checkpoint decides when consumed offsets become committed, through the `Publisher` that sends the records
+and takes their delivery reports in. Both keep the worker's rule: an offset is committed only after the
+broker acknowledged everything its input produced, and per partition in input order.
 
-- `AtLeastOnceCommitter`: records are published one by one; once acknowledged, their contiguous offsets
+- `AtLeastOnceCheckpoint`: records are published one by one; once acknowledged, their contiguous offsets
   are stored and librdkafka's auto-commit commits them; revoke and stop commit synchronously.
-- `ExactlyOnceCommitter`: each window's records and its consumed offsets commit in one transaction; an
+- `ExactlyOnceCheckpoint`: each window's records and its consumed offsets commit in one transaction; an
   abortable error aborts it and the caller reads those partitions again; a fatal one (fenced by a newer
   instance) is raised and stops the worker. Every transaction call has a deadline
   (`transaction_call_timeout_s`; a stop out of time cuts it): a call past it is given up, the producer
-  replaced, and the committer is `recovering` until the new producer is initialised (which fences the old
+  replaced, and the checkpoint is `recovering` until the new producer is initialised (which fences the old
   one and finishes its transaction); meanwhile nothing is published and the caller reads every partition
   again from its committed offset once `recover()` succeeds.
 """
@@ -37,19 +34,18 @@ from worker.kafka.authorization import is_authorization_error, publish_refusal
 from worker.kafka.consumer import ReviewConsumer
 from worker.kafka.deadline_calls import CallAbandoned
 from worker.kafka.partitions import PartitionBook, PartitionKey, format_offsets, format_partitions
-from worker.kafka.producer import Delivery, OutboundRecord, ResultPublisher, record_size
-from worker.kafka.records import OutboundRecords
+from worker.kafka.producer import AbortedTransaction, OutboundRecord, ResultPublisher
+from worker.kafka.publisher import Publisher, delivery_failure
 from worker.kafka.run_tracker import RunTracker, drain_budget_s
-from worker.metrics import WorkerMetrics, observe_all
+from worker.metrics import WorkerMetrics
 
 __all__ = [
-    "AtLeastOnceCommitter",
+    "AtLeastOnceCheckpoint",
+    "Checkpoint",
     "CommitOptions",
-    "Committer",
-    "DeliveryFailedError",
-    "ExactlyOnceCommitter",
+    "ExactlyOnceCheckpoint",
     "TransactionsStuckError",
-    "committer_for",
+    "checkpoint_for",
 ]
 
 log = logging.getLogger(__name__)
@@ -69,37 +65,9 @@ class TransactionsStuckError(OperationError):
     """exactly_once: transaction calls keep not returning; the worker stops rather than pile them up."""
 
 
-class DeliveryFailedError(OperationError):
-    """The broker did not take a record; its input offset must not be committed."""
-
-    def __init__(self, message: str, topic: str, error: KafkaError | None) -> None:
-        super().__init__(message)
-        self.topic = topic
-        self.error = error
-
-
-def delivery_failure(record: OutboundRecord, error: KafkaError | None) -> DeliveryFailedError:
-    """The error that stops the worker when the broker refused `record` for good, saying what happened."""
-    src = record.source
-    where = f"for topic {record.topic!r} (input {src.topic}/{src.partition}/{src.offset})"
-    if error is not None and error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
-        advice = (
-            f"it was refused as too large ({record_size(record)} bytes estimated) even as a dead letter "
-            f"without key and value; raise the topic's max.message.bytes (kafka-configs --alter "
-            f"--entity-type topics --entity-name {record.topic} --add-config max.message.bytes=...)"
-        )
-    else:
-        advice = "check that the topic exists and this worker may write to it"
-    return DeliveryFailedError(
-        f"the broker refused a record {where}: {error}. Its offset was not committed; {advice}.",
-        record.topic,
-        error,
-    )
-
-
 @dataclass(frozen=True)
 class CommitOptions:
-    """What a committer needs of the settings: its timeouts (seconds), and how a refusal by the broker's
+    """What a checkpoint needs of the settings: its timeouts (seconds), and how a refusal by the broker's
     authorizer becomes the error that names the missing ACL."""
 
     shutdown_timeout_s: float
@@ -131,9 +99,9 @@ class CommitOptions:
         )
 
 
-class Committer(ABC):
-    """Publishes windows, accounts for their deliveries and commits what they consumed, the way one
-    delivery mode does (see the module docstring)."""
+class Checkpoint(ABC):
+    """Publishes windows through the publisher and commits what they consumed, the way one delivery mode
+    does (see the module docstring)."""
 
     transactional: ClassVar[bool] = False
     """The consumer leaves commits to the producer's transactions (no auto-commit)."""
@@ -144,9 +112,8 @@ class Committer(ABC):
         self,
         options: CommitOptions,
         consumer: ReviewConsumer,
-        publisher: ResultPublisher,
+        publisher: Publisher,
         book: PartitionBook,
-        records: OutboundRecords,
         run: RunTracker,
         metrics: WorkerMetrics,
     ) -> None:
@@ -154,98 +121,29 @@ class Committer(ABC):
         self._consumer = consumer
         self._publisher = publisher
         self._book = book
-        self._records = records
         self._run = run
         self._metrics = metrics
-        self._first_failure: Delivery | None = None
 
     @classmethod
     @abstractmethod
     def prepare(
         cls,
-        publisher: ResultPublisher,
+        producer: ResultPublisher,
         kafka: KafkaSettings,
         security: SecuritySettings,
         delivery: DeliverySettings,
     ) -> None:
-        """Readies `publisher` before anything is consumed (at start-up: a StartupError when refused)."""
+        """Readies `producer` before anything is consumed (at start-up: a StartupError when refused)."""
 
+    @abstractmethod
     def publish(self, records: list[OutboundRecord]) -> list[PartitionKey]:
-        """Publishes one window's records (in input order), each too large for its topic replaced by its
-        stand-in; returns the partitions whose inputs must be read again from their committed offsets (an
-        aborted transaction), usually none."""
-        return self._publish([self._records.replacement(record) or record for record in records])
+        """Publishes one window's records (in input order); returns the partitions whose inputs must be read
+        again from their committed offsets (an aborted transaction), usually none."""
 
-    def settle(self) -> None:
+    @abstractmethod
+    def commit(self) -> None:
         """Takes the delivery reports in, then commits (or stores for the next commit) what became
         committable."""
-        self._take_deliveries()
-        self._commit_settled()
-
-    def raise_for_error(self) -> None:
-        """Raises the first delivery that failed for good, so the worker stops before going past it (its
-        offset is never committed); a refusal by the authorizer says which ACL is missing."""
-        failed = self._first_failure
-        if failed is None:
-            return
-        if failed.error is not None and is_authorization_error(failed.error):
-            raise self._options.refusal(failed.error, [failed.record.topic])
-        raise delivery_failure(failed.record, failed.error)
-
-    @abstractmethod
-    def _publish(self, records: list[OutboundRecord]) -> list[PartitionKey]:
-        """The delivery mode's way of sending a window's records (see `publish`)."""
-
-    @abstractmethod
-    def _commit_settled(self) -> None:
-        """The delivery mode's way of committing what the acknowledgements made committable."""
-
-    def _take_deliveries(self) -> None:
-        """The delivery reports since the last call: acknowledged records advance the partition book and
-        are counted; a record refused as too large is replaced by its stand-in (acked when delivered); any
-        other failure is kept for `raise_for_error` (never acked: its offset and everything after it in the
-        partition stay uncommitted)."""
-        deliveries = self._publisher.take_deliveries()
-        if not deliveries:
-            return
-        now_ms = time.time() * 1000.0
-        done: dict[str, int] = {}  # per kind ("result" or a dead-letter kind)
-        results: dict[str, int] = {}  # per topic
-        labels: dict[tuple[str, str], int] = {}  # per label and model version
-        confidences: dict[str, list[float]] = {}  # per model version
-        latencies: list[float] = []
-        for delivery in deliveries:
-            record, src = delivery.record, delivery.record.source
-            if delivery.error is not None:
-                stand_in = self._records.replacement(record, delivery.error)
-                if stand_in is not None:
-                    self._publisher.publish(stand_in)
-                    continue
-                self._metrics.delivery_failures.labels(record.topic).inc()
-                if self._first_failure is None:
-                    self._first_failure = delivery
-                continue
-            self._book.acknowledged((src.topic, src.partition), src.offset, src.timestamp_ms)
-            done[record.kind] = done.get(record.kind, 0) + 1
-            if record.kind == "result":
-                results[record.topic] = results.get(record.topic, 0) + 1
-                if record.label is not None and record.confidence is not None:
-                    version = record.model_version or ""
-                    labels[record.label, version] = labels.get((record.label, version), 0) + 1
-                    confidences.setdefault(version, []).append(record.confidence)
-            if src.timestamp_ms is not None:
-                latencies.append(max(0.0, (now_ms - src.timestamp_ms) / 1000.0))
-        # The metrics and the run's counts once per turn, not once per record.
-        for kind, count in done.items():
-            self._run.finished(kind, count)
-            if kind != "result":
-                self._metrics.dead_letters.labels(kind).inc(count)
-        for topic, count in results.items():
-            self._metrics.results_published.labels(topic).inc(count)
-        for version, version_confidences in confidences.items():
-            counts = {label: n for (label, of), n in labels.items() if of == version}
-            self._metrics.observe_predictions(counts, version_confidences, version)
-        observe_all(self._metrics.end_to_end_latency_seconds, latencies)
 
     def recover(self) -> bool:
         """While `recovering`: one more try to publish again; True once it can (then every partition is to be
@@ -262,25 +160,32 @@ class Committer(ABC):
         """On stop, after the producer was flushed: commits what is acknowledged (`deadline` on `clock`)."""
 
 
-class AtLeastOnceCommitter(Committer):
+class AtLeastOnceCheckpoint(Checkpoint):
     """Idempotent producer; offsets stored after acknowledgement and committed by librdkafka."""
 
     @classmethod
     def prepare(
         cls,
-        publisher: ResultPublisher,
+        producer: ResultPublisher,
         kafka: KafkaSettings,
         security: SecuritySettings,
         delivery: DeliverySettings,
     ) -> None:
         """Nothing to ready: the idempotent producer needs no registration."""
 
-    def _publish(self, records: list[OutboundRecord]) -> list[PartitionKey]:
-        for record in records:
-            self._publisher.publish(record)
+    def publish(self, records: list[OutboundRecord]) -> list[PartitionKey]:
+        self._publisher.publish(records)
         return []
 
-    def _commit_settled(self) -> None:
+    def commit(self) -> None:
+        """Commits what the acknowledgements made committable.
+
+        1. Take the delivery reports in: acknowledged offsets advance the partition book.
+        2. Store each partition's contiguous acknowledged offsets (librdkafka's auto-commit commits them).
+        """
+        # Step 1.
+        self._publisher.take_deliveries()
+        # Step 2.
         committable = self._book.offsets.committable()
         if committable:
             # Stored, not committed: auto-commit commits stored offsets every commit_interval_ms.
@@ -292,7 +197,7 @@ class AtLeastOnceCommitter(Committer):
         # stays uncommitted (redone, no loss).
         left_s = self._run.stop_time_left(self._options.drain_budget_s)
         remaining = self._publisher.flush(self._options.shutdown_timeout_s if left_s is None else left_s)
-        self.settle()
+        self.commit()
         final = self._book.positions(partitions)
         try:
             self._consumer.commit_now(final)
@@ -316,7 +221,7 @@ class AtLeastOnceCommitter(Committer):
             log.warning("final commit failed (%s); uncommitted inputs will be processed again", exc)
 
 
-class ExactlyOnceCommitter(Committer):
+class ExactlyOnceCheckpoint(Checkpoint):
     """Transactional producer: each window's records and offsets commit together or not at all."""
 
     transactional = True
@@ -326,58 +231,79 @@ class ExactlyOnceCommitter(Committer):
     @classmethod
     def prepare(
         cls,
-        publisher: ResultPublisher,
+        producer: ResultPublisher,
         kafka: KafkaSettings,
         security: SecuritySettings,
         delivery: DeliverySettings,
     ) -> None:
         """Registers the transactional id, fencing an older instance that used it."""
-        kafka_clients.init_transactions(publisher, kafka, security, delivery)
+        kafka_clients.init_transactions(producer, kafka, security, delivery)
 
-    def _publish(self, records: list[OutboundRecord]) -> list[PartitionKey]:
-        """An abortable error aborts the transaction: the caller rewinds the returned partitions to their
-        committed offsets, so the window is consumed and labelled again. A fatal one (e.g. fenced by a
-        newer instance) is raised and stops the worker."""
+    def publish(self, records: list[OutboundRecord]) -> list[PartitionKey]:
+        """Commits one window as a transaction.
+
+        1. Nothing while recovering (every partition is read again once it is over), nor for no records.
+        2. The records and, per partition, the offset after its last one, in one transaction.
+        3. A call past its deadline: the transaction is given up and the checkpoint recovers.
+        4. Aborted (an abortable error): the caller rewinds the returned partitions to their committed
+           offsets, so the window is consumed and labelled again; a refusal is raised instead.
+        5. Committed: the delivery reports taken in (they advance the partition book and the counts).
+        A fatal error (e.g. fenced by a newer instance) is raised and stops the worker.
+        """
+        # Step 1.
         if not records or self.recovering is not None:
-            return []  # recovering: nothing goes out; every partition is read again once it is over
-        group_metadata = self._consumer.group_metadata()
+            return []
+        # Step 2.
         try:
             aborted = self._publisher.publish_transaction(
                 records,
-                group_metadata,
+                self._consumer.group_metadata(),
                 self._options.transaction_call_timeout_s,
                 give_up=self._out_of_time,
                 on_wait=self._waiting,
             )
         except CallAbandoned as exc:
+            # Step 3.
             self._give_up(f"{exc}; {len(records)} records of inputs of {_partitions_of(records)}")
             return []
         if aborted is not None:
-            if is_authorization_error(aborted.error):  # aborted, nothing visible; rewinding would only loop
-                raise self._options.refusal(aborted.error, [r.topic for r in records])
-            for record in aborted.too_large:
-                if record.key is None and record.value is None:  # a stand-in: nothing left to drop
-                    raise delivery_failure(record, KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
-                # Its stand-in goes when the window comes again: one abort, not an endless loop.
-                self._records.refused_in_aborted_transaction(record)
-            partitions = sorted({(r.source.topic, r.source.partition) for r in records})
-            log.warning(
-                "transaction aborted (%s): rewinding %s%s",
-                aborted.error.str(),
-                format_partitions(partitions),
-                f"; {len(aborted.too_large)} records refused as too large go as dead letters without key "
-                "and value next time"
-                if aborted.too_large
-                else "",
-            )
-            self._metrics.transactions.labels("aborted").inc()
-            return partitions
+            # Step 4.
+            return self._aborted(aborted, records)
+        # Step 5.
         self._metrics.transactions.labels("committed").inc()
         if self._reported:
             self._reported = False
             self._options.report(None)
-        self.settle()
+        self.commit()
         return []
+
+    def _aborted(self, aborted: AbortedTransaction, records: list[OutboundRecord]) -> list[PartitionKey]:
+        """The partitions of an aborted transaction, to read again; its records refused as too large go as
+        stand-ins next time (a stand-in refused too stops the worker)."""
+        if is_authorization_error(aborted.error):  # aborted, nothing visible; rewinding would only loop
+            raise self._options.refusal(aborted.error, [r.topic for r in records])
+        for record in aborted.too_large:
+            if record.key is None and record.value is None:  # a stand-in: nothing left to drop
+                raise delivery_failure(record, KafkaError(KafkaError.MSG_SIZE_TOO_LARGE))
+            # Its stand-in goes when the window comes again: one abort, not an endless loop.
+            self._publisher.refused_in_aborted_transaction(record)
+        partitions = sorted({(r.source.topic, r.source.partition) for r in records})
+        log.warning(
+            "transaction aborted (%s): rewinding %s%s",
+            aborted.error.str(),
+            format_partitions(partitions),
+            f"; {len(aborted.too_large)} records refused as too large go as dead letters without key "
+            "and value next time"
+            if aborted.too_large
+            else "",
+        )
+        self._metrics.transactions.labels("aborted").inc()
+        return partitions
+
+    def commit(self) -> None:
+        """Takes the delivery reports in: they only advance the book (the offsets were committed in the
+        transaction)."""
+        self._publisher.take_deliveries()
 
     def recover(self) -> bool:
         """While `recovering`: tries to initialise the replacing producer (up to `_RECOVERY_STEP_S`, resumed
@@ -388,7 +314,7 @@ class ExactlyOnceCommitter(Committer):
             return True
         seconds = time.monotonic() - self._recovering_since
         try:
-            self._publisher.init_transactions(_RECOVERY_STEP_S, give_up=self._out_of_time)
+            self._publisher.producer.init_transactions(_RECOVERY_STEP_S, give_up=self._out_of_time)
         except CallAbandoned as exc:
             self._give_up(f"{exc} while recovering")
             return False
@@ -407,9 +333,10 @@ class ExactlyOnceCommitter(Committer):
     def _give_up(self, reason: str) -> None:
         """A transaction call did not return in time: the producer is replaced, and nothing is published until
         the new one is initialised (`recover`). Too many calls still stuck: TransactionsStuckError."""
-        self._publisher.renew()
+        producer = self._publisher.producer
+        producer.renew()
         self._metrics.transactions.labels("given_up").inc()
-        stuck = self._publisher.stuck_calls
+        stuck = producer.stuck_calls
         if stuck >= MAX_STUCK_CALLS:
             raise TransactionsStuckError(
                 f"exactly_once: {stuck} transaction calls did not return (last: {reason}); stopping rather "
@@ -439,9 +366,6 @@ class ExactlyOnceCommitter(Committer):
                 f"exactly_once: {call} has waited {seconds:.0f} s for the broker (given up at {timeout:g} s)"
             )
 
-    def _commit_settled(self) -> None:
-        """Nothing: the offsets were committed in the transaction; acknowledgements only advance the book."""
-
     def revoked(self, partitions: list[PartitionKey]) -> str:
         # Every published window already committed with its offsets; a position is acknowledged only once
         # its transaction committed.
@@ -455,6 +379,6 @@ def _partitions_of(records: list[OutboundRecord]) -> str:
     return format_partitions({(r.source.topic, r.source.partition) for r in records})
 
 
-def committer_for(delivery: str) -> type[Committer]:
-    """The committer of the `delivery` setting (at_least_once | exactly_once)."""
-    return ExactlyOnceCommitter if delivery == "exactly_once" else AtLeastOnceCommitter
+def checkpoint_for(delivery: str) -> type[Checkpoint]:
+    """The checkpoint of the `delivery` setting (at_least_once | exactly_once)."""
+    return ExactlyOnceCheckpoint if delivery == "exactly_once" else AtLeastOnceCheckpoint
