@@ -140,5 +140,5 @@ def _evicted(log: str) -> bool:
     """The worker logged partitions lost, or a commit that failed for a reason other than a rebalance."""
     failed = [line for line in log.splitlines() if "commit" in line and "failed (" in line]
     rebalancing = ("ILLEGAL_GENERATION", "REBALANCE_IN_PROGRESS")
-    lost = "dropped their in-flight work without committing" in log  # SentimentWorker._on_lost
+    lost = "dropped their in-flight work without committing" in log  # Assignment.on_lost
     return lost or any(not any(code in line for code in rebalancing) for line in failed)

@@ -34,7 +34,7 @@ def test_exactly_once_publishes_each_input_once_and_commits_offsets_in_the_trans
     produce(kafka_bootstrap, names["reviews"], records)
     settings = make_settings(kafka_bootstrap, names, delivery="exactly_once", max_window_messages=16)
 
-    with caplog.at_level(logging.INFO, logger="worker.kafka.app"):
+    with caplog.at_level(logging.INFO, logger="worker.kafka"):
         first = run_worker(settings, tiny_classifier, max_messages=30)
     after_first = committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 3)
     started = [r.getMessage() for r in caplog.records if r.getMessage().startswith("consuming ")]
