@@ -13,11 +13,11 @@ accounting, too-large stand-ins, the first failure), `checkpoint` (what may be c
 mode: stored offsets or the transaction), `offsets`
 and `partitions` (per-partition bookkeeping), `backpressure`, `lag_clock` and `lag_gauges` (lag in messages
 and seconds), `run_tracker` (stop conditions, the run's summary), `kafka_clients` (opening the producer and
-consumer, topics, transactions at start). The loop's named helpers: `assignment` (rebalance callbacks,
-pausing), `recovery` (rewinds, exactly_once's recovery), `registry_wait`, `undecodable_inputs` (carrying out
-`undecodable`'s decisions), `loop_observer` (gauges, broker check, progress), `port` (the HTTP port). Health
-and metrics are `worker.health`
-and `worker.metrics`, shared with the HTTP serving.
+consumer, topics, transactions at start). The loop's named helpers share a `loop_context`: `assignment`
+(rebalance callbacks, pausing), `recovery` (rewinds, exactly_once's recovery), `registry_wait`,
+`undecodable_inputs` (carrying out `undecodable`'s decisions), `loop_observer` (gauges, broker check,
+progress), `port` (the HTTP port). Health and metrics are `worker.health` and `worker.metrics`, shared with
+the HTTP serving.
 
 The HTTP serving of the same model is `worker.http`: this package never imports it (with http_api, `run`
 hands the worker its API, `app.PortApi`, which `worker.http.serving.WorkerApi` is).

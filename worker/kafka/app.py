@@ -27,9 +27,10 @@ from worker.kafka.authorization import consume_refusal, is_authorization_error
 from worker.kafka.backpressure import Backpressure
 from worker.kafka.checkpoint import Checkpoint, CommitOptions, checkpoint_for
 from worker.kafka.consume_window import ConsumeWindow
-from worker.kafka.consumer import ReviewConsumer, handle_consume_error
+from worker.kafka.consumer import handle_consume_error
 from worker.kafka.kafka_clients import KafkaClients, Rebalance
 from worker.kafka.lag_gauges import LagGauges
+from worker.kafka.loop_context import LoopContext
 from worker.kafka.loop_observer import LoopObserver
 from worker.kafka.partitions import PartitionBook, PartitionKey
 from worker.kafka.port import PortApi, open_port
@@ -60,7 +61,7 @@ _MAX_WINDOW_BYTES = 64 * 1024 * 1024
 class _StartedParts(NamedTuple):
     """What `_start()` builds, once: the loop, the drain and the callbacks use these."""
 
-    consumer: ReviewConsumer
+    context: LoopContext  # the consumer, the window and the books the helpers share
     producer: ResultPublisher
     records: OutboundRecords
     publisher: Publisher  # sends the records, takes their delivery reports in
@@ -181,14 +182,25 @@ class SentimentWorker:
         )
         # Closing leaves the group; its revoke callback flushes and commits what is acknowledged.
         stack.callback(consumer.close)
+        undecodable = UndecodableBatches(s.kafka.undecodable_batch_retries, consumer.high_watermark)
+        context = LoopContext(
+            consumer,
+            self._window,
+            self._book,
+            undecodable,
+            self._run,
+            self._health,
+            self._metrics,
+            self._clock,
+        )
         options = CommitOptions.from_settings(s.kafka, s.security, s.delivery, report=self._delivery_problem)
-        publisher = Publisher(producer, records, self._book, self._run, self._metrics, options.refusal)
-        checkpoint = checkpoint_type(options, consumer, publisher, self._book, self._run, self._metrics)
+        publisher = Publisher(producer, records, context, options.refusal)
+        checkpoint = checkpoint_type(options, publisher, context)
         if ShadowOutput.wanted(s.live):  # the shadow's results and disagreements, best effort
             self._shadow_output = ShadowOutput(s, self._labeller.labels, self._clock)
             stack.callback(self._shadow_output.close, 5.0)
         windows: InOrder[PreparedWindow] = InOrder(self._labeller, capacity=s.batching.max_queued_windows)
-        self._parts = self._helpers(consumer, producer, records, publisher, windows, checkpoint)
+        self._parts = self._helpers(context, producer, records, publisher, windows, checkpoint)
         consumer.subscribe()
         log.info(
             "consuming %s as group %s → results to %s, dead letters to %s; %s",
@@ -201,7 +213,7 @@ class SentimentWorker:
 
     def _helpers(
         self,
-        consumer: ReviewConsumer,
+        context: LoopContext,
         producer: ResultPublisher,
         records: OutboundRecords,
         publisher: Publisher,
@@ -209,29 +221,23 @@ class SentimentWorker:
         checkpoint: Checkpoint,
     ) -> _StartedParts:
         """The loop's named helpers, over the started clients."""
-        s, book, run, health, metrics = self._settings, self._book, self._run, self._health, self._metrics
-        undecodable = UndecodableBatches(s.kafka.undecodable_batch_retries, consumer.high_watermark)
-        undecodable_inputs = UndecodableInputs(
-            batches=undecodable, consumer=consumer, window=self._window, book=book, run=run, metrics=metrics,
-            clock=self._clock, receive_message_max_bytes=s.kafka.receive_message_max_bytes,
-        )  # fmt: skip
-        observer = LoopObserver(
-            consumer=consumer, producer=producer, undecodable=undecodable, book=book,
-            lag_gauges=self._lag_gauges, run=run, health=health, metrics=metrics, clock=self._clock,
-            stuck_partition_s=s.observability.stuck_partition_s,
-        )  # fmt: skip
-        assignment = Assignment(
-            consumer=consumer, checkpoint=checkpoint, undecodable=undecodable, window=self._window,
-            book=book, observer=observer, run=run, health=health, metrics=metrics,
-        )  # fmt: skip
-        recovery = Recovery(
-            consumer=consumer, checkpoint=checkpoint, undecodable=undecodable, assignment=assignment,
-            book=book, run=run, health=health, input_topic=s.kafka.input_topic,
-        )  # fmt: skip
+        s = self._settings
+        observer = LoopObserver(context, producer, self._lag_gauges, s.observability.stuck_partition_s)
+        assignment = Assignment(context, checkpoint, observer)
+        recovery = Recovery(context, checkpoint, assignment, s.kafka.input_topic)
+        undecodable = UndecodableInputs(context, s.kafka.receive_message_max_bytes)
         return _StartedParts(
-            consumer, producer, records, publisher, windows, checkpoint, undecodable_inputs, observer,
-            assignment, recovery,
-        )  # fmt: skip
+            context,
+            producer,
+            records,
+            publisher,
+            windows,
+            checkpoint,
+            undecodable,
+            observer,
+            assignment,
+            recovery,
+        )
 
     def _export_metrics(self) -> None:
         s = self._settings
@@ -344,7 +350,7 @@ class SentimentWorker:
             timeout = self._window.remaining_wait_s()
         else:
             timeout = _BUSY_POLL_S if windows.in_flight or len(self._window) else _IDLE_POLL_S
-        messages = self._started.consumer.consume(max(1, room), timeout)
+        messages = self._started.context.consumer.consume(max(1, room), timeout)
         if messages:
             self._run.activity()
         return messages

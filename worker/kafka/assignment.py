@@ -11,16 +11,10 @@ import logging
 from collections.abc import Iterable
 from contextlib import suppress
 
-from worker.health import HealthState
 from worker.kafka.checkpoint import Checkpoint
-from worker.kafka.consume_window import ConsumeWindow
-from worker.kafka.consumer import ReviewConsumer
+from worker.kafka.loop_context import LoopContext
 from worker.kafka.loop_observer import LoopObserver
-from worker.kafka.partitions import PartitionBook, PartitionKey, format_partitions
-from worker.kafka.records import InputMessage
-from worker.kafka.run_tracker import RunTracker
-from worker.kafka.undecodable import UndecodableBatches
-from worker.metrics import WorkerMetrics
+from worker.kafka.partitions import PartitionKey, format_partitions
 
 __all__ = ["Assignment"]
 
@@ -31,34 +25,17 @@ class Assignment:
     """Keeps the partition book, the consumer's pauses, the window and the gauges in step with what the
     group assigns this member."""
 
-    def __init__(
-        self,
-        *,
-        consumer: ReviewConsumer,
-        checkpoint: Checkpoint,
-        undecodable: UndecodableBatches,
-        window: ConsumeWindow[InputMessage],
-        book: PartitionBook,
-        observer: LoopObserver,
-        run: RunTracker,
-        health: HealthState,
-        metrics: WorkerMetrics,
-    ) -> None:
-        self._consumer = consumer
+    def __init__(self, context: LoopContext, checkpoint: Checkpoint, observer: LoopObserver) -> None:
+        """`checkpoint` commits a revoked partition's work; `observer` measures a new one's lag at once."""
+        self._ctx = context
         self._checkpoint = checkpoint
-        self._undecodable = undecodable
-        self._window = window
-        self._book = book
         self._observer = observer
-        self._run = run
-        self._health = health
-        self._metrics = metrics
 
     # ----- rebalance callbacks (run inside consume(), on the loop's thread) -----
     def on_assign(self, partitions: list[PartitionKey]) -> None:
-        self._metrics.rebalances.labels("assigned").inc()
-        self._run.activity()  # the idle timer (--idle-exit-s) restarts with new partitions
-        self._book.assigned(partitions)
+        self._ctx.metrics.rebalances.labels("assigned").inc()
+        self._ctx.run.activity()  # the idle timer (--idle-exit-s) restarts with new partitions
+        self._ctx.book.assigned(partitions)
         # Both lag series of a new partition are measured right after this callback (same loop turn), not
         # set to 0: a partition whose backlog is not fetched yet is behind from its first second.
         self._observer.refresh_soon()
@@ -68,7 +45,7 @@ class Assignment:
     def on_revoke(self, partitions: list[PartitionKey]) -> None:
         """Finish and commit the work of revoked partitions; their not-yet-labelled messages are dropped
         uncommitted, so the next owner reads them again (no loss, no duplicate)."""
-        self._metrics.rebalances.labels("revoked").inc()
+        self._ctx.metrics.rebalances.labels("revoked").inc()
         self.drop_inputs(partitions)
         committed = self._checkpoint.revoked(partitions)
         self._forget(partitions)
@@ -77,7 +54,7 @@ class Assignment:
 
     def on_lost(self, partitions: list[PartitionKey]) -> None:
         """Lost partitions may already belong to another member: drop their work, commit nothing."""
-        self._metrics.rebalances.labels("lost").inc()
+        self._ctx.metrics.rebalances.labels("lost").inc()
         self.drop_inputs(partitions)
         self._forget(partitions)
         log.warning("lost %s: dropped their in-flight work without committing", format_partitions(partitions))
@@ -86,35 +63,37 @@ class Assignment:
     # ----- the poll loop's -----
     def set_paused(self, paused: bool) -> None:
         """Pauses (or resumes) every assigned partition, as the book and the consumer both know."""
-        consumer = self._consumer
+        consumer = self._ctx.consumer
         if paused:
-            newly = self._book.pause(consumer.assignment)
+            newly = self._ctx.book.pause(consumer.assignment)
             if newly:
                 consumer.pause(newly)
         else:
-            again = self._book.resume(consumer.assignment)
+            again = self._ctx.book.resume(consumer.assignment)
             if again:
                 consumer.resume(again)
-        self._metrics.paused.set(1 if self._book.paused else 0)
+        self._ctx.metrics.paused.set(1 if self._ctx.book.paused else 0)
 
     def drop_inputs(self, partitions: Iterable[PartitionKey]) -> None:
         """Takes the inputs of `partitions` out of the window (they stay uncommitted)."""
         gone = set(partitions)
         kept = [
-            item for item in self._window.take() if (item.position.topic, item.position.partition) not in gone
+            item
+            for item in self._ctx.window.take()
+            if (item.position.topic, item.position.partition) not in gone
         ]
         for item in kept:
-            self._window.add(item, len(item.value or b""))
+            self._ctx.window.add(item, len(item.value or b""))
 
     def _forget(self, partitions: list[PartitionKey]) -> None:
         # librdkafka keeps a partition paused by the app through its revocation: assigned again, it would
         # fetch nothing, and the book (which forgets it here) would never resume it.
-        paused = self._book.paused & set(partitions)
+        paused = self._ctx.book.paused & set(partitions)
         if paused:
-            self._consumer.resume(paused)
-        self._book.forget(partitions)
-        self._undecodable.forget(partitions)
-        m = self._metrics
+            self._ctx.consumer.resume(paused)
+        self._ctx.book.forget(partitions)
+        self._ctx.undecodable.forget(partitions)
+        m = self._ctx.metrics
         for key in partitions:
             for gauge in (m.consumer_lag_messages, m.consumer_lag_seconds, m.partition_stalled_seconds):
                 with suppress(KeyError):
@@ -122,6 +101,6 @@ class Assignment:
 
     def _set_assigned_count(self, partitions: list[PartitionKey], *, added: bool) -> None:
         # The consumer adds assigned partitions before this callback and removes revoked ones after it.
-        owned = self._consumer.assignment if added else self._consumer.assignment - set(partitions)
-        self._health.assigned_partitions = len(owned)
-        self._metrics.ready.set(1 if self._health.readiness()[0] else 0)
+        owned = self._ctx.consumer.assignment if added else self._ctx.consumer.assignment - set(partitions)
+        self._ctx.health.assigned_partitions = len(owned)
+        self._ctx.metrics.ready.set(1 if self._ctx.health.readiness()[0] else 0)

@@ -31,13 +31,12 @@ from worker.config import DeliverySettings, KafkaSettings, SecuritySettings
 from worker.errors import OperationError
 from worker.kafka import kafka_clients
 from worker.kafka.authorization import is_authorization_error, publish_refusal
-from worker.kafka.consumer import ReviewConsumer
 from worker.kafka.deadline_calls import CallAbandoned
-from worker.kafka.partitions import PartitionBook, PartitionKey, format_offsets, format_partitions
+from worker.kafka.loop_context import LoopContext
+from worker.kafka.partitions import PartitionKey, format_offsets, format_partitions
 from worker.kafka.producer import AbortedTransaction, OutboundRecord, ResultPublisher
 from worker.kafka.publisher import Publisher, delivery_failure
-from worker.kafka.run_tracker import RunTracker, drain_budget_s
-from worker.metrics import WorkerMetrics
+from worker.kafka.run_tracker import drain_budget_s
 
 __all__ = [
     "AtLeastOnceCheckpoint",
@@ -108,21 +107,12 @@ class Checkpoint(ABC):
     recovering: str | None = None
     """Why nothing can be published until `recover()` succeeds (exactly_once only), else None."""
 
-    def __init__(
-        self,
-        options: CommitOptions,
-        consumer: ReviewConsumer,
-        publisher: Publisher,
-        book: PartitionBook,
-        run: RunTracker,
-        metrics: WorkerMetrics,
-    ) -> None:
+    def __init__(self, options: CommitOptions, publisher: Publisher, context: LoopContext) -> None:
+        """Commits through `context.consumer` what `context.book` says is committable."""
         self._options = options
-        self._consumer = consumer
         self._publisher = publisher
-        self._book = book
-        self._run = run
-        self._metrics = metrics
+        self._consumer, self._book = context.consumer, context.book
+        self._run, self._metrics = context.run, context.metrics
 
     @classmethod
     @abstractmethod

@@ -4,16 +4,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 
-from worker.health import HealthState
-from worker.kafka.consumer import ReviewConsumer
 from worker.kafka.lag_gauges import LagGauges
-from worker.kafka.partitions import PartitionBook
+from worker.kafka.loop_context import LoopContext
 from worker.kafka.producer import ResultPublisher
-from worker.kafka.run_tracker import RunTracker
-from worker.kafka.undecodable import UndecodableBatches
-from worker.metrics import WorkerMetrics
 
 __all__ = ["LoopObserver"]
 
@@ -28,29 +22,15 @@ class LoopObserver:
     and says the progress every `_BROKER_CHECK_EVERY_S`, on the poll thread."""
 
     def __init__(
-        self,
-        *,
-        consumer: ReviewConsumer,
-        producer: ResultPublisher,
-        undecodable: UndecodableBatches,
-        book: PartitionBook,
-        lag_gauges: LagGauges,
-        run: RunTracker,
-        health: HealthState,
-        metrics: WorkerMetrics,
-        clock: Callable[[], float],
-        stuck_partition_s: float,
+        self, context: LoopContext, producer: ResultPublisher, lag_gauges: LagGauges, stuck_partition_s: float
     ) -> None:
-        self._consumer = consumer
+        """`producer` is asked whether a broker answers; `stuck_partition_s` is when a stalled partition fails
+        /readyz."""
+        self._ctx = context
         self._producer = producer
-        self._undecodable = undecodable
-        self._book = book
         self._lag_gauges = lag_gauges
-        self._run = run
-        self._health = health
-        self._metrics = metrics
-        self._clock = clock
         self._stuck_partition_s = stuck_partition_s
+        clock = context.clock
         self._gauges_due = False  # refresh the gauges on the next loop turn (a new assignment)
         self._next_metrics_at = 0.0  # when the loop refreshes the gauges and checks the broker next
         self._next_broker_check_at = clock() + _BROKER_CHECK_EVERY_S
@@ -62,19 +42,20 @@ class LoopObserver:
 
     def observe(self) -> None:
         """Lag gauges and the broker check, when due."""
-        now = self._clock()
+        ctx = self._ctx
+        now = ctx.clock()
         if now >= self._next_metrics_at or self._gauges_due:
             self._gauges_due = False
             self._update_gauges()
             self._next_metrics_at = now + _METRICS_EVERY_S
         if now >= self._next_broker_check_at:
-            self._health.broker_reachable = self._producer.broker_answers(timeout_s=2.0)
+            ctx.health.broker_reachable = self._producer.broker_answers(timeout_s=2.0)
             self._next_broker_check_at = now + _BROKER_CHECK_EVERY_S
             self._say_progress(now)
 
     def _say_progress(self, now: float) -> None:
         """Every `_BROKER_CHECK_EVERY_S` while inputs get done: how many, and the rate since the last line."""
-        summary, (done_before, at_before) = self._run.summary, self._progress_mark
+        summary, (done_before, at_before) = self._ctx.run.summary, self._progress_mark
         if summary.done > done_before:
             rate = (summary.done - done_before) / max(1e-9, now - at_before)
             log.info(
@@ -88,31 +69,33 @@ class LoopObserver:
         self._progress_mark = (summary.done, now)
 
     def _update_gauges(self) -> None:
+        ctx = self._ctx
         started = time.time()
-        self._metrics.in_flight_messages.set(self._book.offsets.outstanding())
+        ctx.metrics.in_flight_messages.set(ctx.book.offsets.outstanding())
         self._watch_progress()
-        self._metrics.ready.set(1 if self._health.readiness()[0] else 0)
-        self._lag_gauges.refresh(self._consumer)
+        ctx.metrics.ready.set(1 if ctx.health.readiness()[0] else 0)
+        self._lag_gauges.refresh(ctx.consumer)
         # Last: a scrape that sees this turn's time sees lag gauges measured after it.
-        self._metrics.last_poll_timestamp_seconds.set(started)
+        ctx.metrics.last_poll_timestamp_seconds.set(started)
 
     def _watch_progress(self) -> None:
         """Partitions whose work has not moved for longer than stuck_partition_s while inputs wait make
         /readyz fail (each named), and their seconds are exported."""
-        now = self._clock()
-        stalled = self._book.stalled(now)
-        held = self._undecodable.held(now)
+        ctx = self._ctx
+        now = ctx.clock()
+        stalled = ctx.book.stalled(now)
+        held = ctx.undecodable.held(now)
         for key, (seconds, _why) in held.items():  # held by a batch it cannot read: no progress either
             stalled[key] = max(stalled.get(key, 0.0), seconds)
-        self._health.undecodable_batches = {f"{t}[{p}]": why for (t, p), (_s, why) in held.items()}
+        ctx.health.undecodable_batches = {f"{t}[{p}]": why for (t, p), (_s, why) in held.items()}
         for (topic, partition), seconds in stalled.items():
-            self._metrics.partition_stalled_seconds.labels(topic, str(partition)).set(seconds)
+            ctx.metrics.partition_stalled_seconds.labels(topic, str(partition)).set(seconds)
         limit_s = self._stuck_partition_s
         stuck = {f"{t}[{p}]": s for (t, p), s in stalled.items() if s > limit_s}
-        if stuck.keys() - self._health.stuck_partitions.keys():
+        if stuck.keys() - ctx.health.stuck_partitions.keys():
             log.error(
                 "no progress for more than %g s while inputs wait: %s; /readyz fails until they move",
                 limit_s,
                 ", ".join(f"{name} ({seconds:.0f} s)" for name, seconds in sorted(stuck.items())),
             )
-        self._health.stuck_partitions = stuck
+        ctx.health.stuck_partitions = stuck

@@ -17,7 +17,7 @@ from confluent_kafka import KafkaError
 
 from worker.errors import OperationError
 from worker.kafka.authorization import is_authorization_error
-from worker.kafka.partitions import PartitionBook
+from worker.kafka.loop_context import LoopContext
 from worker.kafka.producer import (
     AbortedTransaction,
     Delivery,
@@ -28,8 +28,7 @@ from worker.kafka.producer import (
     record_size,
 )
 from worker.kafka.records import OutboundRecords
-from worker.kafka.run_tracker import RunTracker
-from worker.metrics import WorkerMetrics, observe_all
+from worker.metrics import observe_all
 
 __all__ = ["DeliveryFailedError", "Publisher", "delivery_failure"]
 
@@ -69,17 +68,14 @@ class Publisher:
         self,
         producer: ResultPublisher,
         records: OutboundRecords,
-        book: PartitionBook,
-        run: RunTracker,
-        metrics: WorkerMetrics,
+        context: LoopContext,
         refusal: Callable[[KafkaError, list[str]], Exception],
     ) -> None:
-        """`refusal` turns a refusal by the broker's authorizer into the error that names the missing ACL."""
+        """`refusal` turns a refusal by the broker's authorizer into the error that names the missing ACL.
+        Acknowledgements advance `context.book` and count in `context.run` and `context.metrics`."""
         self.producer = producer
         self._records = records
-        self._book = book
-        self._run = run
-        self._metrics = metrics
+        self._book, self._run, self._metrics = context.book, context.run, context.metrics
         self._refusal = refusal
         self._first_failure: Delivery | None = None
 

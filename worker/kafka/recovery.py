@@ -7,13 +7,11 @@ import logging
 
 from confluent_kafka import KafkaException
 
-from worker.health import HealthState
 from worker.kafka.assignment import Assignment
 from worker.kafka.checkpoint import Checkpoint
-from worker.kafka.consumer import ReviewConsumer, handle_consume_error
-from worker.kafka.partitions import PartitionBook, PartitionKey, format_partitions
-from worker.kafka.run_tracker import RunTracker
-from worker.kafka.undecodable import UndecodableBatches
+from worker.kafka.consumer import handle_consume_error
+from worker.kafka.loop_context import LoopContext
+from worker.kafka.partitions import PartitionKey, format_partitions
 
 __all__ = ["Recovery"]
 
@@ -27,24 +25,11 @@ class Recovery:
     instead of consuming."""
 
     def __init__(
-        self,
-        *,
-        consumer: ReviewConsumer,
-        checkpoint: Checkpoint,
-        undecodable: UndecodableBatches,
-        assignment: Assignment,
-        book: PartitionBook,
-        run: RunTracker,
-        health: HealthState,
-        input_topic: str,
+        self, context: LoopContext, checkpoint: Checkpoint, assignment: Assignment, input_topic: str
     ) -> None:
-        self._consumer = consumer
+        self._ctx = context
         self._checkpoint = checkpoint
-        self._undecodable = undecodable
         self._assignment = assignment
-        self._book = book
-        self._run = run
-        self._health = health
         self._input_topic = input_topic
         self.pending = False  # exactly_once gave a transaction up: every partition to read again
 
@@ -52,18 +37,18 @@ class Recovery:
         """Forget everything consumed from `partitions` and read them again from their committed offsets (not
         when stopping: nothing more is read, and the broker may be away)."""
         self._assignment.drop_inputs(partitions)
-        self._book.rewind(partitions)  # windows still in the pipeline for them are stale
-        self._undecodable.forget(partitions)
-        if not self._run.stop_requested:
-            self._consumer.rewind_to_committed(partitions)
+        self._ctx.book.rewind(partitions)  # windows still in the pipeline for them are stale
+        self._ctx.undecodable.forget(partitions)
+        if not self._ctx.run.stop_requested:
+            self._ctx.consumer.rewind_to_committed(partitions)
 
     def hold(self) -> None:
         """exactly_once gave a transaction up: everything consumed and not committed is forgotten (windows in
         the pipeline are stale), the partitions paused; `turn` reads them again once transactions work."""
-        assigned = sorted(self._consumer.assignment)
+        assigned = sorted(self._ctx.consumer.assignment)
         self._assignment.drop_inputs(assigned)
-        self._book.rewind(assigned)
-        self._undecodable.forget(assigned)
+        self._ctx.book.rewind(assigned)
+        self._ctx.undecodable.forget(assigned)
         self.pending = True
         self._assignment.set_paused(True)
 
@@ -71,12 +56,12 @@ class Recovery:
         """One loop turn of a recovery: partitions paused, polled (rebalances served; what comes is stale and
         dropped), one try at transactions; once they work, every partition is read again from its committed
         offset, which says whether the given-up transaction counted."""
-        consumer = self._consumer
+        consumer = self._ctx.consumer
         self._assignment.set_paused(True)
         for message in consumer.consume(100, _POLL_S):
             err = message.error()
             if err is not None and handle_consume_error(err, self._input_topic):
-                self._health.broker_reachable = False
+                self._ctx.health.broker_reachable = False
         if not self._checkpoint.recover():
             return
         assigned = sorted(consumer.assignment)
@@ -85,7 +70,7 @@ class Recovery:
         except KafkaException as exc:
             log.warning("cannot read the committed offsets yet (%s); trying again", exc)
             return
-        self._book.rewind(assigned)  # anything consumed meanwhile is stale too
+        self._ctx.book.rewind(assigned)  # anything consumed meanwhile is stale too
         self.pending = False
         if assigned:
             log.info("exactly_once: reading again from committed offsets: %s", format_partitions(assigned))

@@ -4,18 +4,14 @@ seek, or the batch's offsets into the window as dead letters and the partition m
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 from confluent_kafka import Message
 
-from worker.kafka.consume_window import ConsumeWindow
-from worker.kafka.consumer import ReviewConsumer
-from worker.kafka.partitions import PartitionBook, PartitionKey
+from worker.kafka.loop_context import LoopContext
+from worker.kafka.partitions import PartitionKey
 from worker.kafka.producer import SourcePosition
 from worker.kafka.records import InputMessage
-from worker.kafka.run_tracker import RunTracker
-from worker.kafka.undecodable import DeadLetterRange, Seek, UndecodableBatches
-from worker.metrics import WorkerMetrics
+from worker.kafka.undecodable import DeadLetterRange, Seek
 
 __all__ = ["UndecodableInputs"]
 
@@ -26,25 +22,10 @@ class UndecodableInputs:
     """The poll thread's hands for `UndecodableBatches` (see worker/kafka/undecodable.py). Each call takes
     `moved`: the partitions seeked this turn, whose other messages of this turn are stale."""
 
-    def __init__(
-        self,
-        *,
-        batches: UndecodableBatches,
-        consumer: ReviewConsumer,
-        window: ConsumeWindow[InputMessage],
-        book: PartitionBook,
-        run: RunTracker,
-        metrics: WorkerMetrics,
-        clock: Callable[[], float],
-        receive_message_max_bytes: int,
-    ) -> None:
-        self._batches = batches
-        self._consumer = consumer
-        self._window = window
-        self._book = book
-        self._run = run
-        self._metrics = metrics
-        self._clock = clock
+    def __init__(self, context: LoopContext, receive_message_max_bytes: int) -> None:
+        """`receive_message_max_bytes`: the setting a dead letter's reason names."""
+        self._ctx = context
+        self._batches = context.undecodable
         self._receive_message_max_bytes = receive_message_max_bytes
 
     def tick(self, now: float, moved: set[PartitionKey]) -> None:
@@ -76,7 +57,8 @@ class UndecodableInputs:
 
     def _carry_out(self, action: Seek | DeadLetterRange, moved: set[PartitionKey]) -> None:
         """A probe's seek; or the batch's offsets into the window as dead letters, the partition past them."""
-        consumer = self._consumer
+        ctx = self._ctx
+        consumer = ctx.consumer
         moved.add(action.key)
         if isinstance(action, Seek):
             consumer.seek(action.key, action.offset)
@@ -91,11 +73,11 @@ class UndecodableInputs:
         )
         log.warning("%s[%d]: offsets %d-%d dead-lettered as undecodable_batch: %s", *action.key, first, last,
                     action.reason)  # fmt: skip
-        now = self._clock()
+        now = ctx.clock()
         for offset in range(first, last + 1):
             position = SourcePosition(topic, partition, offset, None)
-            epoch = self._book.consumed(action.key, offset, None)
-            self._window.add(InputMessage(position, None, None, now, epoch, None, reason), 0)
-        self._run.consumed(last - first + 1)
-        self._metrics.messages_consumed.labels(topic).inc(last - first + 1)
+            epoch = ctx.book.consumed(action.key, offset, None)
+            ctx.window.add(InputMessage(position, None, None, now, epoch, None, reason), 0)
+        ctx.run.consumed(last - first + 1)
+        ctx.metrics.messages_consumed.labels(topic).inc(last - first + 1)
         consumer.seek(action.key, last + 1)

@@ -17,6 +17,7 @@ from confluent_kafka import KafkaError, KafkaException
 from prometheus_client import CollectorRegistry
 
 from worker.config import WorkerSettings
+from worker.health import HealthState
 from worker.kafka.authorization import AuthorizationError
 from worker.kafka.checkpoint import (
     MAX_STUCK_CALLS,
@@ -27,8 +28,10 @@ from worker.kafka.checkpoint import (
     TransactionsStuckError,
     checkpoint_for,
 )
+from worker.kafka.consume_window import ConsumeWindow
 from worker.kafka.consumer import ReviewConsumer
 from worker.kafka.deadline_calls import CallAbandoned
+from worker.kafka.loop_context import LoopContext
 from worker.kafka.partitions import PartitionBook, PartitionKey
 from worker.kafka.producer import (
     AbortedTransaction,
@@ -40,6 +43,7 @@ from worker.kafka.producer import (
 from worker.kafka.publisher import DeliveryFailedError, Publisher
 from worker.kafka.records import OutboundRecords
 from worker.kafka.run_tracker import RunTracker
+from worker.kafka.undecodable import UndecodableBatches
 from worker.metrics import create_metrics
 
 T = "reviews"
@@ -123,11 +127,18 @@ def make(
     options = CommitOptions.from_settings(
         s.kafka, s.security, s.delivery, report=report or (lambda _problem: None)
     )
-    metrics = create_metrics(CollectorRegistry())
-    sender = Publisher(cast(ResultPublisher, publisher), records, book, run, metrics, options.refusal)
-    checkpoint = checkpoint_for(s.delivery.delivery)(
-        options, cast(ReviewConsumer, consumer), sender, book, run, metrics
+    context = LoopContext(
+        cast(ReviewConsumer, consumer),
+        ConsumeWindow(max_messages=16, max_wait_ms=10, max_bytes=1 << 20, clock=lambda: 0.0),
+        book,
+        UndecodableBatches(0, lambda _key: 0),
+        run,
+        HealthState(30.0, lambda: 0.0),
+        create_metrics(CollectorRegistry()),
+        lambda: 0.0,
     )
+    sender = Publisher(cast(ResultPublisher, publisher), records, context, options.refusal)
+    checkpoint = checkpoint_for(s.delivery.delivery)(options, sender, context)
     return checkpoint, consumer, publisher, book, run
 
 
