@@ -210,13 +210,24 @@ class FakeRefusingPublisher(FakePublisher):
         return out
 
 
-def test_a_record_the_broker_refuses_as_too_large_is_replaced_and_its_stand_in_acked() -> None:
-    publisher = FakeRefusingPublisher({1: KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)})
+def three_published_one_refused(
+    refusal: KafkaError,
+) -> tuple[Checkpoint, FakeConsumer, FakeRefusingPublisher, PartitionBook, RunTracker]:
+    """At-least-once: offsets 0-2 of partition 0 consumed, published and their reports taken in; the broker
+    refuses offset 1 with `refusal`."""
+    publisher = FakeRefusingPublisher({1: refusal})
     checkpoint, consumer, _, book, run = make("at_least_once", publisher)
     for offset in range(3):
         book.consumed((T, 0), offset, None)
     checkpoint.publish([record(0, 0), record(0, 1), record(0, 2)])
-    checkpoint.commit()  # offsets 0 and 2 acked; 1 refused: its stand-in sent
+    checkpoint.commit()
+    return checkpoint, consumer, publisher, book, run
+
+
+def test_a_record_the_broker_refuses_as_too_large_is_replaced_and_its_stand_in_acked() -> None:
+    refusal = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
+    checkpoint, consumer, publisher, _, run = three_published_one_refused(refusal)
+    # Offsets 0 and 2 acked; 1 refused: its stand-in sent.
     assert [(r.source.offset, r.kind, r.value) for r in publisher.published[3:]] == [
         (1, "value_too_large", None)
     ]
@@ -228,12 +239,8 @@ def test_a_record_the_broker_refuses_as_too_large_is_replaced_and_its_stand_in_a
 
 
 def test_any_other_refusal_is_never_acked_and_is_raised_before_the_worker_goes_on() -> None:
-    publisher = FakeRefusingPublisher({1: KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)})
-    checkpoint, consumer, _, book, run = make("at_least_once", publisher)
-    for offset in range(3):
-        book.consumed((T, 0), offset, None)
-    checkpoint.publish([record(0, 0), record(0, 1), record(0, 2)])
-    checkpoint.commit()
+    refusal = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
+    checkpoint, consumer, publisher, book, run = three_published_one_refused(refusal)
     assert (
         consumer.stored == [{(T, 0): 1}] and run.summary.results == 2
     )  # the failed offset blocks its partition
