@@ -36,7 +36,7 @@ from worker.kafka.partitions import PartitionBook, PartitionKey
 from worker.kafka.port import PortApi, open_port
 from worker.kafka.producer import ResultPublisher, SourcePosition
 from worker.kafka.publisher import Publisher
-from worker.kafka.records import InputMessage, OutboundRecords
+from worker.kafka.records import InputMessage, OutboundRecords, headers_of
 from worker.kafka.recovery import Recovery
 from worker.kafka.registry_decode import RegistryUnavailable, RegistryWaitStopped, registry_decoder
 from worker.kafka.registry_wait import RegistryWait
@@ -420,7 +420,7 @@ class SentimentWorker:
             position = SourcePosition(topic, partition, offset, ts if ts_type and ts >= 0 else None)
             value = message.value()
             epoch = book.consumed((topic, partition), offset, position.timestamp_ms)
-            item = InputMessage(position, message.key(), value, now, epoch, _headers_of(message))
+            item = InputMessage(position, message.key(), value, now, epoch, headers_of(message))
             window.add(item, len(value or b""))
             consumed[topic] = consumed.get(topic, 0) + 1
             self._health.broker_reachable = True
@@ -487,12 +487,3 @@ class SentimentWorker:
 
 class _StoppedStarting(Exception):
     """A stop was asked for while start-up waited (for the registry): nothing was consumed, a clean stop."""
-
-
-def _headers_of(message: Message) -> list[tuple[str, bytes | None]] | None:
-    """A consumed message's headers as the worker keeps them (confluent-kafka gives a list of pairs)."""
-    headers = message.headers()
-    if not headers:
-        return None
-    pairs = headers.items() if isinstance(headers, dict) else headers
-    return [(name, value.encode() if isinstance(value, str) else value) for name, value in pairs]

@@ -115,7 +115,6 @@ class Checkpoint(ABC):
         self._run, self._metrics = context.run, context.metrics
 
     @classmethod
-    @abstractmethod
     def prepare(
         cls,
         producer: ResultPublisher,
@@ -123,7 +122,11 @@ class Checkpoint(ABC):
         security: SecuritySettings,
         delivery: DeliverySettings,
     ) -> None:
-        """Readies `producer` before anything is consumed (at start-up: a StartupError when refused)."""
+        """Readies `producer` before anything is consumed: exactly_once registers the transactional id,
+        fencing an older instance that used it (a StartupError when refused); the idempotent producer of
+        at_least_once needs no registration."""
+        if cls.transactional:
+            kafka_clients.init_transactions(producer, kafka, security, delivery)
 
     @abstractmethod
     def publish(self, records: list[OutboundRecord]) -> list[PartitionKey]:
@@ -152,16 +155,6 @@ class Checkpoint(ABC):
 
 class AtLeastOnceCheckpoint(Checkpoint):
     """Idempotent producer; offsets stored after acknowledgement and committed by librdkafka."""
-
-    @classmethod
-    def prepare(
-        cls,
-        producer: ResultPublisher,
-        kafka: KafkaSettings,
-        security: SecuritySettings,
-        delivery: DeliverySettings,
-    ) -> None:
-        """Nothing to ready: the idempotent producer needs no registration."""
 
     def publish(self, records: list[OutboundRecord]) -> list[PartitionKey]:
         self._publisher.publish(records)
@@ -217,17 +210,6 @@ class ExactlyOnceCheckpoint(Checkpoint):
     transactional = True
     _recovering_since = 0.0
     _reported = False  # a problem was reported to /readyz and not yet cleared
-
-    @classmethod
-    def prepare(
-        cls,
-        producer: ResultPublisher,
-        kafka: KafkaSettings,
-        security: SecuritySettings,
-        delivery: DeliverySettings,
-    ) -> None:
-        """Registers the transactional id, fencing an older instance that used it."""
-        kafka_clients.init_transactions(producer, kafka, security, delivery)
 
     def publish(self, records: list[OutboundRecord]) -> list[PartitionKey]:
         """Commits one window as a transaction.
