@@ -1,9 +1,9 @@
 """The batch planner's two ways of cutting a window, side by side on one served model: fewest batches
 (`call_overhead_tokens` None, the planner before 2026-12-03) against the cheapest cut for the backend's
 declared cost of a call. Windows of 32, 64 and 256 reviews of the bench's review mix (`review_texts`) are
-labelled through `label_texts` (tokenizer, planner, model), the two plans alternating, for `--rounds`
-rounds; each line prints reviews/s, process CPU ms per review, padding efficiency and reviews per call, and
-the end prints per window the medians and the cut / fewest ratio.
+labelled through the Labeller (tokenizer, planner, model: one window at a time), the two plans
+alternating, for `--rounds` rounds; each line prints reviews/s, process CPU ms per review, padding
+efficiency and reviews per call, and the end prints per window the medians and the cut / fewest ratio.
 
     OMP_NUM_THREADS=2 KMP_BLOCKTIME=1 OMP_WAIT_POLICY=PASSIVE \\
         .venv/bin/python benchmarks/batch_planner.py models/fast-int8 [--reviews 4096] [--rounds 3]
@@ -20,29 +20,25 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 
-from worker.inference.labelling import label_texts
-
+from schemas.review_input import Review
 from worker.bench.bench import review_texts
 from worker.config import WorkerSettings
 from worker.inference.classifier import Classifier
+from worker.inference.engine import EngineOptions
+from worker.labelling.labeller import Labeller
 from worker.labelling.loading import load_model
 
 WINDOWS = (32, 64, 256)
 
 
-def label_in_windows(
-    classifier: Classifier, texts: list[str], window: int, settings: WorkerSettings
-) -> tuple[float, float, float, float]:
-    """(reviews/s, CPU ms per review, padding efficiency, reviews per call) over `texts` cut in windows."""
+def label_in_windows(labeller: Labeller, texts: list[str], window: int) -> tuple[float, float, float, float]:
+    """(reviews/s, CPU ms per review, padding efficiency, reviews per call) over `texts` cut in windows,
+    each labelled before the next is submitted."""
+    reviews = [Review(str(i), text, {}) for i, text in enumerate(texts)]
     wall, cpu = time.perf_counter(), time.process_time()
     real = padded = calls = 0
-    for start in range(0, len(texts), window):
-        _, stats = label_texts(
-            classifier,
-            texts[start : start + window],
-            max_batch_size=settings.max_batch_size,
-            max_batch_tokens=settings.max_batch_tokens,
-        )
+    for start in range(0, len(reviews), window):
+        stats = labeller.label(reviews[start : start + window]).result().stats
         real, padded, calls = (
             real + stats.real_tokens,
             padded + stats.padded_tokens,
@@ -53,13 +49,9 @@ def label_in_windows(
 
 
 def alternate(
-    arms: dict[str, Callable[[], Classifier]],
-    texts: list[str],
-    windows: Sequence[int],
-    rounds: int,
-    settings: WorkerSettings,
+    arms: dict[str, Callable[[], Labeller]], texts: list[str], windows: Sequence[int], rounds: int
 ) -> None:
-    """Labels `texts` in windows of each size with each arm (a callable giving the classifier to use, set up
+    """Labels `texts` in windows of each size with each arm (a callable giving the Labeller to use, set up
     for that arm), the arms alternating within every round; prints each run, then per window the medians of
     the first two arms and their ratio (second / first)."""
     rates: dict[tuple[int, str], list[float]] = defaultdict(list)
@@ -67,7 +59,7 @@ def alternate(
     for round_no in range(1, rounds + 1):
         for window in windows:
             for name, arm in arms.items():
-                rate, cpu_ms, efficiency, per_call = label_in_windows(arm(), texts, window, settings)
+                rate, cpu_ms, efficiency, per_call = label_in_windows(arm(), texts, window)
                 rates[window, name].append(rate)
                 print(
                     f"round {round_no} window {window:3d} {name:>{width}}: {rate:7.1f} reviews/s, "
@@ -82,23 +74,26 @@ def alternate(
 
 
 def main(model: str, reviews: int, rounds: int) -> None:
-    settings = WorkerSettings(model=model, device="cpu")
-    classifier, _, _ = load_model(settings)
+    s = WorkerSettings(model=model, device="cpu").sections
+    classifier: Classifier = load_model(s.model, s.batching).classifier
     declared = classifier.call_overhead_tokens
     if declared is None:
         raise SystemExit(f"{model}: its backend declares no call cost here, so both plans are the same")
+    options = EngineOptions(s.batching.max_batch_size, s.batching.max_batch_tokens)
+    labeller = Labeller.of(classifier, options, name="batch-planner")
 
-    def planned_with(cost: int | None) -> Callable[[], Classifier]:
-        def arm() -> Classifier:
-            classifier.call_overhead_tokens = cost
-            return classifier
+    def planned_with(cost: int | None) -> Callable[[], Labeller]:
+        def arm() -> Labeller:
+            classifier.call_overhead_tokens = cost  # the engine reads it when it plans each window
+            return labeller
 
         return arm
 
     texts = review_texts(reviews, seed=7)
-    print(f"{model}: {classifier!r}; {reviews} reviews, budget {settings.max_batch_tokens} tokens")
-    label_in_windows(classifier, texts[:512], 256, settings)  # warm-up
-    alternate({"fewest": planned_with(None), "cut": planned_with(declared)}, texts, WINDOWS, rounds, settings)
+    print(f"{model}: {classifier!r}; {reviews} reviews, budget {s.batching.max_batch_tokens} tokens")
+    with labeller.session():
+        label_in_windows(labeller, texts[:512], 256)  # warm-up
+        alternate({"fewest": planned_with(None), "cut": planned_with(declared)}, texts, WINDOWS, rounds)
     classifier.call_overhead_tokens = declared
 
 

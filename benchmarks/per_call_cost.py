@@ -33,7 +33,8 @@ def median_ms(classifier: Classifier, batches: Sequence[Sequence[Sequence[int]]]
 
 
 def main(model: str) -> None:
-    classifier, _, _ = load_model(WorkerSettings(model=model, device="cpu"))
+    s = WorkerSettings(model=model, device="cpu").sections
+    classifier: Classifier = load_model(s.model, s.batching).classifier
     seqs = classifier.token_ids(review_texts(600, seed=0))
     one = seqs[0]
     print(f"{model}: {classifier!r}")

@@ -38,16 +38,21 @@ DLQ_CONFIG = {"max.message.bytes": str(2 * 1024 * 1024)}
 so the worker's start-up check passes."""
 
 
-def load_launcher() -> ModuleType:
-    """Import deploy/kafka/launcher.py (not a package) as the module ``kafka_launcher``."""
-    if "kafka_launcher" in sys.modules:
-        return sys.modules["kafka_launcher"]
-    spec = importlib.util.spec_from_file_location("kafka_launcher", LAUNCHER)
+def load_script(name: str, path: Path) -> ModuleType:
+    """Import the script at `path` (not in a package) as the module `name`, once."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["kafka_launcher"] = module  # dataclasses look their module up in sys.modules
+    sys.modules[name] = module  # dataclasses look their module up in sys.modules
     spec.loader.exec_module(module)
     return module
+
+
+def load_launcher() -> ModuleType:
+    """Import deploy/kafka/launcher.py (not a package) as the module ``kafka_launcher``."""
+    return load_script("kafka_launcher", LAUNCHER)
 
 
 def run_launcher(*args: str, timeout_s: float = LAUNCHER_UP_TIMEOUT_S) -> subprocess.CompletedProcess[str]:

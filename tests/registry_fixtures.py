@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import http.server
-import importlib.util
 import json
 import re
 import subprocess
@@ -26,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from tests.kafka_fixtures import load_script
 from worker.bench.worker_process import free_port
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -36,14 +36,7 @@ REGISTRY_UP_TIMEOUT_S = 600.0
 
 def load_registry_launcher() -> ModuleType:
     """Import deploy/registry/launcher.py (not a package) as the module ``registry_launcher``."""
-    if "registry_launcher" in sys.modules:
-        return sys.modules["registry_launcher"]
-    spec = importlib.util.spec_from_file_location("registry_launcher", REGISTRY_LAUNCHER)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["registry_launcher"] = module  # dataclasses look their module up in sys.modules
-    spec.loader.exec_module(module)
-    return module
+    return load_script("registry_launcher", REGISTRY_LAUNCHER)
 
 
 _STARTED: dict[tuple[str, ...], None] = {}

@@ -14,7 +14,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -228,7 +228,6 @@ def create_metrics(
 ) -> WorkerMetrics:
     """Creates every metric of the worker in `registry`; `low_confidence` is the confidence under which a
     result counts as low-confidence (settings.low_confidence)."""
-    tp = ["topic", "partition"]
     threshold = Gauge(
         "sentiment_low_confidence_threshold",
         "Confidence under which a result counts in sentiment_low_confidence_predictions_total.",
@@ -237,6 +236,26 @@ def create_metrics(
     threshold.set(low_confidence)
     metrics = WorkerMetrics(
         registry=registry,
+        **_kafka_flow_metrics(registry),
+        **_engine_metrics(registry),
+        **_partition_metrics(registry),
+        **_prediction_metrics(registry),
+        low_confidence_threshold=threshold,
+        low_confidence=low_confidence,
+        live=create_live_model_metrics(registry),
+    )
+    # Computed when scraped, from outside the loop: nothing to feed.
+    ProcessCollector(registry=registry)  # process_resident_memory_bytes, process_cpu_seconds_total, ...
+    registry.register(DeviceMemoryCollector())
+    registry.register(
+        DrainTimeCollector(metrics.consumer_lag_messages, [metrics.results_published, metrics.dead_letters])
+    )
+    return metrics
+
+
+def _kafka_flow_metrics(registry: CollectorRegistry) -> dict[str, Any]:
+    """What the poll loop consumes, publishes and commits (Kafka door)."""
+    return dict(
         messages_consumed=Counter(
             "sentiment_messages_consumed_total",
             "Input messages read from Kafka.",
@@ -270,6 +289,34 @@ def create_metrics(
         offsets_committed=Counter(
             "sentiment_offset_commits_total", "Offset commits requested by the worker.", registry=registry
         ),
+        transactions=Counter(
+            "sentiment_transactions_total",
+            "Exactly-once transactions, by outcome (committed, aborted, given_up: a call past its deadline).",
+            ["outcome"],
+            registry=registry,
+        ),
+        end_to_end_latency_seconds=Histogram(
+            "sentiment_end_to_end_latency_seconds",
+            "Input message timestamp to broker acknowledgement of its result or dead letter.",
+            buckets=_LATENCY_BUCKETS_S,
+            registry=registry,
+        ),
+        in_flight_messages=Gauge(
+            "sentiment_in_flight_messages",
+            "Messages consumed whose output the broker has not acknowledged yet.",
+            registry=registry,
+        ),
+        paused=Gauge(
+            "sentiment_consumer_paused",
+            "1 while the partitions are paused: the inference queue has been full for 2 s (backpressure).",
+            registry=registry,
+        ),
+    )
+
+
+def _engine_metrics(registry: CollectorRegistry) -> dict[str, Any]:
+    """The engine's batches: sizes, tokens, model and tokenizer time, padding, memory."""
+    return dict(
         batch_size=Histogram(
             "sentiment_batch_size", "Reviews per inference batch.", buckets=_SIZE_BUCKETS, registry=registry
         ),
@@ -291,17 +338,33 @@ def create_metrics(
             buckets=_LATENCY_BUCKETS_S,
             registry=registry,
         ),
-        end_to_end_latency_seconds=Histogram(
-            "sentiment_end_to_end_latency_seconds",
-            "Input message timestamp to broker acknowledgement of its result or dead letter.",
-            buckets=_LATENCY_BUCKETS_S,
-            registry=registry,
-        ),
         padding_efficiency=Gauge(
             "sentiment_padding_efficiency_ratio",
             "Real tokens / padded tokens of the last window (1.0 = no padding).",
             registry=registry,
         ),
+        out_of_memory_events=Counter(
+            "sentiment_out_of_memory_events_total",
+            "Inference batches that ran out of memory (each is split in halves and retried).",
+            registry=registry,
+        ),
+        token_budget=Gauge(
+            "sentiment_token_budget_tokens",
+            "Current padded-token budget of an inference batch (lowered after out-of-memory).",
+            registry=registry,
+        ),
+        inference_queue_windows=Gauge(
+            "sentiment_inference_queue_windows",
+            "Windows handed to the engine and not yet published.",
+            registry=registry,
+        ),
+    )
+
+
+def _partition_metrics(registry: CollectorRegistry) -> dict[str, Any]:
+    """Lag and progress per assigned partition, liveness, readiness and the loaded model."""
+    tp = ["topic", "partition"]
+    return dict(
         consumer_lag_messages=Gauge(
             "sentiment_consumer_lag_messages",
             "High watermark minus the next offset this worker consumes, per assigned partition (before it "
@@ -324,11 +387,6 @@ def create_metrics(
             tp,
             registry=registry,
         ),
-        in_flight_messages=Gauge(
-            "sentiment_in_flight_messages",
-            "Messages consumed whose output the broker has not acknowledged yet.",
-            registry=registry,
-        ),
         last_poll_timestamp_seconds=Gauge(
             "sentiment_last_poll_timestamp_seconds",
             "Unix time of the poll loop's last turn (liveness).",
@@ -340,32 +398,12 @@ def create_metrics(
             registry=registry,
         ),
         model=Info("sentiment_model", "The loaded model: name, version, device.", registry=registry),
-        out_of_memory_events=Counter(
-            "sentiment_out_of_memory_events_total",
-            "Inference batches that ran out of memory (each is split in halves and retried).",
-            registry=registry,
-        ),
-        token_budget=Gauge(
-            "sentiment_token_budget_tokens",
-            "Current padded-token budget of an inference batch (lowered after out-of-memory).",
-            registry=registry,
-        ),
-        inference_queue_windows=Gauge(
-            "sentiment_inference_queue_windows",
-            "Windows handed to the engine and not yet published.",
-            registry=registry,
-        ),
-        paused=Gauge(
-            "sentiment_consumer_paused",
-            "1 while the partitions are paused: the inference queue has been full for 2 s (backpressure).",
-            registry=registry,
-        ),
-        transactions=Counter(
-            "sentiment_transactions_total",
-            "Exactly-once transactions, by outcome (committed, aborted, given_up: a call past its deadline).",
-            ["outcome"],
-            registry=registry,
-        ),
+    )
+
+
+def _prediction_metrics(registry: CollectorRegistry) -> dict[str, Any]:
+    """The results' labels and confidences, per model version."""
+    return dict(
         predictions=Counter(
             "sentiment_predictions",
             "Results by predicted label and model version (Kafka results acknowledged, HTTP texts answered).",
@@ -384,17 +422,7 @@ def create_metrics(
             ["model_version"],
             registry=registry,
         ),
-        low_confidence_threshold=threshold,
-        low_confidence=low_confidence,
-        live=create_live_model_metrics(registry),
     )
-    # Computed when scraped, from outside the loop: nothing to feed.
-    ProcessCollector(registry=registry)  # process_resident_memory_bytes, process_cpu_seconds_total, ...
-    registry.register(DeviceMemoryCollector())
-    registry.register(
-        DrainTimeCollector(metrics.consumer_lag_messages, [metrics.results_published, metrics.dead_letters])
-    )
-    return metrics
 
 
 def observe_all(histogram: Histogram, values: list[float]) -> None:

@@ -16,11 +16,8 @@ from __future__ import annotations
 
 import argparse
 import base64
-import hashlib
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,16 +27,31 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# kafka_tls.py sits beside this file, which is run as a script or loaded by path (tests), not as a package.
-if str(Path(__file__).resolve().parent) not in sys.path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+# kafka_tls.py sits beside this file and launch_common.py above it; this file is run as a script or loaded by
+# path (tests), not as a package.
+for _folder in (Path(__file__).resolve().parent, Path(__file__).resolve().parent.parent):
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
 import kafka_tls  # noqa: E402
+import launch_common  # noqa: E402
+from launch_common import (  # noqa: E402
+    LauncherError,
+    Say,
+    cache_dir_of,
+    fetch_into_place,
+    marker_matches,
+    pid_alive,
+    port_in_use,
+    report_failure,
+    running_pid,
+    start_detached,
+    stop_process,
+)
 
 KAFKA_VERSION = "4.1.1"
 HERE = Path(__file__).resolve().parent
 POM = HERE / "pom.xml"
 REPO_ROOT = HERE.parent.parent
-MARKER_NAME = ".complete"
 DEFAULT_HEAP_OPTS = ("-Xmx512m", "-Xms256m")
 # Broker JVM flags (a subset of kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS).
 JVM_OPTS = (
@@ -49,7 +61,6 @@ JVM_OPTS = (
     "-Djava.awt.headless=true",
     "-Dlog4j2.shutdownHookEnabled=false",
 )
-LOG_TAIL_LINES = 40
 EXIT_NOT_RUNNING = 3  # LSB status code for "program is not running"
 # Mechanisms of the optional SASL_PLAINTEXT listener; every --sasl-user gets both.
 SASL_MECHANISMS = ("SCRAM-SHA-512", "PLAIN")
@@ -58,16 +69,6 @@ SECURE_SASL_LISTENER = "SASL_SSL"
 # Characters a SASL user name / password may not contain: they would break the storage tool's
 # `--add-scram 'SCRAM-SHA-512=[name=...,password=...]'` syntax or the JAAS `user_<name>="<password>"` entry.
 _SASL_FORBIDDEN = set(" \t\n\r\"\\,;=[]'")
-
-Say = Callable[[str], None]
-
-
-class LauncherError(Exception):
-    """A launcher step failed; ``hint`` says what to try next."""
-
-    def __init__(self, message: str, hint: str = "") -> None:
-        super().__init__(message)
-        self.hint = hint
 
 
 @dataclass(frozen=True)
@@ -210,20 +211,12 @@ def default_cache_dir(env: Mapping[str, str]) -> Path:
     return cache_dir_of(env, "SENTIMENT_KAFKA_CACHE", f"kafka-{KAFKA_VERSION}")
 
 
-def cache_dir_of(env: Mapping[str, str], variable: str, name: str) -> Path:
-    """``$variable`` if set, else ``~/.cache/sentiment-worker/<name>`` (the registry launcher uses it too)."""
-    override = env.get(variable)
-    if override:
-        return Path(override).expanduser().resolve()
-    return Path.home() / ".cache" / "sentiment-worker" / name
-
-
 # --------------------------------------------------------------------------- jars
 
 
 def pom_digest(pom: Path = POM) -> str:
     """The marker content: a copy made from another pom is not reused."""
-    return hashlib.sha256(pom.read_bytes()).hexdigest()
+    return launch_common.pom_digest(pom)
 
 
 def jars_ready(cache_dir: Path, pom: Path = POM) -> bool:
@@ -231,69 +224,38 @@ def jars_ready(cache_dir: Path, pom: Path = POM) -> bool:
     return marker_matches(cache_dir, pom) and (cache_dir / "libs").is_dir()
 
 
-def marker_matches(cache_dir: Path, pom: Path) -> bool:
-    """``cache_dir`` holds the marker written after a complete Maven fetch for this very ``pom``."""
-    marker = cache_dir / MARKER_NAME
-    return marker.is_file() and marker.read_text().strip() == pom_digest(pom)
-
-
 def maven_command(pom: Path, output_dir: Path) -> list[str]:
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise LauncherError(
-            "`mvn` is not on PATH", "install Maven, or set KAFKA_HOME to a Kafka distribution"
-        )
-    return [
-        mvn,
-        "-q",
-        "-B",
-        "-Dstyle.color=never",
-        "-f",
-        str(pom),
+    return launch_common.maven_command(
+        pom,
         "dependency:copy-dependencies",
-        f"-DoutputDirectory={output_dir}",
-    ]
+        f"outputDirectory={output_dir}",
+        missing_hint="install Maven, or set KAFKA_HOME to a Kafka distribution",
+    )
 
 
 def ensure_jars(cache_dir: Path, pom: Path = POM, say: Say = print, progress_every_s: float = 15.0) -> Path:
-    """Copy the broker jars into ``cache_dir/libs`` with Maven unless a complete copy is there; return it.
-
-    Maven writes into a scratch directory renamed into place, then a marker is written, so an
-    interrupted download is never mistaken for a complete one.
-    """
+    """Copy the broker jars into ``cache_dir/libs`` with Maven unless a complete copy is there; return it
+    (see `launch_common.fetch_into_place`)."""
     libs = cache_dir / "libs"
     if jars_ready(cache_dir, pom):
         return libs
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    scratch = cache_dir / "libs.partial"
-    shutil.rmtree(scratch, ignore_errors=True)
-    mvn_log = cache_dir / "mvn.log"
     say(f"Fetching Kafka {KAFKA_VERSION} jars with Maven into {libs} (a minute or so the first time)...")
     started = time.monotonic()
-    rc = run_maven(maven_command(pom, scratch), mvn_log, say, progress_every_s)
-    if rc != 0 or not any(scratch.glob("kafka_2.13-*.jar")):
-        raise LauncherError(
-            f"Maven failed (exit {rc}) copying the Kafka jars:\n{tail(mvn_log, LOG_TAIL_LINES)}",
-            f"check Maven Central access (full log: {mvn_log}), or set KAFKA_HOME to a Kafka distribution",
-        )
-    shutil.rmtree(libs, ignore_errors=True)
-    scratch.rename(libs)
-    (cache_dir / MARKER_NAME).write_text(pom_digest(pom) + "\n")
+    fetch_into_place(
+        cache_dir,
+        "libs",
+        pom,
+        lambda scratch: maven_command(pom, scratch),
+        complete=lambda scratch: any(scratch.glob("kafka_2.13-*.jar")),
+        failure=lambda rc, log_tail, log: LauncherError(
+            f"Maven failed (exit {rc}) copying the Kafka jars:\n{log_tail}",
+            f"check Maven Central access (full log: {log}), or set KAFKA_HOME to a Kafka distribution",
+        ),
+        say=say,
+        progress_every_s=progress_every_s,
+    )
     say(f"Kafka jars ready ({len(list(libs.glob('*.jar')))} jars, {time.monotonic() - started:.0f} s)")
     return libs
-
-
-def run_maven(command: list[str], log_path: Path, say: Say = print, progress_every_s: float = 15.0) -> int:
-    """Runs a Maven `command` with its output in `log_path`, saying every `progress_every_s` that it still
-    works (a first download takes a while); returns its exit code. Shared by the registry's launcher."""
-    started = time.monotonic()
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        while True:
-            try:
-                return proc.wait(timeout=progress_every_s)
-            except subprocess.TimeoutExpired:
-                say(f"  ... Maven still working ({time.monotonic() - started:.0f} s)")
 
 
 # --------------------------------------------------------------------------- config files
@@ -564,13 +526,6 @@ def admin_conf(cfg: BrokerConfig) -> dict[str, str]:
     return {"bootstrap.servers": cfg.bootstrap}
 
 
-def port_in_use(host: str, port: int) -> bool:
-    """True when something accepts TCP connections on host:port."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex((host, port)) == 0
-
-
 def ensure_ports_free(cfg: BrokerConfig) -> None:
     """Fail when something already listens on the client or controller port."""
     for port in (cfg.port, cfg.controller_port, cfg.sasl_port, cfg.ssl_port, cfg.sasl_ssl_port):
@@ -583,24 +538,14 @@ def ensure_ports_free(cfg: BrokerConfig) -> None:
 
 def start(cfg: BrokerConfig, runtime: Runtime) -> int:
     """Start the broker detached (own session, stdout+stderr appended to the log file); return its pid."""
-    cfg.log_file.parent.mkdir(parents=True, exist_ok=True)
-    with cfg.log_file.open("ab") as log:
-        log.write(
-            f"\n===== launcher: starting broker at {time.strftime('%Y-%m-%d %H:%M:%S')} =====\n".encode()
-        )
-        log.flush()
-        proc = subprocess.Popen(
-            start_command(cfg, runtime),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=command_env(cfg, runtime, dict(os.environ)),
-            cwd=cfg.data_dir,
-            start_new_session=True,  # survives the launcher and the terminal's Ctrl-C
-        )
-    cfg.pid_file.parent.mkdir(parents=True, exist_ok=True)
-    cfg.pid_file.write_text(f"{proc.pid}\n")
-    return proc.pid
+    return start_detached(
+        start_command(cfg, runtime),
+        log_file=cfg.log_file,
+        pid_file=cfg.pid_file,
+        env=command_env(cfg, runtime, dict(os.environ)),
+        cwd=cfg.data_dir,
+        what="broker",
+    )
 
 
 def broker_answers(bootstrap: str, timeout_s: float) -> bool:
@@ -640,114 +585,21 @@ def wait_ready(cfg: BrokerConfig, pid: int, timeout_s: float) -> float:
         time.sleep(0.25)
 
 
-def read_pid(pid_file: Path) -> int | None:
-    """The pid in ``pid_file``, or None when there is no (valid) pid file."""
-    try:
-        return int(pid_file.read_text().split()[0])
-    except (FileNotFoundError, IndexError, ValueError):
-        return None
-
-
-def pid_alive(pid: int) -> bool:
-    """True when ``pid`` is a live (non-zombie) process; reaps it when it is our own exited child."""
-    try:
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return False
-    except ChildProcessError:
-        pass  # not our child: the usual case for the CLI
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rsplit(")", 1)[1].split()[0] != "Z"  # an exited child nobody reaped yet
-    except (OSError, IndexError):
-        return True
-
-
-def process_command_line(pid: int) -> list[str] | None:
-    """The argv of ``pid`` (from /proc, else ``ps``), or None when it cannot be read."""
-    if Path("/proc/self/cmdline").exists():
-        try:
-            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            return None
-        return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
-    proc = subprocess.run(["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True)
-    return proc.stdout.split() if proc.returncode == 0 and proc.stdout.strip() else None
-
-
 def is_kafka_broker(argv: Sequence[str]) -> bool:
     """True for a ``java ... kafka.Kafka <props>`` command line."""
     return bool(argv) and Path(argv[0]).name == "java" and "kafka.Kafka" in argv[1:]
 
 
 def stop(pid_file: Path, timeout_s: float = 30.0, say: Say = print) -> bool:
-    """Stop the broker named by ``pid_file``: SIGTERM, then SIGKILL after ``timeout_s`` seconds.
-
-    Only a ``java ... kafka.Kafka`` process is signalled. Returns False when a process that is not a
-    Kafka broker holds the pid (nothing is signalled); the pid file is removed whenever it is stale.
-    """
-    pid = read_pid(pid_file)
-    if pid is None:
-        say(f"No pid file at {pid_file}: no broker to stop.")
-        return True
-    if not pid_alive(pid):
-        say(f"Broker pid {pid} is not running; removing the stale pid file {pid_file}.")
-        pid_file.unlink(missing_ok=True)
-        return True
-    argv = process_command_line(pid)
-    if argv is None:
-        say(f"Cannot read the command line of pid {pid}; not signalling it.")
-        return False
-    if not is_kafka_broker(argv):
-        say(
-            f"Pid {pid} is not a Kafka broker ({' '.join(argv)[:120]}); not signalling it. "
-            f"Removing the stale pid file {pid_file}."
-        )
-        pid_file.unlink(missing_ok=True)
-        return False
-    say(f"Stopping broker pid {pid} (SIGTERM)...")
-    started = time.monotonic()
-    os.kill(pid, signal.SIGTERM)  # controlled shutdown: the broker flushes its logs and leaves the quorum
-    if not wait_gone(pid, timeout_s):
-        say(f"Broker pid {pid} still running after {timeout_s:.0f} s; sending SIGKILL.")
-        os.kill(pid, signal.SIGKILL)
-        if not wait_gone(pid, 10.0):
-            raise LauncherError(f"broker pid {pid} survived SIGKILL", "check the process by hand")
-    pid_file.unlink(missing_ok=True)
-    say(f"Broker stopped ({time.monotonic() - started:.1f} s).")
-    return True
-
-
-def wait_gone(pid: int, timeout_s: float) -> bool:
-    """True once `pid` is gone, False if it still runs after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while pid_alive(pid):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.2)
-    return True
+    """Stop the broker named by ``pid_file``: SIGTERM (a controlled shutdown: the broker flushes its logs and
+    leaves the quorum), then SIGKILL after ``timeout_s`` seconds. Only a ``java ... kafka.Kafka`` process is
+    signalled (see `launch_common.stop_process`)."""
+    return stop_process(pid_file, is_kafka_broker, "broker", timeout_s=timeout_s, say=say)
 
 
 def running_broker(cfg: BrokerConfig) -> int | None:
     """The pid of the live Kafka broker named by the pid file, if any."""
-    pid = read_pid(cfg.pid_file)
-    if pid is None or not pid_alive(pid):
-        return None
-    argv = process_command_line(pid)
-    return pid if argv is not None and is_kafka_broker(argv) else None
-
-
-def tail(path: Path, lines: int) -> str:
-    """The last ``lines`` lines of a text file ('' when missing)."""
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except FileNotFoundError:
-        return ""
+    return running_pid(cfg.pid_file, is_kafka_broker)
 
 
 def up(cfg: BrokerConfig, runtime_factory: Callable[[], Runtime], timeout_s: float, say: Say = print) -> str:
@@ -901,14 +753,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             try:
                 bootstrap = up(cfg, runtime_factory, args.timeout_s, say)
-            except LauncherError:
-                log_tail = tail(cfg.log_file, LOG_TAIL_LINES)
-                if log_tail:
-                    print(
-                        f"--- last {LOG_TAIL_LINES} lines of {cfg.log_file} ---\n{log_tail}\n---",
-                        file=sys.stderr,
-                    )
-                raise
+            except LauncherError as exc:
+                return report_failure(exc, cfg.log_file)
             print(bootstrap, flush=True)
             return 0
         if args.command == "down":
@@ -921,10 +767,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"running pid {pid} at {cfg.bootstrap} ({answers})")
         return 0
     except LauncherError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        if exc.hint:
-            print(f"hint: {exc.hint}", file=sys.stderr)
-        return 1
+        return report_failure(exc)
 
 
 if __name__ == "__main__":

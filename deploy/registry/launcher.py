@@ -14,11 +14,8 @@ their ids survive a restart. Stdlib only; importable, so tests can call the smal
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import time
 import urllib.error
@@ -26,42 +23,33 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
+
+# launch_common.py sits in the folder above; this file is run as a script or loaded by path (tests).
+if str(Path(__file__).resolve().parent.parent) not in sys.path:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import launch_common  # noqa: E402
+from launch_common import (  # noqa: E402
+    LauncherError,
+    Say,
+    fetch_into_place,
+    marker_matches,
+    pid_alive,
+    port_in_use,
+    report_failure,
+    running_pid,
+    start_detached,
+    stop_process,
+)
 
 APICURIO_VERSION = "2.6.13.Final"
+MARKER_NAME = launch_common.MARKER_NAME  # written once a download is complete
 RUNNER_JAR = f"apicurio-registry-app-{APICURIO_VERSION}-runner.jar"
 CCOMPAT_PATH = "/apis/ccompat/v7"
 HERE = Path(__file__).resolve().parent
 POM = HERE / "pom.xml"
 REPO_ROOT = HERE.parent.parent
-MARKER_NAME = ".complete"
 DEFAULT_HEAP_OPTS = ("-Xmx512m", "-Xms128m")
-LOG_TAIL_LINES = 40
 EXIT_NOT_RUNNING = 3  # LSB status code for "program is not running"
-
-Say = Callable[[str], None]
-
-
-def _kafka_launcher() -> ModuleType:
-    """deploy/kafka/launcher.py, whose process and pid-file helpers this launcher shares."""
-    if "kafka_launcher" in sys.modules:
-        return sys.modules["kafka_launcher"]
-    spec = importlib.util.spec_from_file_location("kafka_launcher", HERE.parent / "kafka" / "launcher.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["kafka_launcher"] = module  # dataclasses look their module up in sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-_kafka = _kafka_launcher()
-pid_alive = _kafka.pid_alive
-read_pid = _kafka.read_pid
-port_in_use = _kafka.port_in_use
-process_command_line = _kafka.process_command_line
-tail = _kafka.tail
-wait_gone = _kafka.wait_gone
-LauncherError = _kafka.LauncherError  # a launcher step failed; its `hint` says what to try next
 
 
 @dataclass(frozen=True)
@@ -109,7 +97,9 @@ def make_config(
 
 def default_cache_dir(env: Mapping[str, str]) -> Path:
     """``$SENTIMENT_REGISTRY_CACHE`` or ``~/.cache/sentiment-worker/apicurio-registry-<version>``."""
-    return Path(_kafka.cache_dir_of(env, "SENTIMENT_REGISTRY_CACHE", f"apicurio-registry-{APICURIO_VERSION}"))
+    return launch_common.cache_dir_of(
+        env, "SENTIMENT_REGISTRY_CACHE", f"apicurio-registry-{APICURIO_VERSION}"
+    )
 
 
 # --------------------------------------------------------------------------- distribution
@@ -117,63 +107,49 @@ def default_cache_dir(env: Mapping[str, str]) -> Path:
 
 def pom_digest(pom: Path = POM) -> str:
     """The marker content: a copy unpacked from another pom is not reused."""
-    return str(_kafka.pom_digest(pom))
+    return launch_common.pom_digest(pom)
 
 
 def app_ready(cache_dir: Path, pom: Path = POM) -> bool:
     """True when ``cache_dir/app`` holds a complete unpacked distribution of this pom's release."""
-    return bool(_kafka.marker_matches(cache_dir, pom)) and (cache_dir / "app" / RUNNER_JAR).is_file()
+    return marker_matches(cache_dir, pom) and (cache_dir / "app" / RUNNER_JAR).is_file()
 
 
 def maven_command(pom: Path, output_dir: Path, build_dir: Path) -> list[str]:
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise LauncherError(
-            "`mvn` is not on PATH (the registry comes from Maven Central)",
-            "install Maven (apt-get install maven)",
-        )
-    return [
-        mvn,
-        "-q",
-        "-B",
-        "-Dstyle.color=never",
-        "-f",
-        str(pom),
+    return launch_common.maven_command(
+        pom,
         "dependency:unpack",
-        f"-DoutputDirectory={output_dir}",
-        f"-Dregistry.build.dir={build_dir}",
-    ]
+        f"outputDirectory={output_dir}",
+        f"registry.build.dir={build_dir}",
+        missing_hint="install Maven (apt-get install maven); the registry comes from Maven Central",
+    )
 
 
 def ensure_app(cache_dir: Path, pom: Path = POM, say: Say = print, progress_every_s: float = 15.0) -> Path:
     """Unpack the registry distribution into ``cache_dir/app`` with Maven unless a complete copy is there;
-    return that directory.
-
-    Maven unpacks into a scratch directory renamed into place, then a marker is written, so an interrupted
-    download is never mistaken for a complete one.
-    """
+    return that directory (see `launch_common.fetch_into_place`)."""
     app = cache_dir / "app"
     if app_ready(cache_dir, pom):
         return app
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    scratch = cache_dir / "app.partial"
-    shutil.rmtree(scratch, ignore_errors=True)
-    mvn_log = cache_dir / "mvn.log"
     say(
         f"Fetching Apicurio Registry {APICURIO_VERSION} (142 MB) with Maven into {app} "
         "(a minute or so the first time)..."
     )
     started = time.monotonic()
-    rc = _kafka.run_maven(maven_command(pom, scratch, cache_dir / "maven"), mvn_log, say, progress_every_s)
-    if rc != 0 or not (scratch / RUNNER_JAR).is_file():
-        raise LauncherError(
-            f"Maven failed (exit {rc}) fetching Apicurio Registry:\n{tail(mvn_log, LOG_TAIL_LINES)}",
-            f"check Maven Central access (full log: {mvn_log})",
-        )
-    shutil.rmtree(app, ignore_errors=True)
-    scratch.rename(app)
+    fetch_into_place(
+        cache_dir,
+        "app",
+        pom,
+        lambda scratch: maven_command(pom, scratch, cache_dir / "maven"),
+        complete=lambda scratch: (scratch / RUNNER_JAR).is_file(),
+        failure=lambda rc, log_tail, log: LauncherError(
+            f"Maven failed (exit {rc}) fetching Apicurio Registry:\n{log_tail}",
+            f"check Maven Central access (full log: {log})",
+        ),
+        say=say,
+        progress_every_s=progress_every_s,
+    )
     shutil.rmtree(cache_dir / "maven", ignore_errors=True)  # the plugin's unpack markers
-    (cache_dir / MARKER_NAME).write_text(pom_digest(pom) + "\n")
     say(
         f"Apicurio Registry ready to start ({len(list((app / 'lib').glob('*.jar')))} jars, "
         f"{time.monotonic() - started:.0f} s)"
@@ -216,21 +192,14 @@ def start(cfg: RegistryConfig, app: Path) -> int:
     """Start the registry detached (own session, output appended to the log file); return its pid."""
     cfg.data_dir.mkdir(parents=True, exist_ok=True)
     cfg.database.parent.mkdir(exist_ok=True)
-    with cfg.log_file.open("ab") as log:
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        log.write(f"\n===== launcher: starting registry at {stamp} =====\n".encode())
-        log.flush()
-        proc = subprocess.Popen(
-            java_command(cfg, app),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=command_env(cfg, os.environ),
-            cwd=cfg.data_dir,
-            start_new_session=True,  # survives the launcher and the terminal's Ctrl-C
-        )
-    cfg.pid_file.write_text(f"{proc.pid}\n")
-    return proc.pid
+    return start_detached(
+        java_command(cfg, app),
+        log_file=cfg.log_file,
+        pid_file=cfg.pid_file,
+        env=command_env(cfg, os.environ),
+        cwd=cfg.data_dir,
+        what="registry",
+    )
 
 
 def registry_answers(url: str, timeout_s: float = 2.0) -> bool:
@@ -256,11 +225,7 @@ def is_registry(argv: Sequence[str]) -> bool:
 
 def running_registry(cfg: RegistryConfig) -> int | None:
     """The pid of the live registry named by the pid file, if any."""
-    pid = read_pid(cfg.pid_file)
-    if pid is None or not pid_alive(pid):
-        return None
-    argv = process_command_line(pid)
-    return pid if argv is not None and is_registry(argv) else None
+    return running_pid(cfg.pid_file, is_registry)
 
 
 def wait_ready(cfg: RegistryConfig, pid: int, timeout_s: float) -> float:
@@ -314,33 +279,9 @@ def up(cfg: RegistryConfig, app_factory: Callable[[], Path], timeout_s: float, s
 
 def stop(cfg: RegistryConfig, timeout_s: float = 30.0, say: Say = print, kill: bool = False) -> bool:
     """Stop the registry named by the pid file: SIGTERM, SIGKILL after ``timeout_s`` (``kill``: SIGKILL at
-    once, an abrupt stop). Only an Apicurio Registry java process is signalled; False when another process
-    holds the pid (nothing is signalled); the pid file is removed whenever it is stale."""
-    pid = read_pid(cfg.pid_file)
-    if pid is None:
-        say(f"No pid file at {cfg.pid_file}: no registry to stop.")
-        return True
-    if not pid_alive(pid):
-        say(f"Registry pid {pid} is not running; removing the stale pid file {cfg.pid_file}.")
-        cfg.pid_file.unlink(missing_ok=True)
-        return True
-    argv = process_command_line(pid)
-    if argv is None or not is_registry(argv):
-        shown = "unreadable" if argv is None else " ".join(argv)[:120]
-        say(f"Pid {pid} is not the registry ({shown}); not signalling it. Removing the stale pid file.")
-        cfg.pid_file.unlink(missing_ok=True)
-        return False
-    say(f"Stopping registry pid {pid} ({'SIGKILL' if kill else 'SIGTERM'})...")
-    started = time.monotonic()
-    os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
-    if not wait_gone(pid, 10.0 if kill else timeout_s):
-        say(f"Registry pid {pid} still running after {timeout_s:.0f} s; sending SIGKILL.")
-        os.kill(pid, signal.SIGKILL)
-        if not wait_gone(pid, 10.0):
-            raise LauncherError(f"registry pid {pid} survived SIGKILL", "check the process by hand")
-    cfg.pid_file.unlink(missing_ok=True)
-    say(f"Registry stopped ({time.monotonic() - started:.1f} s).")
-    return True
+    once, an abrupt stop). Only an Apicurio Registry java process is signalled (see
+    `launch_common.stop_process`)."""
+    return stop_process(cfg.pid_file, is_registry, "registry", timeout_s=timeout_s, say=say, kill=kill)
 
 
 # --------------------------------------------------------------------------- CLI
@@ -385,12 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             cache_dir = args.cache_dir.resolve() if args.cache_dir else default_cache_dir(os.environ)
             try:
                 url = up(cfg, lambda: ensure_app(cache_dir, say=say), args.timeout_s, say)
-            except LauncherError:
-                log_tail = tail(cfg.log_file, LOG_TAIL_LINES)
-                if log_tail:
-                    print(f"--- last {LOG_TAIL_LINES} lines of {cfg.log_file} ---", file=sys.stderr)
-                    print(f"{log_tail}\n---", file=sys.stderr)
-                raise
+            except LauncherError as exc:
+                return report_failure(exc, cfg.log_file)
             print(url, flush=True)
             return 0
         if args.command == "down":
@@ -403,10 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"running pid {pid} at {cfg.url} ({answers})")
         return 0
     except LauncherError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        if exc.hint:
-            print(f"hint: {exc.hint}", file=sys.stderr)
-        return 1
+        return report_failure(exc)
 
 
 if __name__ == "__main__":

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.faults.harness import Figures
+from tests.faults.harness import FaultScene, Figures, PrivateBroker, broker_up
 from tests.kafka_fixtures import DLQ_CONFIG
 
 FIGURES_FILE = "fault-figures.json"
@@ -31,6 +31,13 @@ def fault_topics(unique_name: Callable[[str], str], create_topics: Any) -> Calla
     return make
 
 
+@pytest.fixture
+def private_broker(tmp_path: Path) -> Iterator[PrivateBroker]:
+    """A broker of the test's own (launcher, free ports), for scenarios that stop and restart it."""
+    with broker_up(tmp_path / "broker") as broker:
+        yield broker
+
+
 @pytest.fixture(scope="session")
 def figures_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``<pytest basetemp>/fault-figures.json``: every scenario's figures, rewritten after each one."""
@@ -48,6 +55,18 @@ def record_figures(figures_path: Path, pytestconfig: pytest.Config) -> Callable[
         figures_path.write_text(json.dumps(figures, indent=2, ensure_ascii=False) + "\n")
 
     return record
+
+
+@pytest.fixture
+def scene(
+    kafka_bootstrap: str,
+    fault_topics: Callable[..., dict[str, str]],
+    tiny_model_dir: Path,
+    tmp_path: Path,
+    record_figures: Callable[[Figures], None],
+) -> FaultScene:
+    """The shared fixtures of a fault scenario in one."""
+    return FaultScene(kafka_bootstrap, fault_topics, tiny_model_dir, tmp_path, record_figures)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

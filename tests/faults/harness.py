@@ -4,10 +4,15 @@ a private broker, and the conservation tally (inputs, results, dead letters, dup
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
+import urllib.error
+import urllib.request
+import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +21,7 @@ from confluent_kafka import Consumer, Message, Producer
 
 from tests.integration.helpers import worker_env  # noqa: F401 (part of the harness API)
 from tests.kafka_fixtures import DLQ_CONFIG, free_port, run_launcher
+from tests.polling import wait_until
 from worker.bench.worker_process import WorkerProcess  # noqa: F401 (part of the harness API)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -180,6 +186,36 @@ class Collector(threading.Thread):
         self.join(30)
 
 
+@contextmanager
+def collecting(bootstrap: str, names: dict[str, str]) -> Iterator[Collector]:
+    """A started Collector of the results and dead-letter topics of `names`, closed on the way out."""
+    collector = Collector(bootstrap, [names["results"], names["dlq"]])
+    collector.start()
+    try:
+        yield collector
+    finally:
+        collector.close()
+
+
+@contextmanager
+def running(
+    env: dict[str, str], log_dir: Path, name: str, *args: str, **kwargs: Any
+) -> Iterator[WorkerProcess]:
+    """A worker process (`WorkerProcess(env, log_dir, name, *args, **kwargs)`), stopped on the way out."""
+    worker = WorkerProcess(env, log_dir, name, *args, **kwargs)
+    try:
+        yield worker
+    finally:
+        worker.stop()
+
+
+def stop_when_settled(collector: Collector, worker: WorkerProcess) -> None:
+    """Waits until no late output arrives, then stops `worker` with SIGTERM: it must exit 0."""
+    collector.settle()
+    worker.terminate()
+    assert worker.wait(60) == 0, worker.stderr_tail()
+
+
 # --------------------------------------------------------------------------- figures
 
 
@@ -225,6 +261,14 @@ def tally(
     )
 
 
+def tally_outputs(
+    scenario: str, records: Sequence[Record], collector: Collector, names: dict[str, str]
+) -> Figures:
+    """`tally` of `records` against what `collector` read from the results and dead-letter topics."""
+    results, dead = collector.records(names["results"]), collector.records(names["dlq"])
+    return tally(scenario, [key for key, _ in records], results, dead)
+
+
 def duplicated_keys(records: Sequence[OutRecord]) -> set[bytes | None]:
     return {key for key, n in Counter(r.key for r in records).items() if n > 1}
 
@@ -236,6 +280,18 @@ def source_offsets_by_partition(results: Sequence[OutRecord]) -> dict[tuple[str,
         src = r.json()["source"]
         by_source[(src["topic"], src["partition"])].append((r.partition, r.offset, src["offset"]))
     return {key: [o for _p, _off, o in sorted(rows)] for key, rows in by_source.items()}
+
+
+@dataclass(frozen=True)
+class FaultScene:
+    """What every fault scenario starts from: the broker, fresh topics, the tiny model, a folder for the
+    workers' logs, and the figures' record."""
+
+    bootstrap: str
+    topics: Callable[..., dict[str, str]]  # see `fault_topics`
+    model_dir: Path
+    log_dir: Path
+    record: Callable[[Figures], None]  # see `record_figures`
 
 
 # --------------------------------------------------------------------------- a broker of one's own
@@ -265,6 +321,108 @@ class PrivateBroker:
     def down(self) -> None:
         proc = run_launcher("down", *self._args(), timeout_s=90)
         assert proc.returncode == 0, f"private broker did not stop:\n{proc.stdout}\n{proc.stderr}"
+
+
+# What the worker needs once the broker answers again: the group coordinator loads the group, which still
+# lists this worker's old member (its session timed out on the client during the outage) until that
+# member's session timeout (10 s) passes; then the worker rejoins and is assigned its partitions. Seen
+# here: 10.3-10.6 s after the broker started, idle or beside two CPU hogs. One CI run (2026-12-02) was not
+# ready 120 s after; a timeout now reports /readyz, the worker's thread stacks and the coordinator's log.
+# A deadline, not a speed check.
+RECOVERY_DEADLINE_S = 240.0
+
+
+@contextmanager
+def broker_up(data_dir: Path) -> Iterator[PrivateBroker]:
+    """A private broker in `data_dir`, started, and stopped on the way out."""
+    broker = PrivateBroker(data_dir)
+    broker.up()
+    try:
+        yield broker
+    finally:
+        broker.down()
+
+
+def readyz(worker: WorkerProcess) -> tuple[int, dict[str, object]]:
+    """(status, checks) of the worker's /readyz; fails the test at once if the worker has died."""
+    assert worker.alive(), f"the worker died during the outage:\n{_log_without_reconnects(worker, 40)}"
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{worker.http_port}/readyz", timeout=2) as response:
+            return int(response.status), dict(json.loads(response.read()))
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(json.loads(exc.read() or b"{}"))
+    except OSError:
+        return 0, {}
+
+
+def _log_without_reconnects(worker: WorkerProcess, lines: int) -> str:
+    """The last `lines` of the worker's log without librdkafka's reconnect errors, which fill it during an
+    outage (several per second)."""
+    kept = [line for line in worker.stderr().splitlines() if "Connection refused" not in line]
+    return "\n".join(kept[-lines:])
+
+
+def wait_ready_again(worker: WorkerProcess, broker: PrivateBroker, group: str, timeout_s: float) -> None:
+    """Polls /readyz until 200; on timeout fails with what the worker reported last, its log without the
+    reconnect noise, and what the broker's group coordinator logged about the group."""
+    deadline = time.monotonic() + timeout_s
+    status, checks = readyz(worker)
+    while status != 200:
+        if time.monotonic() >= deadline:
+            worker.proc.send_signal(signal.SIGUSR1)  # every thread's stack into its log: where is it stuck?
+            time.sleep(2)
+            coordinator = [line for line in broker.log().splitlines() if group in line]
+            raise AssertionError(
+                f"the worker was not ready {timeout_s:g} s after the broker came back; last /readyz: "
+                f"{status} {checks}\nworker log (reconnect errors left out):\n"
+                + _log_without_reconnects(worker, 80)
+                + "\nbroker, about the group:\n"
+                + "\n".join(coordinator[-15:])
+            )
+        time.sleep(0.2)
+        status, checks = readyz(worker)
+
+
+def private_topics(bootstrap: str, prefix: str) -> dict[str, str]:
+    """Fresh reviews (3 partitions), results (3) and dead-letter topics and a group name on `bootstrap` (a
+    private broker's: the session's `fault_topics` make them on the shared one)."""
+    suffix = uuid.uuid4().hex[:8]
+    names = {k: f"{prefix}-{k}-{suffix}" for k in ("reviews", "results", "dlq", "group")}
+    make_topics(bootstrap, {names["reviews"]: 3, names["results"]: 3, names["dlq"]: 1}, dlq=names["dlq"])
+    return names
+
+
+def outage_mid_stream(
+    broker: PrivateBroker,
+    worker: WorkerProcess,
+    collector: Collector,
+    names: dict[str, str],
+    records: Sequence[Record],
+    first: int,
+    outage_seen: Callable[[], bool],
+    every_id_s: float,
+) -> tuple[int, float]:
+    """Feeds `records[:first]`, stops `broker` once outputs flow and starts it again once `outage_seen()`,
+    waits until the worker is ready again, feeds the rest and waits up to `every_id_s` for every id; then
+    stops the worker (exit 0). Returns the outputs before the outage and the seconds until ready again."""
+    wait_for_log(worker, "assigned")
+    # A backlog, so the broker goes away while the worker is busy with it.
+    produce_all(broker.bootstrap, names["reviews"], records[:first])
+    collector.wait_until(lambda: collector.count() >= 100, 120, "outputs before the outage")
+    outputs_before = collector.count()
+    broker.down()
+    wait_until(outage_seen, 60, "the worker to see the outage")
+    broker.up()
+    back_at = time.monotonic()
+    wait_ready_again(worker, broker, names["group"], timeout_s=RECOVERY_DEADLINE_S)
+    recovery_s = time.monotonic() - back_at
+    produce_all(broker.bootstrap, names["reviews"], records[first:])
+    collector.wait_until(
+        lambda: len(collector.distinct_keys()) >= len(records) or not worker.alive(), every_id_s, "every id"
+    )
+    assert worker.alive(), f"the worker died after the outage:\n{worker.stderr_tail()}"
+    stop_when_settled(collector, worker)
+    return outputs_before, recovery_s
 
 
 def wait_for_log(worker: WorkerProcess, needle: str, timeout_s: float = 300.0) -> None:

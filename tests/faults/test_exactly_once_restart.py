@@ -14,27 +14,29 @@ from __future__ import annotations
 
 import signal
 import time
-import uuid
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.faults.harness import (
     Collector,
+    FaultScene,
     Figures,
     PrivateBroker,
-    WorkerProcess,
+    collecting,
     first_seen_in_order,
-    make_topics,
+    outage_mid_stream,
+    private_topics,
     produce_all,
+    readyz,
     review,
+    running,
     source_offsets_by_partition,
-    tally,
+    stop_when_settled,
+    tally_outputs,
     wait_for_log,
     worker_env,
 )
-from tests.faults.test_broker_restart import RECOVERY_DEADLINE_S, _readyz, _wait_ready_again
 from tests.polling import wait_until
 from worker.bench.worker_process import free_port
 
@@ -43,23 +45,6 @@ pytestmark = pytest.mark.integration
 FIRST, SECOND = 600, 200
 SHUTDOWN_TIMEOUT_S = 8
 CALL_TIMEOUT_S = 5
-
-
-@pytest.fixture
-def private_broker(tmp_path: Path) -> Iterator[PrivateBroker]:
-    broker = PrivateBroker(tmp_path / "broker")
-    broker.up()
-    try:
-        yield broker
-    finally:
-        broker.down()
-
-
-def _names(bootstrap: str, prefix: str) -> dict[str, str]:
-    suffix = uuid.uuid4().hex[:8]
-    names = {k: f"{prefix}-{k}-{suffix}" for k in ("reviews", "results", "dlq", "group")}
-    make_topics(bootstrap, {names["reviews"]: 3, names["results"]: 3, names["dlq"]: 1}, dlq=names["dlq"])
-    return names
 
 
 def _env(bootstrap: str, names: dict[str, str], model_dir: Path, **extra: str) -> dict[str, str]:
@@ -82,11 +67,10 @@ def _env(bootstrap: str, names: dict[str, str], model_dir: Path, **extra: str) -
 def _check_exactly_once(
     scenario: str, records: list[tuple[bytes, bytes | None]], collector: Collector, names: dict[str, str]
 ) -> Figures:
-    results, dead = collector.records(names["results"]), collector.records(names["dlq"])
-    fig = tally(scenario, [key for key, _ in records], results, dead)
+    fig = tally_outputs(scenario, records, collector, names)
     assert (fig.lost, fig.duplicates, fig.dead_letters) == (0, 0, 0), fig.line()
     assert fig.results == len(records), fig.line()
-    for key, offsets in source_offsets_by_partition(results).items():
+    for key, offsets in source_offsets_by_partition(collector.records(names["results"])).items():
         assert offsets == sorted(offsets) and first_seen_in_order(offsets), f"{key} out of input order"
         assert len(offsets) == len(set(offsets)), f"{key}: an input offset published twice"
     return fig
@@ -94,45 +78,22 @@ def _check_exactly_once(
 
 @pytest.mark.parametrize("run", [1, 2, 3])
 def test_exactly_once_carries_on_after_a_broker_restart_mid_drain(
-    run: int,
-    private_broker: PrivateBroker,
-    tiny_model_dir: Path,
-    tmp_path: Path,
-    record_figures: Callable[[Figures], None],
+    run: int, scene: FaultScene, private_broker: PrivateBroker
 ) -> None:
     bootstrap = private_broker.bootstrap
-    names = _names(bootstrap, "eos-restart")
+    names = private_topics(bootstrap, "eos-restart")
     records = [review(i, f"eos{run}") for i in range(FIRST + SECOND)]
-    env = _env(bootstrap, names, tiny_model_dir)
-    collector = Collector(bootstrap, [names["results"], names["dlq"]])
-    collector.start()
-    worker = WorkerProcess(env, tmp_path / "logs", f"eos-{run}", http_port=free_port())
-    try:
-        wait_for_log(worker, "assigned")
-        produce_all(bootstrap, names["reviews"], records[:FIRST])
-        collector.wait_until(lambda: collector.count() >= 100, 120, "outputs before the outage")
-        outputs_before = collector.count()
-        private_broker.down()
-        wait_until(
-            lambda: _readyz(worker)[1].get("broker_reachable") is False or _readyz(worker)[0] == 503,
-            60,
-            "the worker to see the outage",
-        )
-        private_broker.up()
-        back_at = time.monotonic()
-        _wait_ready_again(worker, private_broker, names["group"], timeout_s=RECOVERY_DEADLINE_S)
-        recovery_s = time.monotonic() - back_at
-        produce_all(bootstrap, names["reviews"], records[FIRST:])
-        collector.wait_until(
-            lambda: len(collector.distinct_keys()) >= len(records) or not worker.alive(), 240, "every id"
-        )
-        assert worker.alive(), f"the worker died after the outage:\n{worker.stderr_tail()}"
-        collector.settle()
-        worker.terminate()
-        assert worker.wait(60) == 0, worker.stderr_tail()
-    finally:
-        worker.stop()
-        collector.close()
+    env = _env(bootstrap, names, scene.model_dir)
+    with (
+        collecting(bootstrap, names) as collector,
+        running(env, scene.log_dir / "logs", f"eos-{run}", http_port=free_port()) as worker,
+    ):
+
+        def outage_seen() -> bool:
+            return readyz(worker)[1].get("broker_reachable") is False or readyz(worker)[0] == 503
+
+        args = (private_broker, worker, collector, names, records)
+        outputs_before, recovery_s = outage_mid_stream(*args, FIRST, outage_seen, every_id_s=240)
     fig = _check_exactly_once(f"eos-broker-restart-{run}", records, collector, names)
     fig.notes.update(
         {
@@ -142,31 +103,28 @@ def test_exactly_once_carries_on_after_a_broker_restart_mid_drain(
             "given_up_transactions": worker.stderr().count("a transaction was given up"),
         }
     )
-    record_figures(fig)
+    scene.record(fig)
 
 
 def test_sigterm_while_a_transaction_call_waits_for_the_broker_exits_in_time(
-    private_broker: PrivateBroker,
-    tiny_model_dir: Path,
-    tmp_path: Path,
-    record_figures: Callable[[Figures], None],
+    scene: FaultScene, private_broker: PrivateBroker
 ) -> None:
     bootstrap = private_broker.bootstrap
-    names = _names(bootstrap, "eos-stop")
+    names = private_topics(bootstrap, "eos-stop")
     records = [review(i, "eosstop") for i in range(FIRST)]
     # One worker id for both processes: the same transactional id, so the second fences what the first left.
-    env = _env(bootstrap, names, tiny_model_dir, SENTIMENT_WORKER_ID="eos-stop")
-    collector = Collector(bootstrap, [names["results"], names["dlq"]])
-    collector.start()
-    first = WorkerProcess(env, tmp_path / "logs", "eos-stop-1", http_port=free_port())
-    second: WorkerProcess | None = None
-    try:
+    env = _env(bootstrap, names, scene.model_dir, SENTIMENT_WORKER_ID="eos-stop")
+    log_dir = scene.log_dir / "logs"
+    with (
+        collecting(bootstrap, names) as collector,
+        running(env, log_dir, "eos-stop-1", http_port=free_port()) as first,
+    ):
         wait_for_log(first, "assigned")
         produce_all(bootstrap, names["reviews"], records)
         collector.wait_until(lambda: collector.count() >= 100, 120, "outputs before the outage")
         private_broker.down()
         # The next transaction waits for the broker that went away; the stop must not wait with it.
-        wait_until(lambda: _readyz(first)[0] == 503, 60, "the worker to see the outage")
+        wait_until(lambda: readyz(first)[0] == 503, 60, "the worker to see the outage")
         stopped_at = time.monotonic()
         first.proc.send_signal(signal.SIGTERM)
         code = first.wait(120)  # bounded by the shutdown timeout, not by the broker's absence
@@ -175,18 +133,11 @@ def test_sigterm_while_a_transaction_call_waits_for_the_broker_exits_in_time(
         assert "a transaction was given up" in first.stderr(), first.stderr_tail()
         assert first.summary()["stopped"] == "stop requested"
         private_broker.up()
-        second = WorkerProcess(env, tmp_path / "logs", "eos-stop-2", http_port=free_port())
-        collector.wait_until(
-            lambda: len(collector.distinct_keys()) >= len(records) or not second.alive(), 300, "every id"
-        )
-        collector.settle()
-        second.terminate()
-        assert second.wait(60) == 0, second.stderr_tail()
-    finally:
-        first.stop()
-        if second is not None:
-            second.stop()
-        collector.close()
+        with running(env, log_dir, "eos-stop-2", http_port=free_port()) as second:
+            collector.wait_until(
+                lambda: len(collector.distinct_keys()) >= len(records) or not second.alive(), 300, "every id"
+            )
+            stop_when_settled(collector, second)
     fig = _check_exactly_once("eos-sigterm-broker-down", records, collector, names)
     fig.notes.update({"stop_s": round(stop_s, 1), "shutdown_timeout_s": SHUTDOWN_TIMEOUT_S})
-    record_figures(fig)
+    scene.record(fig)

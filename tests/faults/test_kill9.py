@@ -12,20 +12,21 @@ transaction per window, so a read_committed reader sees every id exactly once.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.faults.harness import (
     Collector,
+    FaultScene,
     Feeder,
     Figures,
-    WorkerProcess,
+    collecting,
     duplicated_keys,
     review,
-    tally,
+    running,
+    stop_when_settled,
+    tally_outputs,
     wait_for_log,
     worker_env,
 )
@@ -52,14 +53,15 @@ KILL_AFTER_OUTPUTS = 300
 
 
 def _kill9_then_restart(
-    bootstrap: str, names: dict[str, str], model_dir: Path, log_dir: Path, **env_extra: str
+    scene: FaultScene, names: dict[str, str], **env_extra: str
 ) -> tuple[Figures, Collector, dict[int, int]]:
     """Runs the scenario; returns the figures, the closed collector and the offsets committed at the kill."""
+    bootstrap, log_dir = scene.bootstrap, scene.log_dir
     records = [review(i, "k9") for i in range(INPUTS)]
     env = worker_env(
         bootstrap,
         names,
-        model_dir,
+        scene.model_dir,
         SENTIMENT_MAX_WINDOW_MESSAGES=str(WINDOW),
         SENTIMENT_MAX_QUEUED_WINDOWS=str(QUEUED_WINDOWS),
         SENTIMENT_COMMIT_INTERVAL_MS=str(COMMIT_INTERVAL_MS),
@@ -70,11 +72,7 @@ def _kill9_then_restart(
         SENTIMENT_WORKER_ID="k9-replica",
         **env_extra,
     )
-    collector = Collector(bootstrap, [names["results"], names["dlq"]])
-    collector.start()
-    first = WorkerProcess(env, log_dir, "first")
-    second: WorkerProcess | None = None
-    try:
+    with collecting(bootstrap, names) as collector, running(env, log_dir, "first") as first:
         wait_for_log(first, "assigned")
         feeder = Feeder(bootstrap, names["reviews"], records, chunk=CHUNK, pause_s=PAUSE_S)
         feeder.start()
@@ -90,38 +88,24 @@ def _kill9_then_restart(
         feeder.finish()
         assert killed_at < INPUTS, "the kill should land mid-stream"
         # No --idle-exit-s: the group holds the dead member's partitions until its session times out.
-        second = WorkerProcess(env, log_dir, "second")
-        collector.wait_until(
-            lambda: len(collector.distinct_keys()) >= INPUTS or not second.alive(), 180, "every id"
-        )
-        collector.settle()
-        second.terminate()
-        assert second.wait(60) == 0, second.stderr_tail()
-    finally:
-        first.stop()
-        if second is not None:
-            second.stop()
-        collector.close()
-    fig = tally(
-        "kill9-" + env_extra.get("SENTIMENT_DELIVERY", "at_least_once"),
-        [key for key, _ in records],
-        collector.records(names["results"]),
-        collector.records(names["dlq"]),
+        with running(env, log_dir, "second") as second:
+            collector.wait_until(
+                lambda: len(collector.distinct_keys()) >= INPUTS or not second.alive(), 180, "every id"
+            )
+            stop_when_settled(collector, second)
+    fig = tally_outputs(
+        "kill9-" + env_extra.get("SENTIMENT_DELIVERY", "at_least_once"), records, collector, names
     )
     fig.notes.update({"outputs_at_kill": killed_at, "duplicate_bound": DUPLICATE_BOUND, "window": WINDOW})
     return fig, collector, committed
 
 
 def test_kill_9_mid_stream_then_restart_loses_nothing_and_duplicates_stay_in_the_uncommitted_tail(
-    kafka_bootstrap: str,
-    fault_topics: Callable[..., dict[str, str]],
-    tiny_model_dir: Path,
-    tmp_path: Path,
-    record_figures: Callable[[Figures], None],
+    scene: FaultScene,
 ) -> None:
-    names = fault_topics(PARTITIONS, PARTITIONS)
-    fig, collector, committed = _kill9_then_restart(kafka_bootstrap, names, tiny_model_dir, tmp_path)
-    record_figures(fig)
+    names = scene.topics(PARTITIONS, PARTITIONS)
+    fig, collector, committed = _kill9_then_restart(scene, names)
+    scene.record(fig)
     assert fig.lost == 0
     assert fig.results == INPUTS and fig.dead_letters == 0
     results = collector.records(names["results"])
@@ -134,18 +118,12 @@ def test_kill_9_mid_stream_then_restart_loses_nothing_and_duplicates_stay_in_the
 
 
 def test_exactly_once_kill_9_mid_stream_then_restart_yields_every_id_exactly_once(
-    kafka_bootstrap: str,
-    fault_topics: Callable[..., dict[str, str]],
-    tiny_model_dir: Path,
-    tmp_path: Path,
-    record_figures: Callable[[Figures], None],
+    scene: FaultScene,
 ) -> None:
     assert "delivery" in WorkerSettings.model_fields  # else SENTIMENT_DELIVERY would be silently ignored
-    names = fault_topics(PARTITIONS, PARTITIONS)
-    fig, _collector, _committed = _kill9_then_restart(
-        kafka_bootstrap, names, tiny_model_dir, tmp_path, SENTIMENT_DELIVERY="exactly_once"
-    )
-    record_figures(fig)
+    names = scene.topics(PARTITIONS, PARTITIONS)
+    fig, _collector, _committed = _kill9_then_restart(scene, names, SENTIMENT_DELIVERY="exactly_once")
+    scene.record(fig)
     # The collector reads with isolation.level=read_committed: aborted transactions are invisible.
     assert fig.lost == 0 and fig.duplicates == 0
     assert fig.results == INPUTS

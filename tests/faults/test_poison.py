@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from schemas.dead_letter import HEADER_ERROR_KIND, HEADER_ERROR_REASON, DeadLetterKind
-from tests.faults.harness import Collector, Figures, WorkerProcess, produce_all, tally, worker_env
+from tests.faults.harness import FaultScene, collecting, produce_all, running, tally, worker_env
 
 pytestmark = pytest.mark.integration
 
@@ -160,40 +158,20 @@ def poison_stream(
 
 
 def test_fuzzed_stream_never_crashes_the_worker_and_every_record_is_a_result_or_a_reasoned_dead_letter(
-    kafka_bootstrap: str,
-    fault_topics: Callable[..., dict[str, str]],
-    tiny_model_dir: Path,
-    tmp_path: Path,
-    record_figures: Callable[[Figures], None],
+    scene: FaultScene,
 ) -> None:
-    _run_poison(
-        "poison", poison_stream(), kafka_bootstrap, fault_topics, tiny_model_dir, tmp_path, record_figures
-    )
+    _run_poison("poison", poison_stream(), scene)
 
 
 def test_values_at_the_broker_limit_are_dead_lettered_without_stopping_the_pipeline(
-    kafka_bootstrap: str,
-    fault_topics: Callable[..., dict[str, str]],
-    tiny_model_dir: Path,
-    tmp_path: Path,
-    record_figures: Callable[[Figures], None],
+    scene: FaultScene,
 ) -> None:
     stream = poison_stream(seed=SEED + 1, total=60, huge_bytes=BROKER_LIMIT_VALUE_BYTES)
-    _run_poison(
-        "poison-broker-limit", stream, kafka_bootstrap, fault_topics, tiny_model_dir, tmp_path, record_figures
-    )
+    _run_poison("poison-broker-limit", stream, scene)
 
 
-def _run_poison(
-    scenario: str,
-    stream: list[tuple[bytes, Case]],
-    kafka_bootstrap: str,
-    fault_topics: Callable[..., dict[str, str]],
-    tiny_model_dir: Path,
-    tmp_path: Path,
-    record_figures: Callable[[Figures], None],
-) -> None:
-    names = fault_topics(3, 3)
+def _run_poison(scenario: str, stream: list[tuple[bytes, Case]], scene: FaultScene) -> None:
+    names, kafka_bootstrap = scene.topics(3, 3), scene.bootstrap
     total = len(stream)
     by_key = {key: case for key, case in stream}
     # The test producer may send values up to the broker's limit (librdkafka's default is 1,000,000).
@@ -203,20 +181,16 @@ def _run_poison(
         [(key, case.value) for key, case in stream],
         **{"message.max.bytes": 1_048_576, "compression.type": "none"},
     )
-    collector = Collector(kafka_bootstrap, [names["results"], names["dlq"]])
-    collector.start()
-    worker = WorkerProcess(
-        worker_env(kafka_bootstrap, names, tiny_model_dir), tmp_path, scenario, "--max-messages", str(total)
-    )
-    try:
+    env = worker_env(kafka_bootstrap, names, scene.model_dir)
+    with (
+        collecting(kafka_bootstrap, names) as collector,
+        running(env, scene.log_dir, scenario, "--max-messages", str(total)) as worker,
+    ):
         code = worker.wait(300)
         assert code == 0, f"the worker crashed on poison input (exit {code}):\n{worker.stderr_tail()}"
         assert "Traceback" not in worker.stderr()
         collector.wait_until(lambda: collector.count() >= total, 30, "every output")
         collector.settle(quiet_s=1.0)
-    finally:
-        worker.stop()
-        collector.close()
 
     results, dead = collector.records(names["results"]), collector.records(names["dlq"])
     fig = tally(scenario, by_key, results, dead)
@@ -227,7 +201,7 @@ def _run_poison(
             "huge": sum(c.category.startswith("huge") for c in by_key.values()),
         }
     )
-    record_figures(fig)
+    scene.record(fig)
     assert fig.lost == 0 and fig.duplicates == 0
     wrong = []
     for record in results:

@@ -11,20 +11,20 @@ committed; at_least_once: unless a member was evicted from the group, as the REA
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.faults.harness import (
     Collector,
+    FaultScene,
     Feeder,
-    Figures,
     WorkerProcess,
+    collecting,
     first_seen_in_order,
     review,
     source_offsets_by_partition,
-    tally,
+    tally_outputs,
     wait_for_log,
     worker_env,
 )
@@ -40,83 +40,45 @@ CONSUMING = "consuming "  # logged once the worker subscribed (its SIGTERM handl
 
 
 @pytest.mark.parametrize("delivery", ["at_least_once", "exactly_once"])
-def test_rebalance_storm_loses_nothing_and_keeps_partition_order(
-    delivery: str,
-    kafka_bootstrap: str,
-    fault_topics: Callable[..., dict[str, str]],
-    tiny_model_dir: Path,
-    tmp_path: Path,
-    record_figures: Callable[[Figures], None],
-) -> None:
-    names = fault_topics(PARTITIONS, PARTITIONS)
+def test_rebalance_storm_loses_nothing_and_keeps_partition_order(delivery: str, scene: FaultScene) -> None:
+    names = scene.topics(PARTITIONS, PARTITIONS)
     records = [review(i, "rb") for i in range(INPUTS)]
     # Each member has its own worker id (WorkerProcess sets it): its own transactional id in exactly_once.
     # session.timeout.ms follows max_poll_interval_ms (10 s): a member that stops in the middle of a
     # cooperative rebalance is sometimes only noticed when its session expires (seen: two 45 s stalls
     # with the default), and the test should not wait that long.
     env = worker_env(
-        kafka_bootstrap,
+        scene.bootstrap,
         names,
-        tiny_model_dir,
+        scene.model_dir,
         SENTIMENT_MAX_WINDOW_MESSAGES="16",
         SENTIMENT_DELIVERY=delivery,
         SENTIMENT_MAX_POLL_INTERVAL_MS="10000",
     )
-    collector = Collector(kafka_bootstrap, [names["results"], names["dlq"]])
-    collector.start()
-    started: list[WorkerProcess] = []
-
-    def spawn() -> WorkerProcess:
-        worker = WorkerProcess(env, tmp_path / "logs", f"member-{len(started) + 1}")
-        started.append(worker)
-        return worker
-
-    alive = [spawn() for _ in range(MEMBERS)]
-    stopped: list[WorkerProcess] = []
-    try:
-        wait_for_log(alive[0], CONSUMING)
-        feeder = Feeder(kafka_bootstrap, names["reviews"], records, chunk=20, pause_s=0.5)
-        feeder.start()
-        storm_until = time.monotonic() + STORM_S
-        while time.monotonic() < storm_until:
-            time.sleep(EVERY_S)
-            for worker in alive:
-                assert worker.alive(), f"{worker.name} died:\n{worker.stderr_tail()}"
-            # The oldest member that has started consuming leaves (a process still loading its model
-            # has no SIGTERM handler yet); a new one joins first, so 3-4 are members at any time.
-            members = [w for w in alive if CONSUMING in w.stderr()]
-            if len(members) < 2:
-                continue
-            leaving = members[0]
-            alive.remove(leaving)
-            alive.append(spawn())
-            leaving.terminate()
-            stopped.append(leaving)
-        feeder.finish()
-        collector.wait_until(lambda: len(collector.distinct_keys()) >= INPUTS, 180, "every id")
-        collector.settle()
-        for worker in alive:
-            wait_for_log(worker, CONSUMING, 300)
-            worker.terminate()
-        codes = {w.name: w.wait(90) for w in [*stopped, *alive]}
-    finally:
-        for worker in started:
-            worker.stop()
-        collector.close()
+    members = _Members(env, scene.log_dir / "logs")
+    with collecting(scene.bootstrap, names) as collector:
+        try:
+            codes = _storm(members, collector, Feeder(scene.bootstrap, names["reviews"], records, 20, 0.5))
+        finally:
+            for worker in members.started:
+                worker.stop()
+    started = members.started
     assert all(code == 0 for code in codes.values()), {
         name: (code, next(w for w in started if w.name == name).stderr_tail(1500))
         for name, code in codes.items()
         if code != 0
     }
     results = collector.records(names["results"])
-    fig = tally(
-        f"rebalance-storm-{delivery}", [key for key, _ in records], results, collector.records(names["dlq"])
-    )
+    fig = tally_outputs(f"rebalance-storm-{delivery}", records, collector, names)
     rebalances = sum(w.stderr().count("revoked ") for w in started)
     fig.notes.update(
-        {"workers_started": len(started), "sigterms_mid_stream": len(stopped), "revocations": rebalances}
+        {
+            "workers_started": len(started),
+            "sigterms_mid_stream": len(members.stopped),
+            "revocations": rebalances,
+        }
     )
-    record_figures(fig)
+    scene.record(fig)
     assert fig.lost == 0 and fig.results == INPUTS
     out_of_order = {
         key: offsets
@@ -136,9 +98,54 @@ def test_rebalance_storm_loses_nothing_and_keeps_partition_order(
         assert fig.duplicates == 0 or evicted, (fig.duplicates, [w.stderr_tail(800) for w in started])
 
 
+class _Members:
+    """The group's worker processes: every one started, those alive now, those stopped mid-stream."""
+
+    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
+        self._env, self._log_dir = env, log_dir
+        self.started: list[WorkerProcess] = []
+        self.stopped: list[WorkerProcess] = []
+        self.alive = [self.spawn() for _ in range(MEMBERS)]
+
+    def spawn(self) -> WorkerProcess:
+        worker = WorkerProcess(self._env, self._log_dir, f"member-{len(self.started) + 1}")
+        self.started.append(worker)
+        return worker
+
+
+def _storm(members: _Members, collector: Collector, feeder: Feeder) -> dict[str, int]:
+    """Feeds the input while, every `EVERY_S` for `STORM_S`, a new member joins and the oldest consuming one
+    leaves (SIGTERM); then waits for every id and stops the rest. Returns each member's exit code."""
+    alive = members.alive
+    wait_for_log(alive[0], CONSUMING)
+    feeder.start()
+    storm_until = time.monotonic() + STORM_S
+    while time.monotonic() < storm_until:
+        time.sleep(EVERY_S)
+        for worker in alive:
+            assert worker.alive(), f"{worker.name} died:\n{worker.stderr_tail()}"
+        # The oldest member that has started consuming leaves (a process still loading its model
+        # has no SIGTERM handler yet); a new one joins first, so 3-4 are members at any time.
+        consuming = [w for w in alive if CONSUMING in w.stderr()]
+        if len(consuming) < 2:
+            continue
+        leaving = consuming[0]
+        alive.remove(leaving)
+        alive.append(members.spawn())
+        leaving.terminate()
+        members.stopped.append(leaving)
+    feeder.finish()
+    collector.wait_until(lambda: len(collector.distinct_keys()) >= INPUTS, 180, "every id")
+    collector.settle()
+    for worker in alive:
+        wait_for_log(worker, CONSUMING, 300)
+        worker.terminate()
+    return {w.name: w.wait(90) for w in [*members.stopped, *alive]}
+
+
 def _evicted(log: str) -> bool:
     """The worker logged partitions lost, or a commit that failed for a reason other than a rebalance."""
     failed = [line for line in log.splitlines() if "commit" in line and "failed (" in line]
     rebalancing = ("ILLEGAL_GENERATION", "REBALANCE_IN_PROGRESS")
-    lost = "dropped their in-flight work without committing" in log  # SentimentWorker._on_lost
+    lost = "dropped their in-flight work without committing" in log  # Assignment.on_lost
     return lost or any(not any(code in line for code in rebalancing) for line in failed)

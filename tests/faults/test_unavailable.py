@@ -20,12 +20,14 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from tests.faults.harness import (
-    Collector,
-    Figures,
+    FaultScene,
     WorkerProcess,
+    collecting,
     make_topics,
     produce_all,
     review,
+    running,
+    stop_when_settled,
     tally,
     wait_for_log,
     worker_env,
@@ -55,27 +57,19 @@ def _delete_topic(bootstrap: str, topic: str) -> None:
 
 
 def test_output_topic_deleted_mid_run_exits_non_zero_and_commits_nothing_unpublished(
-    kafka_bootstrap: str,
-    fault_topics: Callable[..., dict[str, str]],
-    tiny_model_dir: Path,
-    tmp_path: Path,
-    record_figures: Callable[[Figures], None],
+    scene: FaultScene,
 ) -> None:
-    names = fault_topics(PARTITIONS, PARTITIONS)
+    kafka_bootstrap, tmp_path = scene.bootstrap, scene.log_dir
+    names = scene.topics(PARTITIONS, PARTITIONS)
     records = [review(i, "ot") for i in range(BEFORE + AFTER)]
     # librdkafka fails a record for a topic that no longer exists after message.timeout.ms.
     env = worker_env(
         kafka_bootstrap,
         names,
-        tiny_model_dir,
+        scene.model_dir,
         SENTIMENT_KAFKA_EXTRA=json.dumps({"message.timeout.ms": 10000}),
     )
-    before = Collector(kafka_bootstrap, [names["results"], names["dlq"]])
-    before.start()
-    first = WorkerProcess(env, tmp_path, "first")
-    second: WorkerProcess | None = None
-    after: Collector | None = None
-    try:
+    with collecting(kafka_bootstrap, names) as before, running(env, tmp_path, "first") as first:
         wait_for_log(first, "consuming ")
         produce_all(kafka_bootstrap, names["reviews"], records[:BEFORE])
         before.wait_until(lambda: before.count() >= BEFORE, 120, "the first results")
@@ -94,25 +88,14 @@ def test_output_topic_deleted_mid_run_exits_non_zero_and_commits_nothing_unpubli
         assert committed_offsets(kafka_bootstrap, names["group"], names["reviews"], PARTITIONS) == published
 
         make_topics(kafka_bootstrap, {names["results"]: PARTITIONS})
-        after = Collector(kafka_bootstrap, [names["results"], names["dlq"]])
-        after.start()
-        second = WorkerProcess(env, tmp_path, "second")
-        after.wait_until(lambda: after.count() >= AFTER or not second.alive(), 120, "the missed results")
-        after.settle()
-        second.terminate()
-        assert second.wait(60) == 0, second.stderr_tail()
-    finally:
-        first.stop()
-        if second is not None:
-            second.stop()
-        before.close()
-        if after is not None:
-            after.close()
+        with collecting(kafka_bootstrap, names) as after, running(env, tmp_path, "second") as second:
+            after.wait_until(lambda: after.count() >= AFTER or not second.alive(), 120, "the missed results")
+            stop_when_settled(after, second)
     results = before.records(names["results"]) + after.records(names["results"])
     dead = before.records(names["dlq"]) + after.records(names["dlq"])
     fig = tally("output-topic-deleted", [key for key, _ in records], results, dead)
     fig.notes.update({"first_exit": code, "committed_at_exit": sum(published.values())})
-    record_figures(fig)
+    scene.record(fig)
     assert fig.lost == 0 and fig.results == BEFORE + AFTER and fig.duplicates == 0
 
 
@@ -160,14 +143,12 @@ def _missing_vocab(model: Path) -> None:
 def test_corrupt_model_directory_refuses_to_start_and_commits_nothing(
     corrupt: Callable[[Path], None],
     named: str,
-    kafka_bootstrap: str,
-    fault_topics: Callable[..., dict[str, str]],
-    tiny_model_dir: Path,
-    tmp_path: Path,
+    scene: FaultScene,
 ) -> None:
-    names = fault_topics(PARTITIONS, PARTITIONS)
+    kafka_bootstrap, tmp_path = scene.bootstrap, scene.log_dir
+    names = scene.topics(PARTITIONS, PARTITIONS)
     model = tmp_path / "model"
-    shutil.copytree(tiny_model_dir, model)
+    shutil.copytree(scene.model_dir, model)
     corrupt(model)
     produce_all(kafka_bootstrap, names["reviews"], [review(i, "cm") for i in range(20)])
     worker = WorkerProcess(worker_env(kafka_bootstrap, names, model), tmp_path, "corrupt")

@@ -15,7 +15,6 @@ record, in both delivery modes.
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,8 +25,8 @@ from confluent_kafka import Producer
 
 from schemas.dead_letter import DeadLetterKind, parse_dead_letter_headers
 from schemas.sentiment_result import ModelRef
-from tests.faults.harness import PrivateBroker, make_topics
-from tests.integration.helpers import make_settings, sample_reviews
+from tests.faults.harness import PrivateBroker, broker_up, make_topics
+from tests.integration.helpers import RunningWorker, make_settings, sample_reviews
 from tests.integration.kafka_io import committed_offsets, produce, read_topic, results_of, review_records
 from tests.labellers import labeller_for
 from tests.polling import wait_until
@@ -44,12 +43,8 @@ RETRIES = 12  # fetched ~0.5 s apart: long enough to see /readyz and the stalled
 
 @pytest.fixture(scope="module")
 def bomb_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateBroker]:
-    broker = PrivateBroker(tmp_path_factory.mktemp("bomb-broker"))
-    broker.up()
-    try:
+    with broker_up(tmp_path_factory.mktemp("bomb-broker")) as broker:
         yield broker
-    finally:
-        broker.down()
 
 
 @pytest.fixture(scope="module")
@@ -82,26 +77,6 @@ def produce_zstd_bomb(bootstrap: str, topic: str) -> list[int]:
     return sorted(offsets)
 
 
-class _Running:
-    """A SentimentWorker in a thread; keeps what `run` returned or raised."""
-
-    def __init__(self, worker: SentimentWorker) -> None:
-        self.worker = worker
-        self.outcome: list[Any] = []
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.outcome.append(self.worker.run())
-        except BaseException as exc:  # noqa: BLE001 - the test inspects it
-            self.outcome.append(exc)
-
-    def stop(self) -> None:
-        self.worker.request_stop()
-        self.thread.join(60)
-
-
 def _stalled(worker: SentimentWorker, topic: str) -> float:
     labels = {"topic": topic, "partition": "0"}
     return worker.registry.get_sample_value("sentiment_partition_stalled_seconds", labels) or 0.0
@@ -123,7 +98,7 @@ def test_a_zstd_bomb_is_dead_lettered_and_its_partition_moves_on(
     settings = make_settings(
         bootstrap, names, delivery=delivery, undecodable_batch_retries=RETRIES, max_window_messages=4
     )
-    running = _Running(
+    running = RunningWorker(
         SentimentWorker(
             settings.sections, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
         )

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import urllib.error
+import urllib.request
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -80,3 +83,34 @@ def worker_env(bootstrap: str, names: dict[str, str], model_dir: Path, **extra: 
         }
     )
     return env
+
+
+class RunningWorker:
+    """A SentimentWorker in a thread; keeps what `run` returned or raised."""
+
+    def __init__(self, worker: SentimentWorker) -> None:
+        self.worker = worker
+        self.outcome: list[Any] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.outcome.append(self.worker.run())
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            self.outcome.append(exc)
+
+    def stop(self) -> None:
+        self.worker.request_stop()
+        self.thread.join(60)
+
+
+def http_get(url: str) -> tuple[int, str]:
+    """(status, body) of a GET, an error status's too; (0, "") when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError:
+        return 0, ""

@@ -74,5 +74,11 @@ def end_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
         consumer.close()
 
 
+def assert_all_committed(bootstrap: str, names: dict[str, str], partitions: int) -> None:
+    """The group of `names` has committed every offset of its reviews topic: nothing is left to redo."""
+    committed = committed_offsets(bootstrap, names["group"], names["reviews"], partitions)
+    assert committed == end_offsets(bootstrap, names["reviews"], partitions), committed
+
+
 def results_of(messages: Sequence[Message]) -> list[dict[str, Any]]:
     return [json.loads(m.value()) for m in messages]

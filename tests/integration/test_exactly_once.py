@@ -13,8 +13,8 @@ from confluent_kafka import Consumer
 from schemas.dead_letter import parse_dead_letter_headers
 from tests.integration.helpers import assert_partition_order, make_settings, run_worker, sample_reviews
 from tests.integration.kafka_io import (
+    assert_all_committed,
     committed_offsets,
-    end_offsets,
     produce,
     read_topic,
     results_of,
@@ -34,7 +34,7 @@ def test_exactly_once_publishes_each_input_once_and_commits_offsets_in_the_trans
     produce(kafka_bootstrap, names["reviews"], records)
     settings = make_settings(kafka_bootstrap, names, delivery="exactly_once", max_window_messages=16)
 
-    with caplog.at_level(logging.INFO, logger="worker.kafka.app"):
+    with caplog.at_level(logging.INFO, logger="worker.kafka"):
         first = run_worker(settings, tiny_classifier, max_messages=30)
     after_first = committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 3)
     started = [r.getMessage() for r in caplog.records if r.getMessage().startswith("consuming ")]
@@ -60,9 +60,7 @@ def test_exactly_once_publishes_each_input_once_and_commits_offsets_in_the_trans
     assert [parse_dead_letter_headers(m.headers()).kind.value for m in dlq] == ["invalid_json"]
     assert_partition_order(out)
     # The consumer never committed by itself: the transactions carried the offsets.
-    assert committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 3) == end_offsets(
-        kafka_bootstrap, names["reviews"], 3
-    )
+    assert_all_committed(kafka_bootstrap, names, 3)
 
 
 def test_records_of_an_unfinished_transaction_are_invisible_to_read_committed_readers(

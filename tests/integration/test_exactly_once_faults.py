@@ -9,7 +9,6 @@ coordinator aborts it and bumps the epoch, and librdkafka reports the producer f
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
@@ -18,33 +17,13 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from schemas.dead_letter import DeadLetterKind, parse_dead_letter_headers
 from schemas.sentiment_result import ModelRef
-from tests.integration.helpers import make_settings, sample_reviews
+from tests.integration.helpers import RunningWorker, make_settings, sample_reviews
 from tests.integration.kafka_io import committed_offsets, produce, read_topic, results_of, review_records
 from tests.labellers import labeller_for
 from tests.polling import wait_until
 from worker.kafka.app import SentimentWorker
 
 pytestmark = pytest.mark.integration
-
-
-class _Running:
-    """A SentimentWorker in a thread; keeps what `run` returned or raised."""
-
-    def __init__(self, worker: SentimentWorker) -> None:
-        self.worker = worker
-        self.outcome: list[Any] = []
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.outcome.append(self.worker.run())
-        except BaseException as exc:  # noqa: BLE001 - the test inspects it
-            self.outcome.append(exc)
-
-    def stop(self) -> None:
-        self.worker.request_stop()
-        self.thread.join(60)
 
 
 def test_a_second_instance_with_the_same_transactional_id_fences_and_stops_the_first(
@@ -55,12 +34,14 @@ def test_a_second_instance_with_the_same_transactional_id_fences_and_stops_the_f
     # Same group and worker id: the same transactional id, sentiment-worker.<group>.<worker id>.
     settings = make_settings(kafka_bootstrap, names, delivery="exactly_once", worker_id="replica-0")
     model = ModelRef(name="tiny", version="1")
-    first = _Running(SentimentWorker(settings.sections, labeller_for(tiny_classifier, settings, model)))
-    second: _Running | None = None
+    first = RunningWorker(SentimentWorker(settings.sections, labeller_for(tiny_classifier, settings, model)))
+    second: RunningWorker | None = None
     try:
         produce(kafka_bootstrap, names["reviews"], review_records(reviews[:10]), partition=0)
         assert len(read_topic(kafka_bootstrap, names["results"], expected=10, settle_s=0)) == 10
-        second = _Running(SentimentWorker(settings.sections, labeller_for(tiny_classifier, settings, model)))
+        second = RunningWorker(
+            SentimentWorker(settings.sections, labeller_for(tiny_classifier, settings, model))
+        )
         # init_transactions has run once the second instance warms its model: the first is fenced now.
         wait_until(
             lambda: second.worker.health.model_warm or not second.thread.is_alive(), 60, "the second up"
@@ -107,7 +88,7 @@ def test_an_abortable_error_aborts_rewinds_and_the_same_worker_carries_on(
     names = topics(input_partitions=1, output_partitions=1)
     reviews = sample_reviews(20)
     settings = make_settings(kafka_bootstrap, names, delivery="exactly_once")
-    running = _Running(
+    running = RunningWorker(
         SentimentWorker(
             settings.sections, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
         )

@@ -9,6 +9,8 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -171,13 +173,7 @@ def test_running_worker_owns_every_partition_and_its_metrics_match_lag_when_caug
     assert before.total_lag_messages == 60
     assert all(p.lag_seconds is not None and p.lag_seconds > 0 for p in before.partitions if p.lag_messages)
 
-    settings = make_settings(kafka_bootstrap, names).model_copy(update={"http_port": free_port()})
-    worker = SentimentWorker(
-        settings.sections, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
-    )
-    thread = threading.Thread(target=worker.run, kwargs={"idle_exit_s": 120})
-    thread.start()
-    try:
+    with _worker_on_port(kafka_bootstrap, names, tiny_classifier) as url:
         assert len(read_topic(kafka_bootstrap, names["results"], expected=60)) == 60
 
         def caught_up() -> GroupLag | None:
@@ -193,24 +189,14 @@ def test_running_worker_owns_every_partition_and_its_metrics_match_lag_when_caug
         assert all(p.lag_seconds == 0.0 for p in lag.partitions)
         assert len({p.member_id for p in lag.partitions}) == 1 and "test-worker" in format_table(lag)
 
-        url = f"http://127.0.0.1:{settings.http_port}/metrics"
-
         def gauges() -> dict[str, dict[str, float]] | None:
-            families = _metrics(url)
-            found = {
-                name: {s.labels["partition"]: s.value for s in families[name].samples}
-                for name in ("sentiment_consumer_lag_messages", "sentiment_consumer_lag_seconds")
-            }
+            found = _lag_gauges(url)
             return found if all(len(v) == 3 for v in found.values()) else None
 
         metrics = _wait_for(gauges, "per-partition lag gauges for the 3 partitions")
         table = {str(p.partition): float(p.lag_messages) for p in lag.partitions}
         assert metrics["sentiment_consumer_lag_messages"] == table
         assert metrics["sentiment_consumer_lag_seconds"] == {str(p.partition): 0.0 for p in lag.partitions}
-    finally:
-        worker.request_stop()
-        thread.join(timeout=60)
-    assert not thread.is_alive()
 
 
 def test_an_idle_assigned_partition_exports_zero_lag(
@@ -218,29 +204,40 @@ def test_an_idle_assigned_partition_exports_zero_lag(
 ) -> None:
     names = topics(input_partitions=3)
     produce(kafka_bootstrap, names["reviews"], review_records(sample_reviews(10)), partition=0)
-    settings = make_settings(kafka_bootstrap, names).model_copy(update={"http_port": free_port()})
-    worker = SentimentWorker(
-        settings.sections, labeller_for(tiny_classifier, settings, ModelRef(name="tiny", version="1"))
-    )
-    thread = threading.Thread(target=worker.run, kwargs={"idle_exit_s": 120})
-    thread.start()
-    try:
+    with _worker_on_port(kafka_bootstrap, names, tiny_classifier) as url:
         assert len(read_topic(kafka_bootstrap, names["results"], expected=10)) == 10
-        url = f"http://127.0.0.1:{settings.http_port}/metrics"
 
         def gauges() -> dict[str, dict[str, float]] | None:
-            families = _metrics(url)
-            found = {
-                name: {s.labels["partition"]: s.value for s in families[name].samples}
-                for name in ("sentiment_consumer_lag_messages", "sentiment_consumer_lag_seconds")
-            }
+            found = _lag_gauges(url)
             caught_up = all(v == {"0": 0.0, "1": 0.0, "2": 0.0} for v in found.values())
             return found if caught_up else None
 
         # Partitions 1 and 2 never received a message: their series exist anyway, at 0.
         metrics = _wait_for(gauges, "lag series for the 3 partitions, all 0")
         assert set(metrics["sentiment_consumer_lag_messages"]) == {"0", "1", "2"}
+
+
+@contextmanager
+def _worker_on_port(bootstrap: str, names: dict[str, str], classifier: Any) -> Iterator[str]:
+    """A SentimentWorker with an HTTP port, running in a thread for the block; yields its /metrics URL."""
+    settings = make_settings(bootstrap, names).model_copy(update={"http_port": free_port()})
+    worker = SentimentWorker(
+        settings.sections, labeller_for(classifier, settings, ModelRef(name="tiny", version="1"))
+    )
+    thread = threading.Thread(target=worker.run, kwargs={"idle_exit_s": 120})
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{settings.http_port}/metrics"
     finally:
         worker.request_stop()
         thread.join(timeout=60)
     assert not thread.is_alive()
+
+
+def _lag_gauges(url: str) -> dict[str, dict[str, float]]:
+    """Both per-partition lag series of the worker's /metrics: name -> partition -> value."""
+    families = _metrics(url)
+    return {
+        name: {s.labels["partition"]: s.value for s in families[name].samples}
+        for name in ("sentiment_consumer_lag_messages", "sentiment_consumer_lag_seconds")
+    }

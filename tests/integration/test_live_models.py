@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -25,7 +24,7 @@ from confluent_kafka import Producer
 from prometheus_client import CollectorRegistry
 
 from schemas.control import DESIRED_KEY, DesiredState, ModelChoice
-from tests.integration.helpers import make_settings, sample_reviews
+from tests.integration.helpers import RunningWorker, make_settings, sample_reviews
 from tests.integration.kafka_io import produce, read_topic, results_of, review_records
 from tests.polling import wait_until
 from worker.config import WorkerSettings
@@ -42,7 +41,7 @@ pytestmark = pytest.mark.integration
 COMPACTED = {"cleanup.policy": "compact"}
 
 
-class Replica:
+class Replica(RunningWorker):
     """One worker as `run` builds it (the composition root's models, the control topic followed), in a
     thread; `registry` holds its metrics."""
 
@@ -51,24 +50,15 @@ class Replica:
         self.labeller, control = models_for(settings.sections, "run")
         assert control is not None
         self.control: ModelControl = control
-        self.worker = SentimentWorker(settings.sections, self.labeller, registry=self.registry)
-        self.outcome: list[Any] = []
+        worker = SentimentWorker(settings.sections, self.labeller, registry=self.registry)
         self.control.start()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.outcome.append(self.worker.run())
-        except BaseException as exc:  # noqa: BLE001 - the test inspects it
-            self.outcome.append(exc)
+        super().__init__(worker)
 
     def serves(self) -> str:
         return self.labeller.primary.version
 
     def stop(self) -> None:
-        self.worker.request_stop()
-        self.thread.join(60)
+        super().stop()
         self.control.stop()
         assert not self.thread.is_alive()
         assert not any(isinstance(o, BaseException) for o in self.outcome), self.outcome

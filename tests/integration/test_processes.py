@@ -20,7 +20,7 @@ import pytest
 from schemas.dead_letter import parse_dead_letter_headers
 from tests.integration.helpers import assert_partition_order, sample_reviews, worker_env
 from tests.integration.kafka_io import (
-    committed_offsets,
+    assert_all_committed,
     end_offsets,
     produce,
     read_topic,
@@ -121,9 +121,7 @@ def test_two_processes_share_the_partitions_lose_nothing_and_stop_on_sigterm(
     for index in (0, 1):
         assert f"[process {index}] " in stderr and f"process {index} started" in stderr
     # A clean stop: everything done was committed.
-    assert committed_offsets(kafka_bootstrap, names["group"], names["reviews"], PARTITIONS) == end_offsets(
-        kafka_bootstrap, names["reviews"], PARTITIONS
-    )
+    assert_all_committed(kafka_bootstrap, names, PARTITIONS)
 
 
 def test_a_process_that_cannot_start_is_named_and_the_parent_exits_with_its_code(tmp_path: Path) -> None:

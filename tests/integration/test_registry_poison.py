@@ -22,8 +22,6 @@ import struct
 import subprocess
 import sys
 import threading
-import urllib.error
-import urllib.request
 import uuid
 from collections import defaultdict
 from pathlib import Path
@@ -35,11 +33,12 @@ from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
 from schemas.dead_letter import DeadLetterKind, parse_dead_letter_headers
 from schemas.sentiment_result import ModelRef
-from tests.integration.helpers import make_settings, sample_reviews, worker_env
+from tests.integration.helpers import http_get, make_settings, sample_reviews, worker_env
 from tests.integration.kafka_io import committed_offsets, produce, read_topic
 from tests.labellers import labeller_for
 from tests.polling import wait_until
 from tests.registry_fixtures import FakeRegistry
+from tests.wire_values import NODE_AVRO, varint, zigzag
 from worker.bench.worker_process import free_port
 from worker.kafka.app import SentimentWorker
 from worker.kafka.wire_format import wire_header
@@ -55,14 +54,6 @@ REVIEW_AVRO = {
         {"name": "id", "type": "string"},
         {"name": "text", "type": "string"},
         {"name": "score", "type": ["null", "double"], "default": None},
-    ],
-}
-NODE_AVRO = {
-    "type": "record",
-    "name": "Node",
-    "fields": [
-        {"name": "text", "type": "string"},
-        {"name": "child", "type": ["null", "Node"], "default": None},
     ],
 }
 NULLS_AVRO = {
@@ -91,25 +82,6 @@ REVIEW_PROTO = (
 NODE_PROTO = 'syntax = "proto3";\nmessage Node {\n  string text = 1;\n  Node child = 2;\n}\n'
 
 
-def _zigzag(number: int) -> bytes:
-    number = (number << 1) ^ (number >> 63)
-    out = bytearray()
-    while True:
-        byte, number = number & 0x7F, number >> 7
-        if not number:
-            return bytes([*out, byte])
-        out.append(byte | 0x80)
-
-
-def _varint(number: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, number = number & 0x7F, number >> 7
-        if not number:
-            return bytes([*out, byte])
-        out.append(byte | 0x80)
-
-
 def _avro(schema_id: int, schema: Any, record: Any) -> bytes:
     out = io.BytesIO()
     fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
@@ -118,7 +90,7 @@ def _avro(schema_id: int, schema: Any, record: Any) -> bytes:
 
 def _proto_string(field: int, text: str) -> bytes:
     data = text.encode()
-    return _varint(field << 3 | 2) + _varint(len(data)) + data
+    return varint(field << 3 | 2) + varint(len(data)) + data
 
 
 def _proto_review(schema_id: int, review_id: str, text: str, score: float) -> bytes:
@@ -156,8 +128,8 @@ def _cases(fmt: str, registry_url: str, reviews: list[dict[str, Any]]) -> tuple[
             _avro(review_id, REVIEW_AVRO, {"id": "inf", "text": "好", "score": -math.inf}): K.INVALID_PAYLOAD,
             wire_header(node_id) + b"\x02x\x02" * 999 + b"\x02x\x00": K.INVALID_PAYLOAD,  # 1,000 deep
             wire_header(node_id) + b"\x02x\x02" * 4999 + b"\x02x\x00": K.INVALID_PAYLOAD,  # 5,000 deep
-            wire_header(reg.id(NULLS_AVRO, "AVRO")) + b"\x02x" + _zigzag(2**60) + b"\x00": K.INVALID_PAYLOAD,
-            wire_header(reg.id(DECIMAL_AVRO, "AVRO")) + b"\x02x" + _zigzag(100_000) + b"\x7f" * 100_000: (
+            wire_header(reg.id(NULLS_AVRO, "AVRO")) + b"\x02x" + zigzag(2**60) + b"\x00": K.INVALID_PAYLOAD,
+            wire_header(reg.id(DECIMAL_AVRO, "AVRO")) + b"\x02x" + zigzag(100_000) + b"\x7f" * 100_000: (
                 K.INVALID_PAYLOAD
             ),
             wire_header(review_id) + b"\xff\xff\xff\xff\xff\xff": K.INVALID_PAYLOAD,
@@ -191,7 +163,7 @@ def _cases(fmt: str, registry_url: str, reviews: list[dict[str, Any]]) -> tuple[
     nested = 'syntax = "proto3";\n' + "".join(f"message M{i} {{\n" for i in range(500)) + "}\n" * 500
     deep_node = b""
     for _ in range(80):
-        deep_node = _proto_string(1, "x") + b"\x12" + _varint(len(deep_node)) + deep_node
+        deep_node = _proto_string(1, "x") + b"\x12" + varint(len(deep_node)) + deep_node
     poison = {
         wire_header(reg.id(nested, "PROTOBUF")) + b"\x00" + _proto_string(1, "x"): K.INVALID_SCHEMA,
         wire_header(reg.id(NODE_PROTO, "PROTOBUF")) + b"\x00" + deep_node: K.INVALID_PAYLOAD,
@@ -280,16 +252,6 @@ def test_poison_values_of_every_registry_format_are_dead_letters_and_the_worker_
     assert all("schema id" in reason for reason in reasons.values())  # each reason names the schema
 
 
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except OSError:
-        return 0, ""
-
-
 def _review_values(schema_id: int, reviews: list[dict[str, Any]]) -> list[tuple[bytes | None, bytes | None]]:
     return [(r["id"].encode(), _avro(schema_id, REVIEW_AVRO, {**_plain(r), "score": None})) for r in reviews]
 
@@ -325,7 +287,7 @@ def test_a_registry_trickling_its_answer_is_given_up_per_answer_readyz_names_it_
         try:
             body = wait_until(
                 lambda: (
-                    (got := _get(f"http://127.0.0.1:{port}/readyz"))[0] == 503
+                    (got := http_get(f"http://127.0.0.1:{port}/readyz"))[0] == 503
                     and "schema_registry" in got[1]
                     and got[1]
                 ),

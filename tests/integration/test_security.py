@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +21,7 @@ import pytest
 from pydantic import ValidationError
 
 from tests.faults.harness import REPO, WorkerProcess, make_topics, produce_all, review, worker_env
+from tests.integration.helpers import http_get
 from tests.integration.kafka_io import read_topic, results_of
 from tests.kafka_fixtures import free_port, private_broker
 from worker.config import WorkerSettings, load_settings
@@ -81,14 +80,6 @@ def sasl_env(
     return env
 
 
-def _get(url: str) -> str:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return str(response.read().decode())
-    except urllib.error.HTTPError as exc:
-        return str(exc.read().decode())
-
-
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-512", "PLAIN"])
 def test_worker_with_credentials_labels_the_stream_and_never_shows_the_password(
     mechanism: str, sasl_broker: SaslBroker, names: dict[str, str], tiny_model_dir: Path, tmp_path: Path
@@ -102,7 +93,7 @@ def test_worker_with_credentials_labels_the_stream_and_never_shows_the_password(
     try:
         results = results_of(read_topic(sasl_broker.plaintext, names["results"], expected=30, timeout_s=120))
         base = f"http://127.0.0.1:{http_port}"
-        scraped = [_get(base + path) for path in ("/metrics", "/healthz", "/readyz")]
+        scraped = [http_get(base + path)[1] for path in ("/metrics", "/healthz", "/readyz")]
         worker.terminate()
         code = worker.wait(60)
     finally:

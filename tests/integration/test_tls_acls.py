@@ -16,8 +16,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,6 +27,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.faults.harness import Collector, WorkerProcess, produce_all, review, tally, worker_env
+from tests.integration.helpers import http_get
 from tests.kafka_fixtures import DLQ_CONFIG, LAUNCHER, free_port, private_broker
 from worker.cli.main import main
 from worker.config import WorkerSettings, librdkafka_common
@@ -151,14 +150,6 @@ def committed_offsets(broker: SecureBroker, names: dict[str, str]) -> list[int]:
         consumer.close()
 
 
-def _get(url: str) -> str:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return str(response.read().decode())
-    except urllib.error.HTTPError as exc:
-        return str(exc.read().decode())
-
-
 def test_without_write_on_the_output_the_worker_stops_and_after_the_grant_every_input_comes_once(
     secure_broker: SecureBroker, names: dict[str, str], tiny_model_dir: Path, tmp_path: Path
 ) -> None:
@@ -184,7 +175,9 @@ def test_without_write_on_the_output_the_worker_stops_and_after_the_grant_every_
         worker = WorkerProcess({**env, "SENTIMENT_HTTP_PORT": str(http_port)}, tmp_path, "granted")
         try:
             collector.wait_until(lambda: collector.count() >= INPUTS, timeout_s=300, what="every input")
-            scraped = [_get(f"http://127.0.0.1:{http_port}{path}") for path in ("/metrics", "/healthz")]
+            scraped = [
+                http_get(f"http://127.0.0.1:{http_port}{path}")[1] for path in ("/metrics", "/healthz")
+            ]
             worker.terminate()
             code = worker.wait(60)
         finally:

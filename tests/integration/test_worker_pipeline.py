@@ -13,8 +13,8 @@ from schemas.dead_letter import DeadLetterKind, parse_dead_letter_headers
 from schemas.sentiment_result import SentimentResult
 from tests.integration.helpers import assert_partition_order, make_settings, run_worker, sample_reviews
 from tests.integration.kafka_io import (
+    assert_all_committed,
     committed_offsets,
-    end_offsets,
     produce,
     read_topic,
     results_of,
@@ -58,9 +58,7 @@ def test_happy_path_every_review_labelled_once_in_order(
         assert got["model"] == {"name": tiny_classifier.name, "version": tiny_classifier.version}
     assert_partition_order(out)
     # Everything was acknowledged, so everything is committed: the group's lag is zero.
-    assert committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 3) == end_offsets(
-        kafka_bootstrap, names["reviews"], 3
-    )
+    assert_all_committed(kafka_bootstrap, names, 3)
 
 
 def test_malformed_mix_results_plus_dead_letters_equal_inputs(

@@ -8,8 +8,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +15,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from schemas.sentiment_result import ModelRef
-from tests.integration.helpers import make_settings, sample_reviews, worker_env
+from tests.integration.helpers import http_get, make_settings, sample_reviews, worker_env
 from tests.integration.kafka_io import (
+    assert_all_committed,
     committed_offsets,
-    end_offsets,
     produce,
     read_topic,
     results_of,
@@ -83,9 +81,7 @@ def test_sigterm_mid_stream_loses_nothing(kafka_bootstrap: str, topics: Any, tin
 
     ids = [r["id"] for r in results_of(read_topic(kafka_bootstrap, names["results"], expected=len(reviews)))]
     assert len(ids) == len(reviews) and set(ids) == {r["id"] for r in reviews}  # nothing lost, nothing twice
-    assert committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 3) == end_offsets(
-        kafka_bootstrap, names["reviews"], 3
-    )
+    assert_all_committed(kafka_bootstrap, names, 3)
 
 
 def test_gpu_requested_without_cuda_exits_non_zero_with_a_clear_message(
@@ -100,14 +96,6 @@ def test_gpu_requested_without_cuda_exits_non_zero_with_a_clear_message(
     assert all(
         o < 0 for o in committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 3).values()
     )
-
-
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
 
 
 def test_readyz_flips_after_warm_up_and_assignment_and_metrics_count(
@@ -125,19 +113,19 @@ def test_readyz_flips_after_warm_up_and_assignment_and_metrics_count(
         base = f"http://127.0.0.1:{settings.http_port}"
         deadline = time.monotonic() + 60
         while True:
-            status, body = _get(base + "/readyz") if worker.http_address else (0, "")
+            status, body = http_get(base + "/readyz") if worker.http_address else (0, "")
             if status == 200:
                 break
             assert time.monotonic() < deadline, f"never ready: {body}"
             time.sleep(0.2)
         ready = json.loads(body)
         assert ready["model_warm"] is True and ready["partitions_assigned"] == 3
-        assert _get(base + "/healthz")[0] == 200
+        assert http_get(base + "/healthz")[0] == 200
         produce(kafka_bootstrap, names["reviews"], review_records(sample_reviews(20)))
         read_topic(kafka_bootstrap, names["results"], expected=20)
 
         def published_and_lag() -> tuple[float, dict[str, float]]:
-            families = {f.name: f for f in text_string_to_metric_families(_get(base + "/metrics")[1])}
+            families = {f.name: f for f in text_string_to_metric_families(http_get(base + "/metrics")[1])}
             published = sum(
                 s.value for s in families["sentiment_results_published"].samples if s.name.endswith("_total")
             )

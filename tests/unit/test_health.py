@@ -11,15 +11,8 @@ import urllib.request
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
+from tests.clocks import FakeClock
 from worker.health import HealthServer, HealthState
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_liveness_fails_when_the_loop_stalls() -> None:

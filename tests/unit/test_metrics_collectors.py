@@ -9,15 +9,8 @@ import types
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from tests.clocks import FakeClock
 from worker.metrics import DeviceMemoryCollector, DrainTimeCollector, create_metrics
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _drain(registry: CollectorRegistry) -> float | None:
@@ -25,7 +18,7 @@ def _drain(registry: CollectorRegistry) -> float | None:
 
 
 def test_drain_seconds_is_backlog_over_recent_rate() -> None:
-    registry, clock = CollectorRegistry(), FakeClock()
+    registry, clock = CollectorRegistry(), FakeClock(1000.0)
     lag = Gauge("lag", "", ["topic", "partition"], registry=registry)
     results = Counter("results", "", ["topic"], registry=registry)
     dead = Counter("dead", "", ["kind"], registry=registry)
@@ -44,7 +37,7 @@ def test_drain_seconds_is_backlog_over_recent_rate() -> None:
 
 
 def test_drain_seconds_is_infinite_when_a_backlog_makes_no_progress_for_a_window() -> None:
-    registry, clock = CollectorRegistry(), FakeClock()
+    registry, clock = CollectorRegistry(), FakeClock(1000.0)
     lag = Gauge("lag", "", ["topic", "partition"], registry=registry)
     results = Counter("results", "", ["topic"], registry=registry)
     registry.register(DrainTimeCollector(lag, [results], window_s=30, clock=clock))

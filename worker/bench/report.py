@@ -264,6 +264,10 @@ def _label(labels: LabelKey, keys: Iterable[str]) -> str:
     return " ".join(d[k] for k in keys if k in d) or "value"
 
 
+_Panel = tuple[str, str, dict[str, list[float]], str]
+"""One panel of the dashboard: title, y label, its lines by label, what it says when it has no data."""
+
+
 def render(
     recording: Recording, out: Path, *, window_s: float, title: str = "Sentiment worker"
 ) -> ReportSummary:
@@ -273,8 +277,6 @@ def render(
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
 
-    x = recording.elapsed
-    t = recording.times
     summary = summarize(recording)
     fig, axes = plt.subplots(4, 3, figsize=(18, 17), constrained_layout=True)
     fig.suptitle(
@@ -284,85 +286,97 @@ def render(
         f"end-to-end p95 {summary.latency_p95_s:.3f} s",
         fontsize=13,
     )
+    panels = _flow_panels(recording, window_s) + _resource_panels(recording, window_s)
+    for ax, panel in zip([ax for row in axes for ax in row], panels, strict=True):
+        _draw_panel(ax, recording.elapsed, *panel)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=80)
+    plt.close(fig)
+    return summary
 
-    def panel(ax: Any, name: str, ylabel: str, lines: dict[str, list[float]], note: str = "") -> None:
-        ax.set_title(name)
-        ax.set_xlabel("seconds since start of recording")
-        ax.set_ylabel(ylabel)
-        finite = [v for values in lines.values() for v in values if math.isfinite(v)]
-        for label, values in lines.items():
-            if any(math.isfinite(v) for v in values):
-                ax.plot(x, values, label=label, linewidth=1.4)
-        if finite:
-            ax.legend(fontsize=8, loc="upper left")
-            top = max(finite)  # every panel shows a non-negative quantity: keep 0 at the bottom
-            ax.set_ylim(0, top * 1.1 if top > 0 else 1)
-        else:
-            ax.text(
-                0.5, 0.5, note or "no data", ha="center", va="center", transform=ax.transAxes, color="grey"
-            )
-        ax.grid(alpha=0.3)
 
-    panel(
-        axes[0][0],
-        "Lag per partition (messages)",
-        "messages",
-        {_label(k, ()): v for k, v in recording.series("sentiment_consumer_lag_messages").items()},
-    )
-    panel(
-        axes[0][1],
-        "Lag per partition (seconds)",
-        "seconds",
-        {_label(k, ()): v for k, v in recording.series("sentiment_consumer_lag_seconds").items()},
-    )
-    panel(
-        axes[0][2],
-        f"Throughput (per second, {window_s:g} s window)",
-        "messages / s",
-        {
-            "consumed": rate(t, recording.total("sentiment_messages_consumed_total"), window_s),
-            "results acknowledged": rate(t, recording.total("sentiment_results_published_total"), window_s),
-            "dead letters acknowledged": rate(t, recording.total("sentiment_dead_letters_total"), window_s),
-        },
-    )
-    panel(
-        axes[1][0],
-        "End-to-end latency (message timestamp → acknowledged)",
-        "seconds",
-        {
-            f"p{round(q * 100)}": quantile_series(
-                recording, "sentiment_end_to_end_latency_seconds", q, window_s
-            )
-            for q in (0.5, 0.95, 0.99)
-        },
-    )
+def _draw_panel(
+    ax: Any, x: list[float], name: str, ylabel: str, lines: dict[str, list[float]], note: str = ""
+) -> None:
+    ax.set_title(name)
+    ax.set_xlabel("seconds since start of recording")
+    ax.set_ylabel(ylabel)
+    finite = [v for values in lines.values() for v in values if math.isfinite(v)]
+    for label, values in lines.items():
+        if any(math.isfinite(v) for v in values):
+            ax.plot(x, values, label=label, linewidth=1.4)
+    if finite:
+        ax.legend(fontsize=8, loc="upper left")
+        top = max(finite)  # every panel shows a non-negative quantity: keep 0 at the bottom
+        ax.set_ylim(0, top * 1.1 if top > 0 else 1)
+    else:
+        ax.text(0.5, 0.5, note or "no data", ha="center", va="center", transform=ax.transAxes, color="grey")
+    ax.grid(alpha=0.3)
+
+
+def _flow_panels(recording: Recording, window_s: float) -> list[_Panel]:
+    """The first two rows: lag, throughput, latency, batch tokens, padding."""
+    t = recording.times
     budget = recording.total("sentiment_token_budget_tokens")
-    panel(
-        axes[1][1],
-        "Batch tokens (padded)",
-        "tokens per batch",
-        {
-            "mean": mean_series(recording, "sentiment_batch_padded_tokens", window_s),
-            "p95": quantile_series(recording, "sentiment_batch_padded_tokens", 0.95, window_s),
-            **({"token budget": budget} if any(budget) else {}),
-        },
-    )
-    panel(
-        axes[1][2],
-        "Padding efficiency (real / padded tokens)",
-        "ratio",
-        {"last window": recording.total("sentiment_padding_efficiency_ratio")},
-    )
-    panel(
-        axes[2][0],
-        "Dead letters by kind (cumulative during the recording)",
-        "dead letters",
-        {
-            _label(k, ("kind",)): _since_start(values)
-            for k, values in recording.series("sentiment_dead_letters_total").items()
-        },
-        note="no dead letters",
-    )
+    return [
+        (
+            "Lag per partition (messages)",
+            "messages",
+            {_label(k, ()): v for k, v in recording.series("sentiment_consumer_lag_messages").items()},
+            "",
+        ),
+        (
+            "Lag per partition (seconds)",
+            "seconds",
+            {_label(k, ()): v for k, v in recording.series("sentiment_consumer_lag_seconds").items()},
+            "",
+        ),
+        (
+            f"Throughput (per second, {window_s:g} s window)",
+            "messages / s",
+            {
+                "consumed": rate(t, recording.total("sentiment_messages_consumed_total"), window_s),
+                "results acknowledged": rate(
+                    t, recording.total("sentiment_results_published_total"), window_s
+                ),
+                "dead letters acknowledged": rate(
+                    t, recording.total("sentiment_dead_letters_total"), window_s
+                ),
+            },
+            "",
+        ),
+        (
+            "End-to-end latency (message timestamp → acknowledged)",
+            "seconds",
+            {
+                f"p{round(q * 100)}": quantile_series(
+                    recording, "sentiment_end_to_end_latency_seconds", q, window_s
+                )
+                for q in (0.5, 0.95, 0.99)
+            },
+            "",
+        ),
+        (
+            "Batch tokens (padded)",
+            "tokens per batch",
+            {
+                "mean": mean_series(recording, "sentiment_batch_padded_tokens", window_s),
+                "p95": quantile_series(recording, "sentiment_batch_padded_tokens", 0.95, window_s),
+                **({"token budget": budget} if any(budget) else {}),
+            },
+            "",
+        ),
+        (
+            "Padding efficiency (real / padded tokens)",
+            "ratio",
+            {"last window": recording.total("sentiment_padding_efficiency_ratio")},
+            "",
+        ),
+    ]
+
+
+def _resource_panels(recording: Recording, window_s: float) -> list[_Panel]:
+    """The last two rows: dead letters, memory, drain time, label mix, low confidence, confidence."""
     gib = 1024.0**3
     memory = {"process RSS": [v / gib for v in recording.total("process_resident_memory_bytes")]}
     for name, what in (
@@ -371,51 +385,52 @@ def render(
     ):
         for k, values in recording.series(what).items():
             memory[f"GPU {name} {_label(k, ('device',))}"] = [v / gib for v in values]
-    panel(axes[2][1], "Memory (GPU lines on GPU workers only)", "GiB", memory)
-    panel(
-        axes[2][2],
-        "Seconds to drain the backlog",
-        "seconds",
-        {
-            "at recent rate": [
-                v if not math.isinf(v) else math.nan
-                for v in recording.total("sentiment_consumer_drain_seconds")
-            ]
-        },
-    )
-    panel(
-        axes[3][0],
-        f"Label mix (share of results, {window_s:g} s window)",
-        "share",
-        label_mix(recording, window_s),
-        note="no results",
-    )
-    threshold = recording.total("sentiment_low_confidence_threshold")[-1]
-    panel(
-        axes[3][1],
-        f"Low-confidence share (confidence < {threshold:g})",
-        "share",
-        {"under threshold": low_confidence_share(recording, window_s)},
-        note="no results",
-    )
-    panel(
-        axes[3][2],
-        "Confidence of results",
-        "top label's probability",
-        {
-            **{
-                f"p{round(q * 100)}": quantile_series(
-                    recording, "sentiment_prediction_confidence", q, window_s
-                )
-                for q in (0.5, 0.1)
+    threshold = recording.total("sentiment_low_confidence_threshold")
+    drain = recording.total("sentiment_consumer_drain_seconds")
+    return [
+        (
+            "Dead letters by kind (cumulative during the recording)",
+            "dead letters",
+            {
+                _label(k, ("kind",)): _since_start(values)
+                for k, values in recording.series("sentiment_dead_letters_total").items()
             },
-            "threshold": recording.total("sentiment_low_confidence_threshold"),
-        },
-    )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=80)
-    plt.close(fig)
-    return summary
+            "no dead letters",
+        ),
+        ("Memory (GPU lines on GPU workers only)", "GiB", memory, ""),
+        (
+            "Seconds to drain the backlog",
+            "seconds",
+            {"at recent rate": [v if not math.isinf(v) else math.nan for v in drain]},
+            "",
+        ),
+        (
+            f"Label mix (share of results, {window_s:g} s window)",
+            "share",
+            label_mix(recording, window_s),
+            "no results",
+        ),
+        (
+            f"Low-confidence share (confidence < {threshold[-1]:g})",
+            "share",
+            {"under threshold": low_confidence_share(recording, window_s)},
+            "no results",
+        ),
+        (
+            "Confidence of results",
+            "top label's probability",
+            {
+                **{
+                    f"p{round(q * 100)}": quantile_series(
+                        recording, "sentiment_prediction_confidence", q, window_s
+                    )
+                    for q in (0.5, 0.1)
+                },
+                "threshold": threshold,
+            },
+            "",
+        ),
+    ]
 
 
 def _median_step(times: Sequence[float]) -> float:

@@ -2,7 +2,7 @@
 
 Delivery callbacks run inside `poll()`/`flush()` on the caller's thread; they only record what happened
 (`take_deliveries()`). What a delivery means (acknowledged, too large and replaced, failed) is the
-committer's to decide (`worker.kafka.committers`).
+publisher's to decide (`worker.kafka.publisher`).
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ class ResultPublisher:
                 "linger.ms": linger_ms,
                 "compression.type": "lz4",
                 # Dead letters carry the input's value plus headers: allow more than an input can be.
-                # The topic's max.message.bytes still decides; larger records are replaced (see committers).
+                # The topic's max.message.bytes still decides; larger records are replaced (see publisher).
                 "message.max.bytes": PRODUCER_MAX_MESSAGE_BYTES,
             }
         )

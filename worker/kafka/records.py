@@ -10,7 +10,7 @@ from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Any, NamedTuple
 
 import numpy as np
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, Message
 
 from schemas.dead_letter import HEADER_PREFIX, MAX_REASON_CHARS, DeadLetterKind, build_dead_letter_headers
 from schemas.review_input import Review
@@ -37,6 +37,15 @@ class InputMessage(NamedTuple):
     def default_id(self) -> str:
         p = self.position
         return f"{p.topic}/{p.partition}/{p.offset}"
+
+
+def headers_of(message: Message) -> list[tuple[str, bytes | None]] | None:
+    """A consumed message's headers as `InputMessage` keeps them (confluent-kafka gives a list of pairs)."""
+    headers = message.headers()
+    if not headers:
+        return None
+    pairs = headers.items() if isinstance(headers, dict) else headers
+    return [(name, value.encode() if isinstance(value, str) else value) for name, value in pairs]
 
 
 _to_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode

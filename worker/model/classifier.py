@@ -48,6 +48,31 @@ class TextClassifierBase:
     """How many ``predict_ids`` calls may run side by side to good effect: the engine (`label_ids`) runs a
     window's batches on that many threads. 1 for the Paddle backends (one call uses every thread)."""
 
+    def _identify(
+        self,
+        *,
+        name: str,
+        version: str,
+        labels: Sequence[str],
+        max_seq_len: int,
+        device: DeviceChoice,
+        encoder: SequenceEncoder,
+        tokenizer: Any | None,
+        pad_id: int,
+    ) -> None:
+        """What every backend's constructor sets: the model's identity, device and encoding; raises
+        ValueError when `encoder` does not lay out `max_seq_len` tokens."""
+        if encoder.max_seq_len != max_seq_len:
+            raise ValueError(f"encoder lays out {encoder.max_seq_len} tokens, model {max_seq_len}")
+        self.name = name
+        self.version = version
+        self.labels = list(labels)
+        self.max_seq_len = max_seq_len
+        self.device = device
+        self._encoder = encoder
+        self._tokenizer = tokenizer
+        self._pad_id = pad_id
+
     @property
     def pad_id(self) -> int:
         """The id used to pad batches."""
@@ -142,20 +167,13 @@ class SentimentClassifier(TextClassifierBase):
     ) -> None:
         if max_seq_len < 3:
             raise ValueError(f"max_seq_len must be at least 3 ([CLS] x [SEP]), got {max_seq_len}")
-        self.name = name
-        self.version = version
-        self.labels = list(labels)
-        self.max_seq_len = max_seq_len
-        self.device = device
-        self._model = model
-        self._tokenizer = tokenizer
         ids = SpecialIds.of(tokenizer)
-        self._pad_id = ids.pad
-        self._encoder = encoder or SequenceEncoder(
+        encoder = encoder or SequenceEncoder(
             SlowErnieTokenizer(tokenizer), cls_id=ids.cls, sep_id=ids.sep, max_seq_len=max_seq_len
         )
-        if self._encoder.max_seq_len != max_seq_len:
-            raise ValueError(f"encoder lays out {self._encoder.max_seq_len} tokens, model {max_seq_len}")
+        self._identify(name=name, version=version, labels=labels, max_seq_len=max_seq_len, device=device,
+                       encoder=encoder, tokenizer=tokenizer, pad_id=ids.pad)  # fmt: skip
+        self._model = model
         self._model.eval()
 
     def predict_ids(self, batch: Sequence[Sequence[int]]) -> np.ndarray:

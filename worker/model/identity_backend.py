@@ -53,21 +53,14 @@ class IdentityClassifier(TextClassifierBase):
         device: DeviceChoice,
         options: OnnxOptions,
     ) -> None:
-        if encoder.max_seq_len != max_seq_len:
-            raise ValueError(f"encoder lays out {encoder.max_seq_len} tokens, model {max_seq_len}")
+        self._identify(name=IDENTITY_MODEL_NAME, version=identity_version(source_name, source_version),
+                       labels=labels, max_seq_len=max_seq_len, device=device, encoder=encoder, tokenizer=None,
+                       pad_id=pad_id)  # fmt: skip
         if not labels:
             raise ValueError("the identity model needs at least one label name")
-        self.name = IDENTITY_MODEL_NAME
-        self.version = identity_version(source_name, source_version)
         self.source_name = source_name
-        self.labels = list(labels)
-        self.max_seq_len = max_seq_len
-        self.device = device
         self.call_overhead_tokens = ONNX_CPU_CALL_OVERHEAD_TOKENS if device.kind == "cpu" else None
         self.parallel_calls = options.parallel_calls if device.kind == "cpu" else 1
-        self._tokenizer = None
-        self._encoder = encoder
-        self._pad_id = pad_id
 
     def predict_ids(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
         """Fixed probabilities, float32 [n, labels]: 2/(k+1) for label `len(sequence) % k`, 1/(k+1) for the

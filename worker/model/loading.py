@@ -473,16 +473,7 @@ def _load_static(
             "re-run `sentiment-worker export`"
         ) from exc
     return StaticClassifier(
-        predictor=predictor,
-        tokenizer=parts.tokenizer,
-        pad_id=parts.pad_id,
-        encoder=parts.encoder,
-        name=parts.name,
-        version=parts.version,
-        labels=parts.labels,
-        max_seq_len=chosen,
-        device=device,
-        options=static_options,
+        predictor=predictor, device=device, options=static_options, **parts.classifier_arguments()
     )
 
 
@@ -492,7 +483,6 @@ def _load_onnx(
     """An ONNX directory → OnnxClassifier. Version and precision come from sentiment_model.json (an INT8
     model names its own version, so results say which precision labelled them)."""
     parts = _exported_parts(directory, max_seq_len, directory / ONNX_FILE, "ONNX", options)
-    chosen = parts.max_seq_len
     onnx_options = OnnxOptions(
         cpu_threads=options.cpu_threads or os.cpu_count() or 1, threads_per_call=options.cpu_threads_per_call
     )
@@ -512,16 +502,10 @@ def _load_onnx(
     try:
         return OnnxClassifier(
             session=session,
-            tokenizer=parts.tokenizer,
-            pad_id=parts.pad_id,
-            encoder=parts.encoder,
-            name=parts.name,
-            version=parts.version,
-            labels=parts.labels,
-            max_seq_len=chosen,
             device=device,
             options=onnx_options,
             precision=precision,
+            **parts.classifier_arguments(),
         )
     except ValueError as exc:
         raise ModelLoadError(f"{directory}: {exc}; re-run the export") from exc
@@ -583,6 +567,18 @@ class _ExportedParts(NamedTuple):
     name: str
     version: str
     labels: list[str]
+
+    def classifier_arguments(self) -> dict[str, Any]:
+        """The constructor arguments every exported backend takes from these parts."""
+        return {
+            "tokenizer": self.tokenizer,
+            "pad_id": self.pad_id,
+            "encoder": self.encoder,
+            "name": self.name,
+            "version": self.version,
+            "labels": self.labels,
+            "max_seq_len": self.max_seq_len,
+        }
 
 
 def _exported_parts(

@@ -116,15 +116,10 @@ class OnnxClassifier(TextClassifierBase):
         options: OnnxOptions,
         precision: str = "float32",
     ) -> None:
-        if encoder.max_seq_len != max_seq_len:
-            raise ValueError(f"encoder lays out {encoder.max_seq_len} tokens, model {max_seq_len}")
+        self._identify(name=name, version=version, labels=labels, max_seq_len=max_seq_len, device=device,
+                       encoder=encoder, tokenizer=tokenizer, pad_id=pad_id)  # fmt: skip
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-        self.name = name
-        self.version = version
-        self.labels = list(labels)
-        self.max_seq_len = max_seq_len
-        self.device = device
         self.options = options
         self.precision = precision
         # Measured on the fast model (ONNX Runtime INT8, 2 Xeon cores): a call costs ~0.25 ms + ~0.01 ms per
@@ -137,9 +132,6 @@ class OnnxClassifier(TextClassifierBase):
         # poorly across threads, and sleeping intra-op threads wake once per operator.
         self.parallel_calls = options.parallel_calls if device.kind == "cpu" else 1
         self._session = session
-        self._tokenizer = tokenizer
-        self._encoder = encoder
-        self._pad_id = pad_id
         self._calls = threading.BoundedSemaphore(self.parallel_calls)
         names = [i.name for i in session.get_inputs()]
         if sorted(names) != sorted(INPUT_NAMES):

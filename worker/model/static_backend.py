@@ -132,22 +132,14 @@ class StaticClassifier(TextClassifierBase):
         device: DeviceChoice,
         options: StaticOptions,
     ) -> None:
-        if encoder.max_seq_len != max_seq_len:
-            raise ValueError(f"encoder lays out {encoder.max_seq_len} tokens, model {max_seq_len}")
-        self.name = name
-        self.version = version
-        self.labels = list(labels)
-        self.max_seq_len = max_seq_len
-        self.device = device
+        self._identify(name=name, version=version, labels=labels, max_seq_len=max_seq_len, device=device,
+                       encoder=encoder, tokenizer=tokenizer, pad_id=pad_id)  # fmt: skip
         self.options = options
         self.precision = "bfloat16" if options.use_bf16 else "float16" if options.use_fp16 else "float32"
         # Measured on the fast model (Paddle Inference fp32, 2 Xeon cores): ~2.5 ms per call + ~0.007 ms per
         # padded token, so one call is worth ~300-350 tokens.
         self.call_overhead_tokens = STATIC_CPU_CALL_OVERHEAD_TOKENS if device.kind == "cpu" else None
         self._predictor = predictor
-        self._tokenizer = tokenizer
-        self._encoder = encoder
-        self._pad_id = pad_id
         self._lock = threading.Lock()
         names = list(predictor.get_input_names())
         if sorted(names) != sorted(INPUT_NAMES):

@@ -13,6 +13,8 @@ import json
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -117,8 +119,7 @@ def export_model(
     except ModelLoadError as exc:
         raise ExportError(str(exc)) from exc
     output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
-    try:
+    with staged_directory(output_dir) as staging:
         spec = [
             InputSpec([None, None], "int64", "input_ids"),
             InputSpec([None, None], "int64", "attention_mask"),
@@ -147,13 +148,6 @@ def export_model(
                 f"static and dynamic probabilities differ by {diff:.2e} (> {PARITY_TOLERANCE:g}) on probe "
                 "texts; the export is not faithful — report this with the Paddle version"
             )
-        write_manifest(staging)
-        if output_dir.exists():
-            shutil.rmtree(output_dir)
-        staging.rename(output_dir)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
     found = graph_file(output_dir)
     assert found is not None
     return ExportReport(output_dir, found, time.perf_counter() - started, diff, n)
@@ -193,6 +187,23 @@ def _write_metadata(source: Path, staging: Path, meta: ModelMetadata | None) -> 
             "output": "probabilities float32 [batch, labels]",
         },
     )
+
+
+@contextmanager
+def staged_directory(output_dir: Path, tag: str = "") -> Iterator[Path]:
+    """A temporary sibling of `output_dir` to write a model directory into: on a clean exit its manifest is
+    written and it replaces `output_dir`; on an error it is removed, so a failed export leaves nothing
+    half-written. `tag` marks the temporary name (e.g. "onnx.")."""
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.{tag}", dir=output_dir.parent))
+    try:
+        yield staging
+        write_manifest(staging)
+        if output_dir.exists():
+            shutil.rmtree(output_dir)
+        staging.rename(output_dir)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def record_export(directory: Path, values: dict[str, Any], section: str = "export") -> None:

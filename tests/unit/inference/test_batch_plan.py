@@ -8,20 +8,6 @@ import pytest
 
 from worker.inference.batch_plan import padded_tokens, padding_efficiency, plan_batches
 
-
-class FakeClock:
-    """A manually advanced monotonic clock, returning seconds; kept in whole ms to avoid float drift."""
-
-    def __init__(self, start_ms: int = 1_000_000) -> None:
-        self.now_ms = start_ms
-
-    def __call__(self) -> float:
-        return self.now_ms / 1000.0
-
-    def advance_ms(self, ms: int) -> None:
-        self.now_ms += ms
-
-
 # --- plan_batches ------------------------------------------------------------------------------------
 
 

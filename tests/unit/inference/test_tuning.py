@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from worker.config import WorkerSettings
-from worker.inference.tuning import MIB, TuneOptions, TuningError, cache_path, tune
+from worker.inference.tuning import MIB, TuneOptions, TuningError, TuningResult, cache_path, tune
 from worker.inference.tuning.memory_model import MemoryProbeResult, fit_memory, resolve_budget
 from worker.inference.tuning.probes import synthetic_batch
 from worker.inference.tuning.search import search_memory_budget, search_throughput_budget
@@ -270,13 +270,17 @@ def _options(tmp_path: Path, **extra: object) -> TuneOptions:
 def test_tune_caches_by_key_and_reuses_it(tmp_path: Path) -> None:
     classifier = FakeClassifier()
     probe = FakeMemoryProbe()
-    first = tune(
-        classifier,
-        _options(tmp_path),
-        memory_probe=probe,
-        device=("gpu", "Fake A100"),
-        paddle_version="3.3.1",
-    )
+
+    def tune_on_the_gpu() -> TuningResult:
+        return tune(
+            classifier,
+            _options(tmp_path),
+            memory_probe=probe,
+            device=("gpu", "Fake A100"),
+            paddle_version="3.3.1",
+        )
+
+    first = tune_on_the_gpu()
     assert first.mode == "gpu-memory" and not first.from_cache and probe.calls
     path = cache_path(tmp_path / "cache", first.key)
     stored = json.loads(path.read_text())
@@ -284,13 +288,7 @@ def test_tune_caches_by_key_and_reuses_it(tmp_path: Path) -> None:
     assert first.key["device_name"] == "Fake A100" and first.key["model_version"] == "v1"
 
     probe.calls.clear()
-    again = tune(
-        classifier,
-        _options(tmp_path),
-        memory_probe=probe,
-        device=("gpu", "Fake A100"),
-        paddle_version="3.3.1",
-    )
+    again = tune_on_the_gpu()
     assert again.from_cache and not probe.calls
     assert again.max_batch_tokens == first.max_batch_tokens
 

@@ -19,10 +19,10 @@ from tests.unit.kafka.fake_kafka import FakeConsumer, FakePublisher, fake_client
 from worker.config import WorkerSettings
 from worker.inference.token_budget import StartupError
 from worker.kafka.app import SentimentWorker
-from worker.kafka.committers import DeliveryFailedError
 from worker.kafka.kafka_clients import KafkaClients
 from worker.kafka.partitions import PartitionKey
 from worker.kafka.producer import Delivery, OutboundRecord
+from worker.kafka.publisher import DeliveryFailedError
 
 TOPIC, RESULTS, DLQ = "reviews", "results", "dlq"
 MODEL = ModelRef(name="fake", version="1")
@@ -278,10 +278,11 @@ def test_a_draining_worker_says_its_progress(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Issue 40: nothing showed progress while a backlog drained."""
-    monkeypatch.setattr("worker.kafka.app._BROKER_CHECK_EVERY_S", 0.0)  # a line every turn with news
+    # A line every turn with news.
+    monkeypatch.setattr("worker.kafka.loop_observer._BROKER_CHECK_EVERY_S", 0.0)
     log = review_log(partitions=1, per_partition=40)
     clients, _ = fake_clients(TOPIC, log, FakePublisher())
-    with caplog.at_level("INFO", logger="worker.kafka.app"):
+    with caplog.at_level("INFO", logger="worker.kafka"):
         SentimentWorker(
             settings().sections, labeller_for(FakeLengthClassifier(), settings(), MODEL), clients=clients
         ).run(max_messages=40, idle_exit_s=5)

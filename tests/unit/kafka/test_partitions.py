@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from worker.kafka.partitions import NOT_OWNED, PartitionBook, format_offsets, format_partitions
+from worker.kafka.partitions import NOT_OWNED, PartitionBook, PartitionKey, format_offsets, format_partitions
 
 A = ("reviews", 0)
 B = ("reviews", 1)
+
+
+def assigned_book(*keys: PartitionKey) -> PartitionBook:
+    """A partition book that was just assigned `keys`."""
+    book = PartitionBook()
+    book.assigned(list(keys))
+    return book
 
 
 def test_work_of_an_unassigned_partition_is_not_owned() -> None:
@@ -15,8 +22,7 @@ def test_work_of_an_unassigned_partition_is_not_owned() -> None:
 
 
 def test_reassignment_makes_earlier_work_stale() -> None:
-    book = PartitionBook()
-    book.assigned([A, B])
+    book = assigned_book(A, B)
     first = book.consumed(A, 0, 1_000)
     assert book.owns(A, first)
     book.forget([A])
@@ -26,8 +32,7 @@ def test_reassignment_makes_earlier_work_stale() -> None:
 
 
 def test_rewind_makes_in_flight_work_stale_and_forgets_offsets() -> None:
-    book = PartitionBook()
-    book.assigned([A])
+    book = assigned_book(A)
     epoch = book.consumed(A, 5, 1_000)
     book.rewind([A])
     assert not book.owns(A, epoch)
@@ -35,8 +40,7 @@ def test_rewind_makes_in_flight_work_stale_and_forgets_offsets() -> None:
 
 
 def test_positions_follow_contiguous_acknowledgements() -> None:
-    book = PartitionBook()
-    book.assigned([A, B])
+    book = assigned_book(A, B)
     for offset in (10, 11, 12):
         book.consumed(A, offset, 1_000 + offset)
     book.acknowledged(A, 11, 1_011)
@@ -46,8 +50,7 @@ def test_positions_follow_contiguous_acknowledgements() -> None:
 
 
 def test_lag_seconds_is_the_age_of_the_oldest_unfinished_message() -> None:
-    book = PartitionBook()
-    book.assigned([A])
+    book = assigned_book(A)
     book.consumed(A, 0, 1_000)
     book.consumed(A, 1, 3_000)
     assert book.lag_seconds(A, 0, now_ms=5_000) == 4.0
@@ -57,8 +60,7 @@ def test_lag_seconds_is_the_age_of_the_oldest_unfinished_message() -> None:
 
 
 def test_with_nothing_unfinished_but_messages_left_the_lag_is_the_age_of_the_last_done_message() -> None:
-    book = PartitionBook()
-    book.assigned([A])
+    book = assigned_book(A)
     book.consumed(A, 0, 1_000)
     book.acknowledged(A, 0, 1_000)
     # the next message, not fetched yet, was written after offset 0: at most 4 s behind
@@ -76,8 +78,7 @@ def test_work_tagged_while_unassigned_stays_stale_after_the_assignment() -> None
 
 
 def test_forget_drops_paused_state_and_offsets() -> None:
-    book = PartitionBook()
-    book.assigned([A, B])
+    book = assigned_book(A, B)
     assert book.pause([A, B]) == {A, B}
     book.consumed(A, 0, None)
     book.forget([A])
@@ -86,8 +87,7 @@ def test_forget_drops_paused_state_and_offsets() -> None:
 
 
 def test_pause_and_resume_report_what_the_consumer_must_change() -> None:
-    book = PartitionBook()
-    book.assigned([A, B])
+    book = assigned_book(A, B)
     assert book.pause([A]) == {A}
     assert book.pause([A, B]) == {B}  # A is paused already
     assert book.pause([A]) == set()  # B stays paused and is not reported again
@@ -104,8 +104,7 @@ def test_log_texts_list_partitions_and_offsets_in_order_or_say_nothing() -> None
 
 
 def test_a_partition_that_moves_is_never_stalled_and_one_that_waits_counts_up() -> None:
-    book = PartitionBook()
-    book.assigned([A, B])
+    book = assigned_book(A, B)
     assert book.stalled(0.0) == {A: 0.0, B: 0.0}  # nothing consumed
     book.consumed(A, 0, None)
     book.consumed(B, 0, None)
@@ -118,8 +117,7 @@ def test_a_partition_that_moves_is_never_stalled_and_one_that_waits_counts_up() 
 
 
 def test_an_idle_partition_starts_counting_only_when_an_input_arrives() -> None:
-    book = PartitionBook()
-    book.assigned([A])
+    book = assigned_book(A)
     book.consumed(A, 0, None)
     book.acknowledged(A, 0, None)
     assert book.stalled(0.0) == {A: 0.0}  # caught up at position 1
@@ -129,8 +127,7 @@ def test_an_idle_partition_starts_counting_only_when_an_input_arrives() -> None:
 
 
 def test_a_window_aborted_and_read_again_from_the_same_offset_is_no_progress() -> None:
-    book = PartitionBook()
-    book.assigned([A])
+    book = assigned_book(A)
     for now in (0.0, 30.0, 60.0, 90.0, 120.0, 150.0):  # the abort-and-rewind loop, seen at any point of it
         book.consumed(A, 4, None)
         book.consumed(A, 5, None)
@@ -140,8 +137,7 @@ def test_a_window_aborted_and_read_again_from_the_same_offset_is_no_progress() -
 
 
 def test_a_revoked_partition_is_no_longer_watched() -> None:
-    book = PartitionBook()
-    book.assigned([A])
+    book = assigned_book(A)
     book.consumed(A, 0, None)
     book.stalled(0.0)
     book.forget([A])

@@ -21,6 +21,7 @@ import pytest
 from schemas.dead_letter import DeadLetterKind
 from schemas.proto_text import MAX_NESTING, parse_proto
 from schemas.review_decode import DecodeFailure, decode_review, json_depth
+from tests.wire_values import NODE_AVRO, varint, zigzag
 from worker.kafka.avro_values import MAX_DECIMAL_BYTES, AvroValues
 from worker.kafka.json_schema_values import JsonSchemaValues
 from worker.kafka.protobuf_values import ProtobufValues
@@ -34,30 +35,11 @@ from worker.kafka.registry_limits import (
 )
 from worker.kafka.wire_format import wire_header
 
-NODE = {
-    "type": "record",
-    "name": "Node",
-    "fields": [
-        {"name": "text", "type": "string"},
-        {"name": "child", "type": ["null", "Node"], "default": None},
-    ],
-}
 SCORED = {
     "type": "record",
     "name": "Scored",
     "fields": [{"name": "text", "type": "string"}, {"name": "score", "type": "double"}],
 }
-
-
-def _zigzag(number: int) -> bytes:
-    number = (number << 1) ^ (number >> 63)
-    out = bytearray()
-    while True:
-        byte, number = number & 0x7F, number >> 7
-        if not number:
-            out.append(byte)
-            return bytes(out)
-        out.append(byte | 0x80)
 
 
 def _nodes(depth: int) -> bytes:
@@ -127,11 +109,11 @@ def test_a_recursive_avro_record_deeper_than_the_limit_is_refused_before_fastavr
     """Before: 1,000 levels raised RecursionError in json_safe (the worker exited), 5,000 ran fastavro's C
     reader off its stack (SIGSEGV)."""
     with pytest.raises(ValueRefused, match="nested more than 32 levels"):
-        _avro_values(NODE).read(_nodes(depth))
+        _avro_values(NODE_AVRO).read(_nodes(depth))
 
 
 def test_a_recursive_avro_record_within_the_limit_reads() -> None:
-    record = _avro_values(NODE).read(_nodes(32))
+    record = _avro_values(NODE_AVRO).read(_nodes(32))
     assert plain_json(record, 32)["text"] == "x"
 
 
@@ -143,15 +125,15 @@ def test_an_avro_array_of_two_to_the_60_nulls_is_refused_from_its_ten_bytes() ->
         "fields": [{"name": "a", "type": {"type": "array", "items": "null"}}],
     }
     with pytest.raises(ValueRefused, match="more items than its 10 bytes"):
-        _avro_values(schema).read(wire_header(1) + _zigzag(2**60) + b"\x00")
-    assert _avro_values(schema).read(wire_header(1) + _zigzag(3) + b"\x00") == {"a": [None, None, None]}
+        _avro_values(schema).read(wire_header(1) + zigzag(2**60) + b"\x00")
+    assert _avro_values(schema).read(wire_header(1) + zigzag(3) + b"\x00") == {"a": [None, None, None]}
 
 
 def test_an_avro_decimal_longer_than_128_bytes_is_refused_before_it_is_converted() -> None:
     """Before: a 1 MB decimal took 197 s to convert, on the poll thread."""
     decimal = {"type": "bytes", "logicalType": "decimal", "precision": 4, "scale": 2}
     schema = {"type": "record", "name": "R", "fields": [{"name": "d", "type": decimal}]}
-    payload = _zigzag(MAX_DECIMAL_BYTES + 1) + b"\x7f" * (MAX_DECIMAL_BYTES + 1)
+    payload = zigzag(MAX_DECIMAL_BYTES + 1) + b"\x7f" * (MAX_DECIMAL_BYTES + 1)
     with pytest.raises(ValueRefused, match="decimal of 129 bytes"):
         _avro_values(schema).read(wire_header(1) + payload)
     assert str(_avro_values(schema).read(_avro(schema, {"d": Decimal("12.34")}))["d"]) == "12.34"
@@ -330,23 +312,13 @@ def test_a_proto_of_500_nested_messages_is_refused_at_the_nesting_limit() -> Non
         ProtobufValues(text, max_depth=32)
 
 
-def _varint(number: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, number = number & 0x7F, number >> 7
-        if not number:
-            out.append(byte)
-            return bytes(out)
-        out.append(byte | 0x80)
-
-
 def test_a_recursive_protobuf_message_deeper_than_the_limit_is_refused() -> None:
     reader = ProtobufValues(
         'syntax = "proto3"; message Node { string text = 1; Node child = 2; }', max_depth=16
     )
     payload = b""
     for _ in range(40):
-        payload = b"\x0a\x01x\x12" + _varint(len(payload)) + payload
+        payload = b"\x0a\x01x\x12" + varint(len(payload)) + payload
     with pytest.raises(ValueRefused, match="nested more than 16 messages"):
         reader.read(wire_header(3) + b"\x00" + payload)
 

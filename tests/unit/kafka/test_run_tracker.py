@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from threading import Event
 
+from tests.clocks import FakeClock
 from worker.kafka.run_tracker import RunSummary, RunTracker, drain_budget_s
 
 
@@ -13,14 +14,6 @@ def test_rate_is_over_labelling_time_not_the_whole_run() -> None:
     summary.first_consumed_at, summary.last_acknowledged_at = 112.0, 117.0
     assert summary.labelling_seconds == 5.0
     assert summary.messages_per_second == 20.0  # not 100 / 30 (model load, idle wait)
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_max_messages_stays_reachable_when_a_lost_partition_drops_inputs_in_flight() -> None:

@@ -138,30 +138,23 @@ def test_incomplete_directory_names_missing_files(tmp_path: Path) -> None:
     assert "config.json" not in msg.split("missing")[1]
 
 
-def test_corrupt_weights(tiny_model_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("file", "content", "error"),
+    [
+        (WEIGHTS_FILE, b"not a safetensors file", "model.safetensors is not a readable safetensors file"),
+        ("config.json", b"{ not json", "config.json is not valid JSON"),
+        (METADATA_FILE, json.dumps({"name": "x"}).encode(), "sentiment_model.json is invalid"),
+    ],
+    ids=["corrupt_weights", "corrupt_config", "invalid_metadata"],
+)
+def test_a_broken_file_is_named(
+    tiny_model_dir: Path, tmp_path: Path, file: str, content: bytes, error: str
+) -> None:
     broken = tmp_path / "broken"
     shutil.copytree(tiny_model_dir, broken)
-    (broken / WEIGHTS_FILE).write_bytes(b"not a safetensors file")
-    write_manifest(broken)
-    with pytest.raises(ModelLoadError, match="model.safetensors is not a readable safetensors file"):
-        load_classifier(str(broken), choose_device("cpu"))
-
-
-def test_corrupt_config(tiny_model_dir: Path, tmp_path: Path) -> None:
-    broken = tmp_path / "broken"
-    shutil.copytree(tiny_model_dir, broken)
-    (broken / "config.json").write_text("{ not json", encoding="utf-8")
-    write_manifest(broken)
-    with pytest.raises(ModelLoadError, match="config.json is not valid JSON"):
-        load_classifier(str(broken), choose_device("cpu"))
-
-
-def test_invalid_metadata(tiny_model_dir: Path, tmp_path: Path) -> None:
-    broken = tmp_path / "broken"
-    shutil.copytree(tiny_model_dir, broken)
-    (broken / METADATA_FILE).write_text(json.dumps({"name": "x"}), encoding="utf-8")
-    write_manifest(broken)
-    with pytest.raises(ModelLoadError, match="sentiment_model.json is invalid"):
+    (broken / file).write_bytes(content)
+    write_manifest(broken)  # verified as shipped: the file itself is what is wrong
+    with pytest.raises(ModelLoadError, match=error):
         load_classifier(str(broken), choose_device("cpu"))
 
 

@@ -1,6 +1,7 @@
-"""The committers per delivery mode, against stand-ins for the consumer and the producer: at-least-once
-stores offsets only once acknowledged and commits revoked partitions after flushing; exactly-once commits in
-transactions, hands an aborted window's partitions back for a rewind, and raises a refusal.
+"""The checkpoints per delivery mode and the publisher they share, against stand-ins for the consumer and the
+producer: at-least-once stores offsets only once acknowledged and commits revoked partitions after flushing;
+exactly-once commits in transactions, hands an aborted window's partitions back for a rewind, and raises a
+refusal; the publisher replaces records too large and raises the first failure before the next produce.
 
 The real-broker evidence is tests/integration/test_exactly_once*.py, tests/faults/test_rebalance_storm.py and
 tests/faults/test_kill9.py.
@@ -16,19 +17,21 @@ from confluent_kafka import KafkaError, KafkaException
 from prometheus_client import CollectorRegistry
 
 from worker.config import WorkerSettings
+from worker.health import HealthState
 from worker.kafka.authorization import AuthorizationError
-from worker.kafka.committers import (
+from worker.kafka.checkpoint import (
     MAX_STUCK_CALLS,
-    AtLeastOnceCommitter,
+    AtLeastOnceCheckpoint,
+    Checkpoint,
     CommitOptions,
-    Committer,
-    DeliveryFailedError,
-    ExactlyOnceCommitter,
+    ExactlyOnceCheckpoint,
     TransactionsStuckError,
-    committer_for,
+    checkpoint_for,
 )
+from worker.kafka.consume_window import ConsumeWindow
 from worker.kafka.consumer import ReviewConsumer
 from worker.kafka.deadline_calls import CallAbandoned
+from worker.kafka.loop_context import LoopContext
 from worker.kafka.partitions import PartitionBook, PartitionKey
 from worker.kafka.producer import (
     AbortedTransaction,
@@ -37,8 +40,10 @@ from worker.kafka.producer import (
     ResultPublisher,
     SourcePosition,
 )
+from worker.kafka.publisher import DeliveryFailedError, Publisher
 from worker.kafka.records import OutboundRecords
 from worker.kafka.run_tracker import RunTracker
+from worker.kafka.undecodable import UndecodableBatches
 from worker.metrics import create_metrics
 
 T = "reviews"
@@ -103,7 +108,7 @@ class FakeDeliveringPublisher(FakePublisher):
 
 def make(
     mode: str, publisher: FakePublisher | None = None, report: Callable[[str | None], None] | None = None
-) -> tuple[Committer, FakeConsumer, FakePublisher, PartitionBook, RunTracker]:
+) -> tuple[Checkpoint, FakeConsumer, FakePublisher, PartitionBook, RunTracker]:
     settings = WorkerSettings(delivery=mode)
     consumer, publisher = FakeConsumer(), publisher or FakeDeliveringPublisher()
     book = PartitionBook()
@@ -119,68 +124,72 @@ def make(
         max_message_bytes={"results": 1_000_000, "dlq": 1_000_000},
     )
     s = settings.sections
-    committer = committer_for(s.delivery.delivery)(
-        CommitOptions.from_settings(
-            s.kafka, s.security, s.delivery, report=report or (lambda _problem: None)
-        ),
-        cast(ReviewConsumer, consumer),
-        cast(ResultPublisher, publisher),
-        book,
-        records,
-        run,
-        create_metrics(CollectorRegistry()),
+    options = CommitOptions.from_settings(
+        s.kafka, s.security, s.delivery, report=report or (lambda _problem: None)
     )
-    return committer, consumer, publisher, book, run
+    context = LoopContext(
+        cast(ReviewConsumer, consumer),
+        ConsumeWindow(max_messages=16, max_wait_ms=10, max_bytes=1 << 20, clock=lambda: 0.0),
+        book,
+        UndecodableBatches(0, lambda _key: 0),
+        run,
+        HealthState(30.0, lambda: 0.0),
+        create_metrics(CollectorRegistry()),
+        lambda: 0.0,
+    )
+    sender = Publisher(cast(ResultPublisher, publisher), records, context, options.refusal)
+    checkpoint = checkpoint_for(s.delivery.delivery)(options, sender, context)
+    return checkpoint, consumer, publisher, book, run
 
 
-def test_the_delivery_mode_picks_the_committer() -> None:
-    assert committer_for("at_least_once") is AtLeastOnceCommitter
-    assert committer_for("exactly_once") is ExactlyOnceCommitter
-    assert ExactlyOnceCommitter.transactional and not AtLeastOnceCommitter.transactional
+def test_the_delivery_mode_picks_the_checkpoint() -> None:
+    assert checkpoint_for("at_least_once") is AtLeastOnceCheckpoint
+    assert checkpoint_for("exactly_once") is ExactlyOnceCheckpoint
+    assert ExactlyOnceCheckpoint.transactional and not AtLeastOnceCheckpoint.transactional
 
 
 def test_at_least_once_stores_only_acknowledged_offsets_and_commits_revoked_partitions() -> None:
-    committer, consumer, publisher, book, _ = make("at_least_once")
+    checkpoint, consumer, publisher, book, _ = make("at_least_once")
     for offset in range(3):
         book.consumed((T, 0), offset, None)
     book.consumed((T, 1), 5, None)
-    assert committer.publish([record(0, 0), record(0, 1)]) == []
+    assert checkpoint.publish([record(0, 0), record(0, 1)]) == []
     assert consumer.stored == []  # published is not acknowledged
-    committer.settle()
+    checkpoint.commit()
     assert consumer.stored == [{(T, 0): 2}]  # offset 2 is not done: the position stops before it
-    committer.settle()
+    checkpoint.commit()
     assert consumer.stored == [{(T, 0): 2}]  # each advance is stored once
-    said = committer.revoked([(T, 0), (T, 1)])
+    said = checkpoint.revoked([(T, 0), (T, 1)])
     assert publisher.flushes == 1 and consumer.commits == [{(T, 0): 2}]  # nothing done of t[1]: not committed
     assert said == "committed reviews[0]=2; 0 outputs still unacknowledged"
 
 
 def test_exactly_once_commits_in_transactions_and_never_stores() -> None:
-    committer, consumer, publisher, book, run = make("exactly_once")
+    checkpoint, consumer, publisher, book, run = make("exactly_once")
     book.consumed((T, 0), 0, None)
-    assert committer.publish([]) == [] and publisher.transactions == []  # no empty transactions
-    assert committer.publish([record(0, 0)]) == []
+    assert checkpoint.publish([]) == [] and publisher.transactions == []  # no empty transactions
+    assert checkpoint.publish([record(0, 0)]) == []
     assert publisher.transactions == [[record(0, 0)]]
     assert run.summary.results == 1  # acknowledged once committed
-    committer.settle()
+    checkpoint.commit()
     assert consumer.stored == [] and consumer.commits == []  # offsets went with the transaction
-    assert committer.revoked([(T, 0)]) == "committed reviews[0]=1 in transactions"
+    assert checkpoint.revoked([(T, 0)]) == "committed reviews[0]=1 in transactions"
     assert publisher.flushes == 0
 
 
 def test_exactly_once_hands_an_aborted_windows_partitions_back_for_a_rewind() -> None:
     aborted = KafkaError(KafkaError._STATE)
-    committer, _, _, _, run = make("exactly_once", FakeDeliveringPublisher(abort_with=aborted))
-    assert committer.publish([record(1, 4), record(0, 9), record(1, 5)]) == [(T, 0), (T, 1)]
-    committer.settle()
+    checkpoint, _, _, _, run = make("exactly_once", FakeDeliveringPublisher(abort_with=aborted))
+    assert checkpoint.publish([record(1, 4), record(0, 9), record(1, 5)]) == [(T, 0), (T, 1)]
+    checkpoint.commit()
     assert run.summary.results == 0
 
 
 def test_exactly_once_raises_a_refused_transaction() -> None:
     refused = KafkaError(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    committer, *_ = make("exactly_once", FakeDeliveringPublisher(abort_with=refused))
+    checkpoint, *_ = make("exactly_once", FakeDeliveringPublisher(abort_with=refused))
     with pytest.raises(AuthorizationError):
-        committer.publish([record(0, 0)])
+        checkpoint.publish([record(0, 0)])
 
 
 class FakeRefusingPublisher(FakePublisher):
@@ -201,36 +210,45 @@ class FakeRefusingPublisher(FakePublisher):
         return out
 
 
-def test_a_record_the_broker_refuses_as_too_large_is_replaced_and_its_stand_in_acked() -> None:
-    publisher = FakeRefusingPublisher({1: KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)})
-    committer, consumer, _, book, run = make("at_least_once", publisher)
+def three_published_one_refused(
+    refusal: KafkaError,
+) -> tuple[Checkpoint, FakeConsumer, FakeRefusingPublisher, PartitionBook, RunTracker]:
+    """At-least-once: offsets 0-2 of partition 0 consumed, published and their reports taken in; the broker
+    refuses offset 1 with `refusal`."""
+    publisher = FakeRefusingPublisher({1: refusal})
+    checkpoint, consumer, _, book, run = make("at_least_once", publisher)
     for offset in range(3):
         book.consumed((T, 0), offset, None)
-    committer.publish([record(0, 0), record(0, 1), record(0, 2)])
-    committer.settle()  # offsets 0 and 2 acked; 1 refused: its stand-in sent
+    checkpoint.publish([record(0, 0), record(0, 1), record(0, 2)])
+    checkpoint.commit()
+    return checkpoint, consumer, publisher, book, run
+
+
+def test_a_record_the_broker_refuses_as_too_large_is_replaced_and_its_stand_in_acked() -> None:
+    refusal = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
+    checkpoint, consumer, publisher, _, run = three_published_one_refused(refusal)
+    # Offsets 0 and 2 acked; 1 refused: its stand-in sent.
     assert [(r.source.offset, r.kind, r.value) for r in publisher.published[3:]] == [
         (1, "value_too_large", None)
     ]
     assert consumer.stored == [{(T, 0): 1}]  # nothing past the refused one yet
-    committer.settle()  # the stand-in is acknowledged
+    checkpoint.commit()  # the stand-in is acknowledged
     assert consumer.stored[-1] == {(T, 0): 3}
     assert (run.summary.results, run.summary.dead_letters_by_kind) == (2, {"value_too_large": 1})
-    committer.raise_for_error()  # a replaced record is not a failure
+    assert checkpoint.publish([]) == []  # a replaced record is not a failure: nothing raised
 
 
 def test_any_other_refusal_is_never_acked_and_is_raised_before_the_worker_goes_on() -> None:
-    publisher = FakeRefusingPublisher({1: KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)})
-    committer, consumer, _, book, run = make("at_least_once", publisher)
-    for offset in range(3):
-        book.consumed((T, 0), offset, None)
-    committer.publish([record(0, 0), record(0, 1), record(0, 2)])
-    committer.settle()
+    refusal = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
+    checkpoint, consumer, publisher, book, run = three_published_one_refused(refusal)
     assert (
         consumer.stored == [{(T, 0): 1}] and run.summary.results == 2
     )  # the failed offset blocks its partition
+    book.consumed((T, 0), 3, None)
     with pytest.raises(DeliveryFailedError, match=r"input reviews/0/1") as failed:
-        committer.raise_for_error()
+        checkpoint.publish([record(0, 3)])  # raised before the next produce
     assert failed.value.topic == "results"
+    assert [r.source.offset for r in publisher.published] == [0, 1, 2]  # offset 3 was not produced
     assert "check that the topic exists" in str(failed.value)
 
 
@@ -255,17 +273,17 @@ class FakeSizeRefusingPublisher(FakeDeliveringPublisher):
 
 def test_exactly_once_a_window_aborted_for_a_too_large_record_sends_its_stand_in_next_time() -> None:
     publisher = FakeSizeRefusingPublisher(limit=1000)
-    committer, _, _, book, run = make("exactly_once", publisher)
+    checkpoint, _, _, book, run = make("exactly_once", publisher)
     source = SourcePosition(T, 0, 1, None)
     huge_key = OutboundRecord("results", b"{}", b"k" * 5000, None, None, source, "result")
     window = [record(0, 0), huge_key, record(0, 2)]
     for offset in range(3):
         book.consumed((T, 0), offset, None)
-    assert committer.publish(window) == [(T, 0)]  # aborted: read again
+    assert checkpoint.publish(window) == [(T, 0)]  # aborted: read again
     book.rewind([(T, 0)])
     for offset in range(3):
         book.consumed((T, 0), offset, None)
-    assert committer.publish(window) == []  # the same window again: its stand-in goes instead
+    assert checkpoint.publish(window) == []  # the same window again: its stand-in goes instead
     committed = publisher.transactions[0]
     assert [(r.source.offset, r.kind, r.key, r.value) for r in committed] == [
         (0, "result", None, b"{}"),
@@ -278,24 +296,24 @@ def test_exactly_once_a_window_aborted_for_a_too_large_record_sends_its_stand_in
 
 def test_exactly_once_a_stand_in_refused_as_too_large_stops_the_worker_saying_what_to_raise() -> None:
     publisher = FakeSizeRefusingPublisher(limit=-1)  # refuses everything, even a record of headers only
-    committer, *_ = make("exactly_once", publisher)
+    checkpoint, *_ = make("exactly_once", publisher)
     source = SourcePosition(T, 0, 1, None)
-    committer.publish([OutboundRecord("results", b"{}", b"k", None, None, source, "result")])
+    checkpoint.publish([OutboundRecord("results", b"{}", b"k", None, None, source, "result")])
     with pytest.raises(
         DeliveryFailedError, match=r"too large .* even as a dead letter without key"
     ) as failed:
-        committer.publish([OutboundRecord("results", b"{}", b"k", None, None, source, "result")])
+        checkpoint.publish([OutboundRecord("results", b"{}", b"k", None, None, source, "result")])
     assert "max.message.bytes" in str(failed.value) and "topic exists" not in str(failed.value)
     assert publisher.aborts == 2
 
 
 def test_a_record_larger_than_its_topic_is_replaced_before_it_is_sent() -> None:
-    committer, _, publisher, book, _ = make("at_least_once")
+    checkpoint, _, publisher, book, _ = make("at_least_once")
     book.consumed((T, 0), 0, None)
     huge = OutboundRecord(
         "results", b"x" * 2_000_000, b"k", None, None, SourcePosition(T, 0, 0, None), "result"
     )
-    committer.publish([huge])
+    checkpoint.publish([huge])
     assert [(r.topic, r.kind, r.value) for r in publisher.published] == [("dlq", "value_too_large", None)]
 
 
@@ -333,30 +351,30 @@ class FakeStuckPublisher(FakeDeliveringPublisher):
 def test_exactly_once_a_transaction_call_past_its_deadline_is_given_up_until_init_works_again() -> None:
     publisher = FakeStuckPublisher(stuck=1, init_timeouts=2)
     reports: list[str | None] = []
-    committer, _, _, book, _ = make("exactly_once", publisher, report=reports.append)
-    assert committer.publish([record(0, 0), record(0, 1)]) == []
+    checkpoint, _, _, book, _ = make("exactly_once", publisher, report=reports.append)
+    assert checkpoint.publish([record(0, 0), record(0, 1)]) == []
     assert publisher.renewed == 1 and publisher.transactions == []
     assert (
-        committer.recovering is not None
-        and "send_offsets_to_transaction did not return" in committer.recovering
+        checkpoint.recovering is not None
+        and "send_offsets_to_transaction did not return" in checkpoint.recovering
     )
     # Nothing goes out while recovering, and readiness says why.
-    assert committer.publish([record(1, 0)]) == [] and publisher.transactions == []
-    assert reports[-1] == committer.recovering
-    assert [committer.recover(), committer.recover()] == [False, False]
+    assert checkpoint.publish([record(1, 0)]) == [] and publisher.transactions == []
+    assert reports[-1] == checkpoint.recovering
+    assert [checkpoint.recover(), checkpoint.recover()] == [False, False]
     assert "re-initialising" in str(reports[-1])
-    assert committer.recover() and committer.recovering is None and reports[-1] is None
+    assert checkpoint.recover() and checkpoint.recovering is None and reports[-1] is None
     for offset in (0, 1):
         book.consumed((T, 0), offset, None)
-    assert committer.publish([record(0, 0), record(0, 1)]) == []
+    assert checkpoint.publish([record(0, 0), record(0, 1)]) == []
     assert len(publisher.transactions) == 1
 
 
 def test_exactly_once_stops_once_too_many_calls_are_stuck() -> None:
     publisher = FakeStuckPublisher(stuck=MAX_STUCK_CALLS, init_timeouts=0)
-    committer, _, _, _, _ = make("exactly_once", publisher)
+    checkpoint, _, _, _, _ = make("exactly_once", publisher)
     for _ in range(MAX_STUCK_CALLS - 1):
-        committer.publish([record(0, 0)])
-        assert committer.recover()
+        checkpoint.publish([record(0, 0)])
+        assert checkpoint.recover()
     with pytest.raises(TransactionsStuckError, match=f"{MAX_STUCK_CALLS} transaction calls did not return"):
-        committer.publish([record(0, 0)])
+        checkpoint.publish([record(0, 0)])
