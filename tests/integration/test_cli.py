@@ -115,7 +115,7 @@ def test_produce_run_tail_and_doctor_through_the_cli(
     missing = cli("doctor", env={**env, "SENTIMENT_DLQ_TOPIC": names["dlq"] + "-nope"})
     assert missing.returncode == 1
     assert f"[FAIL] topic {names['dlq']}-nope: missing" in missing.stdout
-    assert "run `sentiment-worker topics create`" in missing.stdout
+    assert f"run `sentiment-worker topics create --bootstrap-servers {kafka_bootstrap}`" in missing.stdout
     assert_quiet(missing)
 
 

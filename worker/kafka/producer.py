@@ -331,6 +331,18 @@ class ResultPublisher:
         self._deliveries.clear()  # acks (and failures) of aborted records mean nothing
         return AbortedTransaction(error, too_large)
 
+    def topic_configs(self, topic: str, timeout_s: float = 10.0) -> dict[str, str]:
+        """The topic's configs as the broker describes them (empty when it does not say: the start-up
+        checks then assume the broker's defaults)."""
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        admin = AdminClient(dict(self._common_conf))
+        try:
+            configs = admin.describe_configs([resource])[resource].result(timeout=timeout_s)
+        except KafkaException as exc:
+            log.warning("cannot read the configs of %s (%s); assuming the broker's defaults", topic, exc)
+            return {}
+        return {key: entry.value for key, entry in configs.items() if entry.value is not None}
+
     def topic_max_message_bytes(self, topic: str, timeout_s: float = 10.0) -> int:
         """The topic's max.message.bytes (the largest record batch the broker accepts for it)."""
         resource = ConfigResource(ConfigResource.Type.TOPIC, topic)

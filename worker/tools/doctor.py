@@ -27,7 +27,7 @@ from worker.model.loading import InferenceOptions, ModelLoadError, load_classifi
 from worker.tools.checks import Check, Verdict
 from worker.tools.registry_checks import check_registry
 from worker.tools.tls import handshake, uses_tls
-from worker.tools.topics import describe_topics
+from worker.tools.topics import check_worker_topics
 
 MODEL_FIX = (
     f"run `make model` (it derives the default, {DEFAULT_MODEL_DIR}, from the shipped models/default; paths "
@@ -38,7 +38,6 @@ PADDLE_FIX = "run `make install` (paddlepaddle and paddlenlp into .venv)"
 BROKER_FIX = "start a broker (`make kafka-up`) or set SENTIMENT_BOOTSTRAP_SERVERS to one that runs"
 CREDENTIALS_FIX = "check SENTIMENT_SASL_USERNAME, SENTIMENT_SASL_PASSWORD and SENTIMENT_SASL_MECHANISM"
 TLS_FIX = "check SENTIMENT_SECURITY_PROTOCOL against the broker's listener (and the ssl.* settings)"
-TOPICS_FIX = "run `sentiment-worker topics create`"
 
 
 def run_checks(settings: WorkerSettings) -> list[Check]:
@@ -221,17 +220,25 @@ def broker_fix(messages: list[tuple[int, str]]) -> str:
 
 
 def _check_topics(kafka: KafkaSettings, security: SecuritySettings) -> list[Check]:
-    names = [kafka.input_topic, kafka.output_topic, kafka.dlq_topic]
+    """Every start-up check `run` makes on the topics (`worker.kafka.topic_checks`): a check `run` refuses
+    on is a FAIL, one it starts with a warning a WARN."""
     try:
-        counts = describe_topics(librdkafka_common(kafka, security), names)
+        findings = check_worker_topics(librdkafka_common(kafka, security), kafka)
     except Exception as exc:  # noqa: BLE001
         fix = "check the broker (`make kafka-status`) and that this principal may describe topics"
         return [Check("topics", "FAIL", f"{type(exc).__name__}: {exc}", fix)]
     checks = []
-    for name in names:
-        count = counts.get(name)
-        if count is None:
-            checks.append(Check(f"topic {name}", "FAIL", "missing", TOPICS_FIX))
+    for finding in findings:
+        verdict: Verdict = (
+            "FAIL" if finding.severity == "refuse" else "WARN" if finding.severity == "warn" else "OK"
+        )
+        if finding.check == "exists":
+            fix = f"run `sentiment-worker topics create --bootstrap-servers {kafka.bootstrap_servers}`"
+            checks.append(
+                Check(f"topic {finding.topic}", verdict, finding.detail, fix if verdict != "OK" else None)
+            )
         else:
-            checks.append(Check(f"topic {name}", "OK", f"{count} partitions"))
+            checks.append(
+                Check(f"topic {finding.topic} {finding.check}", verdict, finding.detail, finding.fix)
+            )
     return checks
