@@ -81,6 +81,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
         "auto" if args.format in REGISTRY_FORMATS else args.format,  # the file's own format, or by its name
         text_field=args.text_field,
         id_field=args.id_field,
+        encoding=args.encoding,
         max_text_chars=s.limits.max_text_chars,
         max_value_bytes=s.limits.max_value_bytes,
         max_json_depth=s.limits.max_json_depth,
@@ -88,6 +89,9 @@ def cmd_produce(args: argparse.Namespace) -> int:
     fields = MessageFields(text=s.registry.text_field, id=s.registry.id_field)
     encode = value_encoder(s.registry, fmt, args.schema, topic) if fmt is not None else None
     checked = check_file(file, fields, from_line=args.from_line, encode=encode)
+    duplicates = file.duplicate_warning()
+    if duplicates:
+        print(duplicates, file=sys.stderr, flush=True)
     if checked.bad and not args.skip_bad:
         raise FeedFileError(file.name, None, checked.refusal(file.name))
 
