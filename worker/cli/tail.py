@@ -49,7 +49,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
 
     def row(record: TailedRecord) -> dict[str, Any]:
         # With a registry: values in its wire format (Avro, JSON Schema, Protobuf) are decoded first.
-        return result_row(record, reader.fields(record.value) if reader is not None else None)
+        decoded = reader.fields(record.value) if reader is not None else None
+        return result_row(record, decoded, text_field=registry.text_field, id_field=registry.id_field)
 
     if args.output == "table":
         rows = [row(record) for record in records]

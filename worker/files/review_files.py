@@ -21,7 +21,7 @@ import codecs
 import csv
 import io
 import json
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Final, Literal
@@ -123,6 +123,7 @@ class ReviewFile:
         max_value_bytes: int = 1_048_576,
         max_json_depth: int = 32,
         encoding: str = "auto",
+        rename: Mapping[str, str] | None = None,
     ) -> None:
         if (path is None) == (stream is None):
             raise ValueError("give a path or a stream")
@@ -147,6 +148,10 @@ class ReviewFile:
         self.max_text_chars = max_text_chars
         self._max_value_bytes, self._max_json_depth = max_value_bytes, max_json_depth
         self._handle: BinaryIO | None = None
+        self.rename = dict(rename or {})
+        """CSV: column → the name it is read under (`produce --map COLUMN=FIELD`)."""
+        if self.rename and self.format != "csv":
+            raise FeedFileError(self.name, None, "--map renames the columns of a CSV file")
         self._asked_encoding = encoding.strip().lower() or "auto"
         if self._asked_encoding != "auto":
             self._asked_encoding = _known_codec(self.name, self._asked_encoding)
@@ -327,6 +332,12 @@ class ReviewFile:
                     self.name, 1, f"empty file; a header row with a `{self.text_field}` column is required"
                 )
             header = [name.strip() for name in header]
+            unknown = [name for name in self.rename if name not in header]
+            if unknown:
+                raise FeedFileError(
+                    self.name, 1, f"--map names no column {', '.join(unknown)} (found: {', '.join(header)})"
+                )
+            header = [self.rename.get(name, name) for name in header]
             self._check_header(header)
             text_at = header.index(self.text_field)
             id_at = header.index(self.id_field) if self.id_field in header else None
