@@ -124,8 +124,8 @@ def test_evaluate_says_how_many_rows_it_dropped_and_why(
     assert main(["evaluate", "--model", str(tiny_model_dir), "--data", str(data), "--no-static"]) == 0
     out = capsys.readouterr().out
     assert (
-        f"{data}: 9 rows read, 3 reviews kept; dropped 6: 2 repeated texts, 2 rows of texts with both labels, "
-        "1 empty texts, 1 bad labels (lines 9)"
+        f"{data}: 9 rows read, 3 reviews kept; dropped 6: 2 repeated texts, 2 rows of texts with both "
+        "labels, 1 empty texts, 1 bad labels (lines 9)"
     ) in out
     assert "3 reviews" in out
 
