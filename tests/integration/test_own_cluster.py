@@ -103,3 +103,46 @@ def test_refuse_is_opt_in_and_missing_topics_fail_the_check(
     assert run.returncode == 2 and "dead-letter room" in run.stderr and "Traceback" not in run.stderr
     gone = cli("topics", "check", env={**env, "SENTIMENT_OUTPUT_TOPIC": names["results"] + "-nope"})
     assert gone.returncode == 1 and f"[FAIL] exists ({names['results']}-nope): missing" in gone.stdout
+
+
+def test_produce_gives_up_on_an_unreachable_broker_in_one_line_and_the_common_deadline(
+    tmp_path: Path,
+) -> None:
+    from worker.bench.worker_process import free_port
+
+    path = tmp_path / "reviews.txt"
+    path.write_text("质量很好\n太差了\n", encoding="utf-8")
+    away = f"127.0.0.1:{free_port()}"
+    produced = cli("produce", str(path), "--bootstrap-servers", away, "--topic", "reviews", timeout=60)
+    assert produced.returncode == 1
+    lines = produced.stderr.strip().splitlines()
+    assert len(lines) == 1, produced.stderr
+    assert f"{away} did not answer within 10 s" in lines[0] and "Nothing was sent." in lines[0]
+    assert "make kafka-up" in lines[0]
+
+
+def test_produce_to_a_missing_topic_and_run_on_one_give_their_advice_once(
+    kafka_bootstrap: str,
+    create_topics: Any,
+    unique_name: Callable[[str], str],
+    tiny_model_dir: Path,
+    tmp_path: Path,
+) -> None:
+    names = admin_made(create_topics, unique_name)
+    path = tmp_path / "reviews.txt"
+    path.write_text("质量很好\n", encoding="utf-8")
+    env = {
+        **env_for(kafka_bootstrap, names, tiny_model_dir),
+        "SENTIMENT_INPUT_TOPIC": names["reviews"] + "-nope",
+    }
+    produced = cli("produce", str(path), env=env, timeout=60)
+    assert produced.returncode == 1 and len(produced.stderr.strip().splitlines()) == 1, produced.stderr
+    assert f"topic '{names['reviews']}-nope' does not exist at {kafka_bootstrap}" in produced.stderr
+    run = cli("run", "--max-messages", "1", env=env)
+    assert run.returncode == 2, run.stderr[-2000:]
+    said = [line for line in run.stderr.splitlines() if "error:" in line]
+    assert len(said) == 1 and said[0].count("topics create") == 1, run.stderr[-2000:]
+    gone = {**env_for(kafka_bootstrap, names, tiny_model_dir), "SENTIMENT_DLQ_TOPIC": names["dlq"] + "-nope"}
+    run = cli("run", "--max-messages", "1", env=gone)
+    said = [line for line in run.stderr.splitlines() if "error:" in line]
+    assert run.returncode == 2 and len(said) == 1 and said[0].count("topics create") == 1, run.stderr[-2000:]

@@ -15,9 +15,10 @@ from worker.cli.common import (
     add_settings_flags,
     settings_from_args,
 )
-from worker.config import REGISTRY_FORMATS
-from worker.errors import ConfigurationError
+from worker.config import REGISTRY_FORMATS, KafkaSettings, SecuritySettings
+from worker.errors import ConfigurationError, OperationError
 from worker.files.review_files import BadRow, ReviewFile
+from worker.tools.broker_probe import probe_broker
 from worker.tools.produce import (
     FeedFileError,
     MessageFields,
@@ -113,6 +114,8 @@ def cmd_produce(args: argparse.Namespace) -> int:
     if checked.bad and not args.skip_bad:
         raise FeedFileError(file.name, None, checked.refusal(file.name))
 
+    reachable(s.kafka, s.security, topic)
+
     def skipped(row: BadRow) -> None:
         print(f"skipped {row}", file=sys.stderr, flush=True)
 
@@ -128,6 +131,22 @@ def cmd_produce(args: argparse.Namespace) -> int:
     )
     print(summary(file.name, topic, checked.read, len(checked.bad), report, args.limit), flush=True)
     return EXIT_OK if report.failed == 0 else EXIT_FAILED
+
+
+def reachable(kafka: KafkaSettings, security: SecuritySettings, topic: str) -> None:
+    """Before sending: a broker answers within the deadline every command keeps (one line when none does,
+    librdkafka's retries kept out of sight), and `topic` exists (a producer would wait for it, or have the
+    broker create it)."""
+    check, metadata = probe_broker(kafka, security)
+    if metadata is None:
+        raise OperationError(f"{check.detail}: {check.fix}. Nothing was sent.")
+    described = metadata.topics.get(topic)
+    if described is None or described.error is not None:
+        raise OperationError(
+            f"topic {topic!r} does not exist at {kafka.bootstrap_servers}: create it (`sentiment-worker "
+            f"topics create --bootstrap-servers {kafka.bootstrap_servers}`) or give --topic. Nothing was "
+            "sent."
+        )
 
 
 def _renames(pairs: list[str]) -> dict[str, str]:

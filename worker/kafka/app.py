@@ -29,7 +29,7 @@ from worker.kafka.consume_window import ConsumeWindow
 from worker.kafka.consumer import ReviewConsumer, handle_consume_error
 from worker.kafka.kafka_clients import KafkaClients, Rebalance
 from worker.kafka.lag_gauges import LagGauges
-from worker.kafka.partitions import PartitionBook, PartitionKey, format_partitions
+from worker.kafka.partitions import PartitionBook, PartitionKey, format_assignment_change, format_partitions
 from worker.kafka.producer import ResultPublisher, SourcePosition
 from worker.kafka.records import InputMessage, OutboundRecords
 from worker.kafka.registry_decode import RegistryUnavailable, RegistryWaitStopped, registry_decoder
@@ -630,7 +630,7 @@ class SentimentWorker:
         # Both lag series of a new partition are measured right after this callback (same loop turn), not
         # set to 0: a partition whose backlog is not fetched yet is behind from its first second.
         self._gauges_due = True
-        log.info("assigned %s", format_partitions(partitions))
+        log.info("%s", format_assignment_change("assigned", partitions, self._book.owned))
         self._set_assigned_count(partitions, added=True)
 
     def _on_revoke(self, partitions: list[PartitionKey]) -> None:
@@ -640,7 +640,7 @@ class SentimentWorker:
         self._drop_window_items(partitions)
         committed = self._started.committer.revoked(partitions)
         self._forget(partitions)
-        log.info("revoked %s (%s)", format_partitions(partitions), committed)
+        log.info("%s (%s)", format_assignment_change("revoked", partitions, self._book.owned), committed)
         self._set_assigned_count(partitions, added=False)
 
     def _on_lost(self, partitions: list[PartitionKey]) -> None:

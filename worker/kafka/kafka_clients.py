@@ -113,7 +113,9 @@ def output_topic_limits(
             # librdkafka's own lines saying why (e.g. "SASL authentication error") reach the log when the
             # worker's exit closes the publisher (ResultPublisher.close).
             raise StartupError(
-                f"{exc.args[0]} (bootstrap servers: {kafka.bootstrap_servers}). Nothing was consumed."
+                f"{exc.args[0]} (bootstrap servers: {kafka.bootstrap_servers}): check the topic's name, or "
+                "create it (`sentiment-worker topics create --bootstrap-servers "
+                f"{kafka.bootstrap_servers}`). Nothing was consumed."
             ) from exc
     facts = {
         topic: TopicFacts(publisher.partition_count(topic), publisher.topic_configs(topic))
@@ -179,7 +181,8 @@ def check_input_topic(publisher: ResultPublisher, kafka: KafkaSettings, security
         raise unreachable(kafka, exc) or StartupError(
             f"input topic {kafka.input_topic!r} cannot be read: {exc.args[0]} (bootstrap servers: "
             f"{kafka.bootstrap_servers}); check SENTIMENT_INPUT_TOPIC, or create the topic "
-            "(`sentiment-worker topics create`). Nothing was consumed."
+            f"(`sentiment-worker topics create --bootstrap-servers {kafka.bootstrap_servers}`). Nothing was "
+            "consumed."
         ) from exc
 
 

@@ -194,10 +194,8 @@ class ResultPublisher:
                 raise KafkaException(info.error)  # the caller names the missing ACL
             if info is None or info.error is not None or not info.partitions:
                 reason = info.error if info is not None else "not in metadata"
-                raise KafkaException(
-                    f"topic {topic!r} is not available ({reason}): create it, e.g. "
-                    "`sentiment-worker topics create`"
-                )
+                # No advice here: the caller says what to do (check_input_topic, output_topic_limits).
+                raise KafkaException(f"topic {topic!r} is not available ({reason})")
             self._partition_counts[topic] = len(info.partitions)
         return self._partition_counts[topic]
 
