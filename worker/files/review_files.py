@@ -148,6 +148,7 @@ class ReviewFile:
         self.max_text_chars = max_text_chars
         self._max_value_bytes, self._max_json_depth = max_value_bytes, max_json_depth
         self._handle: BinaryIO | None = None
+        self._renames = rename  # None: the command has no --map
         self.rename = dict(rename or {})
         """CSV: column → the name it is read under (`produce --map COLUMN=FIELD`)."""
         if self.rename and self.format != "csv":
@@ -350,6 +351,11 @@ class ReviewFile:
         finally:
             text.detach()
 
+    def _rename_hint(self, field: str) -> str:
+        if self._renames is None:
+            return ""
+        return f", or read a column as `{field}` with --map COLUMN={field}"
+
     def _check_header(self, header: list[str]) -> None:
         if any(_undecoded(name) for name in header):
             raise FeedFileError(
@@ -360,11 +366,14 @@ class ReviewFile:
         if self.text_field not in header:
             raise FeedFileError(
                 self.name, 1, f"the header row has no `{self.text_field}` column (found: {found}): name the "
-                "column that holds the review text with --text-field",
+                "column that holds the review text with --text-field" + self._rename_hint(self.text_field),
             )  # fmt: skip
         if self.require_id and self.id_field not in header:
             raise FeedFileError(
-                self.name, 1, f"the header row has no `{self.id_field}` column (found: {found})"
+                self.name,
+                1,
+                f"the header row has no `{self.id_field}` column (found: {found})"
+                + self._rename_hint(self.id_field),
             )
         if any(not name for name in header):
             raise FeedFileError(self.name, 1, "the header row has an empty column name")

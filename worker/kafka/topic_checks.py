@@ -84,7 +84,10 @@ def topic_findings(
         if name in missing:
             findings.append(TopicFinding("exists", name, "refuse", "missing", f"create it: {create}"))
         else:
-            findings.append(TopicFinding("exists", name, "ok", f"{facts[name].partitions} partitions"))
+            count = facts[name].partitions
+            findings.append(
+                TopicFinding("exists", name, "ok", f"{count} partition{'' if count == 1 else 's'}")
+            )
     if kafka.input_topic in missing:
         return findings
     source = facts[kafka.input_topic]
@@ -133,10 +136,9 @@ def _dead_letter_room(kafka: KafkaSettings, input_limit: int, dlq: TopicFacts) -
         f"about {dlq_limit - (needed - input_limit)} bytes goes as a stand-in without key and value (its "
         "source topic, partition and offset in headers)"
     )
-    fix = (
-        f"{fix_command(kafka)} sets max.message.bytes={needed} on {name!r}; SENTIMENT_DLQ_SIZE_CHECK="
-        f"{'off' if severity == 'warn' else 'warn'} to start anyway{' quietly' if severity == 'warn' else ''}"
-    )
+    other = "off to silence this" if severity == "warn" else "warn to start anyway"
+    fix = f"{fix_command(kafka)} sets max.message.bytes={needed} on {name!r}; or SENTIMENT_DLQ_SIZE_CHECK="
+    fix += other
     return TopicFinding("dead-letter room", name, severity, detail, fix, {"max.message.bytes": str(needed)})
 
 
@@ -179,7 +181,7 @@ def _retention(kafka: KafkaSettings, facts: TopicFacts) -> TopicFinding:
     name = kafka.dlq_topic
     retention = int(facts.configs.get("retention.ms", WEEK_MS))
     if retention < 0 or retention >= _DAY_MS:
-        shown = "forever" if retention < 0 else f"{retention / _DAY_MS:g} days"
+        shown = "forever" if retention < 0 else f"{retention / _DAY_MS:g} day(s)"
         return TopicFinding("retention", name, "ok", f"dead letters kept {shown}")
     return TopicFinding(
         "retention",
