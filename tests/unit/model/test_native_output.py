@@ -30,10 +30,13 @@ def test_fd_level_lines_go_to_the_log_at_debug(
 
 
 def test_a_failing_block_logs_its_lines_at_warning(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG, logger="test.native"):
-        with pytest.raises(RuntimeError), native_output_to_log(LOG, "paddle2onnx"):
-            os.write(2, b"[Paddle2ONNX] unsupported op\n")
-            raise RuntimeError("failed")
+    with (
+        caplog.at_level(logging.DEBUG, logger="test.native"),
+        pytest.raises(RuntimeError),
+        native_output_to_log(LOG, "paddle2onnx"),
+    ):
+        os.write(2, b"[Paddle2ONNX] unsupported op\n")
+        raise RuntimeError("failed")
     assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
         (logging.WARNING, "paddle2onnx: [Paddle2ONNX] unsupported op")
     ]
