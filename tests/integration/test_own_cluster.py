@@ -105,19 +105,28 @@ def test_refuse_is_opt_in_and_missing_topics_fail_the_check(
     assert gone.returncode == 1 and f"[FAIL] exists ({names['results']}-nope): missing" in gone.stdout
 
 
-def test_produce_gives_up_on_an_unreachable_broker_in_one_line_and_the_common_deadline(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("command", "consequence"),
+    [
+        (["produce", "FILE"], "Nothing was sent."),
+        (["tail"], "Nothing was read."),
+        (["topics", "list"], "Nothing was done."),
+    ],
+)
+def test_commands_give_up_on_an_unreachable_broker_in_one_line_and_the_common_deadline(
+    tmp_path: Path, command: list[str], consequence: str
 ) -> None:
     from worker.bench.worker_process import free_port
 
     path = tmp_path / "reviews.txt"
     path.write_text("质量很好\n太差了\n", encoding="utf-8")
     away = f"127.0.0.1:{free_port()}"
-    produced = cli("produce", str(path), "--bootstrap-servers", away, "--topic", "reviews", timeout=60)
+    args = [str(path) if word == "FILE" else word for word in command]
+    produced = cli(*args, "--bootstrap-servers", away, timeout=60)
     assert produced.returncode == 1
     lines = produced.stderr.strip().splitlines()
     assert len(lines) == 1, produced.stderr
-    assert f"{away} did not answer within 10 s" in lines[0] and "Nothing was sent." in lines[0]
+    assert f"{away} did not answer within 10 s" in lines[0] and consequence in lines[0]
     assert "make kafka-up" in lines[0]
 
 

@@ -18,7 +18,7 @@ from worker.cli.common import (
 from worker.config import REGISTRY_FORMATS, KafkaSettings, SecuritySettings
 from worker.errors import ConfigurationError, OperationError
 from worker.files.review_files import BadRow, ReviewFile
-from worker.tools.broker_probe import probe_broker
+from worker.tools.broker_probe import require_broker
 from worker.tools.produce import (
     FeedFileError,
     MessageFields,
@@ -137,9 +137,7 @@ def reachable(kafka: KafkaSettings, security: SecuritySettings, topic: str) -> N
     """Before sending: a broker answers within the deadline every command keeps (one line when none does,
     librdkafka's retries kept out of sight), and `topic` exists (a producer would wait for it, or have the
     broker create it)."""
-    check, metadata = probe_broker(kafka, security)
-    if metadata is None:
-        raise OperationError(f"{check.detail}: {check.fix}. Nothing was sent.")
+    metadata = require_broker(kafka, security, "Nothing was sent.")
     described = metadata.topics.get(topic)
     if described is None or described.error is not None:
         raise OperationError(

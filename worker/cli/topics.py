@@ -12,6 +12,7 @@ from worker.cli.common import EXIT_FAILED, EXIT_OK, Subparsers, add_settings_fla
 from worker.config import KafkaSettings
 from worker.errors import ConfigurationError, OperationError
 from worker.tools.acls import apply_acls, worker_acls
+from worker.tools.broker_probe import require_broker
 from worker.tools.topics import (
     OUTPUT_TOPIC_MAX_MESSAGE_BYTES,
     TopicConsumer,
@@ -101,6 +102,7 @@ def register(subparsers: Subparsers) -> None:
 
 def cmd_topics_create(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
+    require_broker(settings.sections.kafka, settings.sections.security, "Nothing was done.")
     kafka = settings.sections.kafka
     conf = settings.librdkafka_common()
     partitions = args.partitions or 3
@@ -144,6 +146,7 @@ def fix_worker_topics(conf: dict[str, Any], kafka: KafkaSettings, partitions: in
 
 def cmd_topics_check(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
+    require_broker(settings.sections.kafka, settings.sections.security, "Nothing was done.")
     kafka = settings.sections.kafka
     findings = check_worker_topics(settings.librdkafka_common(), kafka, replicas=args.replicas)
     print(f"# topics at {kafka.bootstrap_servers} (SENTIMENT_DLQ_SIZE_CHECK={kafka.dlq_size_check})")
@@ -179,6 +182,7 @@ def cmd_topics_acls(args: argparse.Namespace) -> int:
 
 def cmd_topics_list(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
+    require_broker(settings.sections.kafka, settings.sections.security, "Nothing was done.")
     counts = list_topic_names(settings.librdkafka_common())
     names = matching_topics(list(counts), args.topic) if args.topic else list(counts)
     for name in names:
@@ -190,6 +194,7 @@ def cmd_topics_list(args: argparse.Namespace) -> int:
 
 def cmd_topics_delete(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
+    require_broker(settings.sections.kafka, settings.sections.security, "Nothing was done.")
     kafka = settings.sections.kafka
     conf = settings.librdkafka_common()
     existing = list_topic_names(conf)

@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from worker.config import KafkaSettings, SecuritySettings, librdkafka_common
+from worker.errors import OperationError
 from worker.tools.checks import Check
 
 BROKER_DEADLINE_S = 10.0
@@ -82,3 +83,18 @@ def broker_fix(messages: list[tuple[int, str]]) -> str:
     if "SSL" in text:
         return TLS_FIX
     return BROKER_FIX
+
+
+def require_broker(
+    kafka: KafkaSettings,
+    security: SecuritySettings,
+    consequence: str,
+    *,
+    timeout_s: float = BROKER_DEADLINE_S,
+) -> Any:
+    """The cluster's metadata, or OperationError in one line (`probe_broker`'s words, then `consequence`,
+    e.g. "Nothing was sent."): how every operator command gives up on an unreachable broker."""
+    check, metadata = probe_broker(kafka, security, timeout_s=timeout_s)
+    if metadata is None:
+        raise OperationError(f"{check.detail}: {check.fix}. {consequence}")
+    return metadata
