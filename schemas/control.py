@@ -45,6 +45,24 @@ class ModelChoice(BaseModel):
         return value
 
 
+class ModelsChange(BaseModel):
+    """The body of `PUT /v1/admin/models` (`serve` without a broker): the directories to serve. A key left out
+    keeps what is served; `"primary": null` is the model the replica was started with, `"shadow": null` no
+    shadow."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    primary: str | None = Field(default=None, min_length=1, max_length=4096)
+    shadow: str | None = Field(default=None, min_length=1, max_length=4096)
+
+    @field_validator("primary", "shadow")
+    @classmethod
+    def _no_control_characters(cls, value: str | None) -> str | None:
+        if value is not None and any(ord(char) < 32 for char in value):
+            raise ValueError("a model path has no control characters")
+        return value
+
+
 class GateDecision(BaseModel):
     """Why a primary was chosen: the figures `models promote` measured and whether a gate was forced."""
 

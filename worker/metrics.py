@@ -115,6 +115,7 @@ class LiveModelMetrics:
     model_changes: Counter
     shadow_model: Gauge
     shadow_predictions: Counter
+    shadow_agreeing: Counter
     shadow_confidence: Histogram
     shadow_groups: Counter
 
@@ -125,6 +126,8 @@ class LiveModelMetrics:
         and the shadow's confidences."""
         for (primary, shadow), count in pairs.items():
             self.shadow_predictions.labels(primary, shadow, version).inc(count)
+        # PromQL cannot compare two labels of a series: the diagonal is counted apart, for the alert.
+        self.shadow_agreeing.labels(version).inc(sum(c for (p, s), c in pairs.items() if p == s))
         observe_all(self.shadow_confidence, confidences)
         self.shadow_groups.labels("shadowed").inc()
 
@@ -150,6 +153,13 @@ def create_live_model_metrics(registry: CollectorRegistry) -> LiveModelMetrics:
             "Reviews labelled by both the primary and the shadow, by the primary's label, the shadow's label "
             "and the shadow's version: the live confusion table (agreement: the diagonal over the sum).",
             ["primary_label", "shadow_label", "shadow_version"],
+            registry=registry,
+        ),
+        shadow_agreeing=Counter(
+            "sentiment_shadow_agreeing_total",
+            "Reviews the shadow gave the primary's label, by the shadow's version (the diagonal of "
+            "sentiment_shadow_predictions_total; agreement: this over its sum).",
+            ["shadow_version"],
             registry=registry,
         ),
         shadow_confidence=Histogram(

@@ -19,6 +19,8 @@ from schemas.sentiment_result import ModelRef
 from tests.labellers import labeller_for
 from worker.config import WorkerSettings
 from worker.http.serving import SentimentApi
+from worker.labelling.control import ModelControl
+from worker.labelling.labeller import Labeller
 
 
 @dataclass(frozen=True)
@@ -29,20 +31,28 @@ class Served:
 
 
 @contextmanager
-def serving(classifier: Any, **settings: Any) -> Iterator[Served]:
-    """`serve` in this process on 127.0.0.1 and a free port, ready; stopped (drained) on exit."""
+def serving(
+    classifier: Any, *, models: tuple[Labeller, ModelControl | None] | None = None, **settings: Any
+) -> Iterator[Served]:
+    """`serve` in this process on 127.0.0.1 and a free port, ready; stopped (drained) on exit. `models`: a
+    Labeller and its model control as `models_for` builds them (then `classifier` is not used)."""
     values: dict[str, Any] = {"http_port": 0, "worker_id": "test-serve", **settings}
     stop = threading.Event()
     registry = CollectorRegistry()
     listening: list[tuple[str, int]] = []
-    service = SentimentApi(
-        WorkerSettings(**values).sections,
+    labeller, control = models or (
         labeller_for(
             classifier, WorkerSettings(**values), ModelRef(name=classifier.name, version=classifier.version)
         ),
+        None,
+    )
+    service = SentimentApi(
+        WorkerSettings(**values).sections,
+        labeller,
         registry=registry,
         stop=stop,
         on_listening=listening.append,
+        control=control,
     )
     failed: list[BaseException] = []
 

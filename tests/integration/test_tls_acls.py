@@ -13,6 +13,8 @@ The SASL password and key material never appear in logs, `doctor` output or /met
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import urllib.error
 import urllib.request
@@ -23,15 +25,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.faults.harness import Collector, WorkerProcess, produce_all, review, tally, worker_env
 from tests.kafka_fixtures import DLQ_CONFIG, LAUNCHER, free_port, private_broker
-from worker.config import WorkerSettings
+from worker.cli.main import main
+from worker.config import WorkerSettings, librdkafka_common
+from worker.errors import ConfigurationError
+from worker.labelling.control import ControlReader
+from worker.model.manifest import model_content_hash
 from worker.tools import doctor
-from worker.tools.acls import AclRule, apply_acls, worker_acls
+from worker.tools.acls import AclRule, apply_acls, operator_acls, worker_acls
 from worker.tools.checks import Check
+from worker.tools.models import write_desired
 from worker.tools.topics import create_topics
 
 sys.path.insert(0, str(LAUNCHER.parent))
@@ -113,10 +120,10 @@ def settings_of(names: dict[str, str]) -> WorkerSettings:
 
 
 def grant_all_but(admin: dict[str, str], principal: str, names: dict[str, str], missing: AclRule) -> None:
-    rules = [
-        rule for rule in worker_acls(settings_of(names).sections.kafka, "exactly_once") if rule != missing
-    ]
-    assert len(rules) == len(worker_acls(settings_of(names).sections.kafka, "exactly_once")) - 1
+    sections = settings_of(names).sections
+    every = worker_acls(sections.kafka, "exactly_once", sections.live)
+    rules = [rule for rule in every if rule != missing]
+    assert len(rules) == len(every) - 1
     apply_acls(admin, principal, rules)
 
 
@@ -237,7 +244,7 @@ def test_mtls_client_of_our_ca_gets_in_and_one_from_another_ca_is_refused_at_the
     apply_acls(
         secure_broker.admin_conf(),
         "User:worker",
-        worker_acls(settings_of(names).sections.kafka, "at_least_once"),
+        worker_acls(settings_of(names).sections.kafka, "at_least_once", settings_of(names).sections.live),
     )
     ours = WorkerSettings(
         **base, ssl_certificate_location=tls.cert("worker"), ssl_key_location=tls.key("worker")
@@ -268,3 +275,56 @@ def test_mtls_client_of_our_ca_gets_in_and_one_from_another_ca_is_refused_at_the
     for check in (good_tls, good_broker, refused, unknown_ca, wrong_host):
         assert "PRIVATE KEY" not in check.line()
         assert not any(line in check.line() for key in keys for line in key.splitlines()[1:-1])
+
+
+def test_an_operator_writes_the_control_topic_and_a_worker_only_reads_it_and_writes_its_status(
+    secure_broker: SecureBroker,
+    names: dict[str, str],
+    tiny_int8_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    admin = secure_broker.admin_conf()
+    group = names["group"]
+    control, status = f"{group}.control", f"{group}.status"
+    create_topics(admin, [control, status], partitions=1, config={"cleanup.policy": "compact"})
+    sections = settings_of(names).sections
+    apply_acls(admin, "User:worker", worker_acls(sections.kafka, "at_least_once", sections.live))
+    apply_acls(admin, "User:reader", operator_acls(sections.kafka, sections.live))  # the operator
+    for name in [k for k in os.environ if k.startswith("SENTIMENT_")]:
+        monkeypatch.delenv(name)
+
+    def as_user(user: str) -> WorkerSettings:
+        values = {
+            "SECURITY_PROTOCOL": "SASL_SSL", "SSL_CA_LOCATION": str(secure_broker.tls.ca),
+            "SASL_MECHANISM": "SCRAM-SHA-512", "SASL_USERNAME": user,
+            "SASL_PASSWORD": secure_broker.passwords[user], "BOOTSTRAP_SERVERS": secure_broker.sasl_ssl,
+            "GROUP_ID": group,
+        }  # fmt: skip
+        for key, value in values.items():
+            monkeypatch.setenv(f"SENTIMENT_{key}", value)
+        return WorkerSettings()
+
+    as_user("reader")
+    assert main(["models", "shadow", str(tiny_int8_dir)]) == 0, capsys.readouterr().err
+    assert main(["models", "status", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert shown["desired"]["shadow"]["content_hash"] == model_content_hash(tiny_int8_dir)
+
+    worker = as_user("worker").sections
+    reader = ControlReader(worker)
+    try:
+        desired = reader.read(timeout_s=30)  # READ on the control topic
+    finally:
+        reader.close()
+    assert desired is not None and desired.shadow is not None
+    assert desired.shadow.content_hash == model_content_hash(tiny_int8_dir)
+    delivered: list[Any] = []
+    producer = Producer(librdkafka_common(worker.kafka, worker.security))
+    producer.produce(status, b"{}", b"replica/w", on_delivery=lambda err, _m: delivered.append(err))
+    producer.flush(30)
+    assert delivered == [None]  # WRITE on the status topic
+    with pytest.raises(ConfigurationError, match="TOPIC_AUTHORIZATION_FAILED"):
+        write_desired(worker, desired)  # never the control topic
+    assert main(["models", "status"]) == 2  # nor read the replicas' status
+    assert "not allowed to read topic" in capsys.readouterr().err

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource
 
+from worker.cli.main import main
 from worker.files.review_files import ReviewFile
 from worker.tools import topics
 from worker.tools.produce import check_file, feed_records, produce_reviews
@@ -190,3 +193,31 @@ def test_undeliverable_records_are_counted_failed_with_the_first_error(tmp_path:
     assert (report.sent, report.acknowledged, report.failed) == (3, 0, 3)
     assert report.first_error is not None and "timed out" in report.first_error.lower()
     assert (report.resume_line, report.delivered_after_resume) == (1, 0)  # nothing went: resume at line 1
+
+
+def test_topics_create_makes_the_groups_compacted_control_and_status_topics(
+    kafka_bootstrap: str,
+    unique_name: Callable[[str], str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in [k for k in os.environ if k.startswith("SENTIMENT_")]:
+        monkeypatch.delenv(name)
+    group, reviews = unique_name("tools-group"), unique_name("tools-reviews")
+    args = ["topics", "create", "--bootstrap-servers", kafka_bootstrap, "--group-id", group,
+            "--input-topic", reviews, "--output-topic", reviews + "-out",
+            "--dlq-topic", reviews + "-dlq"]  # fmt: skip
+    made = [reviews, reviews + "-out", reviews + "-dlq", f"{group}.control", f"{group}.status"]
+    try:
+        assert main(args) == 0
+        assert capsys.readouterr().out.splitlines() == [f"{name}: created" for name in made]
+        admin = AdminClient(conf(kafka_bootstrap))
+        assert topics.describe_topics(conf(kafka_bootstrap), made[3:]) == {made[3]: 1, made[4]: 1}
+        for name in made[3:]:
+            resource = ConfigResource(ConfigResource.Type.TOPIC, name)
+            config = admin.describe_configs([resource])[resource].result(timeout=30)
+            assert config["cleanup.policy"].value == "compact", name
+        assert main(args) == 0  # again: each exists
+        assert capsys.readouterr().out.splitlines() == [f"{name}: exists" for name in made]
+    finally:
+        topics.delete_topics(conf(kafka_bootstrap), made)

@@ -190,6 +190,7 @@ def test_k8s_manifests_pass_the_kubernetes_schema_strictly() -> None:
         "ConfigMap",
         "Deployment",
         "PersistentVolumeClaim",
+        "PersistentVolumeClaim",
         "PodDisruptionBudget",
         "Secret",
         "Service",
@@ -362,10 +363,23 @@ def test_serve_deployment_runs_serve_with_probes_a_service_and_a_secret_token() 
     assert "SENTIMENT_API_TOKEN" not in config
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     assert mounts["model"]["readOnly"] is True and mounts["model"]["mountPath"] == config["SENTIMENT_MODEL"]
-    assert (
-        pod["volumes"][0]["persistentVolumeClaim"]["claimName"]
-        == _kind("PersistentVolumeClaim")["metadata"]["name"]
-    )
+    claims = {d["metadata"]["name"] for d in _k8s_docs() if d["kind"] == "PersistentVolumeClaim"}
+    assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] in claims
+
+
+def test_every_replica_mounts_the_live_models_read_only_at_the_same_path() -> None:
+    claims = {d["metadata"]["name"]: d for d in _k8s_docs() if d["kind"] == "PersistentVolumeClaim"}
+    assert claims["sentiment-models"]["spec"]["accessModes"] == ["ReadOnlyMany"]
+    for deployment in (_kind("Deployment"), _serve_docs()["Deployment"]):
+        pod = deployment["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        mounts = {m["name"]: m for m in container["volumeMounts"]}
+        volume = {v["name"]: v for v in pod["volumes"]}["models"]["persistentVolumeClaim"]
+        assert (mounts["models"]["mountPath"], mounts["models"]["readOnly"]) == ("/models/live", True)
+        assert (volume["claimName"], volume["readOnly"]) == ("sentiment-models", True)
+    services = _compose()["services"]
+    for name in ("worker", "serve", "worker-gpu"):
+        assert "./models:/models/live:ro" in services[name]["volumes"], name
 
 
 def test_compose_serves_the_model_over_http_and_prometheus_scrapes_it() -> None:

@@ -162,3 +162,32 @@ def test_throughput_and_dead_letter_share_show_a_number_before_the_first_dead_le
     tests.write_text(yaml.safe_dump({"rule_files": [], "tests": [group]}), encoding="utf-8")
     run = _promtool("test", "rules", str(tests), cwd=tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_the_shadow_agreement_panel_shows_the_diagonal_over_all_reviews_by_shadow_version(
+    tmp_path: Path,
+) -> None:
+    panels = json.loads(DASHBOARD.read_text(encoding="utf-8"))["panels"]
+    (panel,) = [p for p in panels if p["title"] == "Shadow agreement"]
+    agreement = panel["targets"][0]["expr"].replace("$instance", ".*").replace("$__rate_interval", "2m")
+    worker = 'instance="worker-1:9108", job="sentiment-worker", shadow_version="7"'
+    per_minute = {("negative", "negative"): 4, ("positive", "negative"): 4}  # half agree
+    series = [
+        {
+            "series": f'sentiment_shadow_predictions_total{{{worker}, primary_label="{p}", '
+            f'shadow_label="{s}"}}',
+            "values": f"0+{n}x10",
+        }
+        for (p, s), n in per_minute.items()
+    ]
+    series.append({"series": f"sentiment_shadow_agreeing_total{{{worker}}}", "values": "0+4x10"})
+    expected = [{"labels": '{shadow_version="7"}', "value": 0.5}]
+    group = {
+        "interval": "1m",
+        "input_series": series,
+        "promql_expr_test": [{"expr": agreement, "eval_time": "10m", "exp_samples": expected}],
+    }
+    tests = tmp_path / "dashboard_test.yml"
+    tests.write_text(yaml.safe_dump({"rule_files": [], "tests": [group]}), encoding="utf-8")
+    run = _promtool("test", "rules", str(tests), cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr

@@ -11,7 +11,7 @@ from typing import Any
 from worker.cli.common import EXIT_FAILED, EXIT_OK, Subparsers, add_settings_flags, settings_from_args
 from worker.config import KafkaSettings
 from worker.errors import ConfigurationError, OperationError
-from worker.tools.acls import apply_acls, worker_acls
+from worker.tools.acls import apply_acls, operator_acls, worker_acls
 from worker.tools.broker_probe import require_broker
 from worker.tools.topics import (
     OUTPUT_TOPIC_MAX_MESSAGE_BYTES,
@@ -36,8 +36,11 @@ def register(subparsers: Subparsers) -> None:
         "topics", help="create, list or delete the worker's topics; the ACLs its principal needs"
     )
     topics_sub = topics.add_subparsers(dest="topics_command", required=True)
-    create = topics_sub.add_parser("create", help="create the input, output and dead-letter topics")
-    add_settings_flags(create, "bootstrap_servers", "input_topic", "output_topic", "dlq_topic")
+    create = topics_sub.add_parser(
+        "create",
+        help="create the input, output and dead-letter topics, and the group's control and status topics",
+    )
+    add_settings_flags(create, "bootstrap_servers", "input_topic", "output_topic", "dlq_topic", "group_id")
     create.add_argument(
         "--partitions",
         type=int,
@@ -64,6 +67,12 @@ def register(subparsers: Subparsers) -> None:
     )
     add_settings_flags(acls, "bootstrap_servers", "input_topic", "output_topic", "dlq_topic", "group_id")
     acls.add_argument("--principal", required=True, help="the worker's principal, e.g. User:worker")
+    acls.add_argument(
+        "--role",
+        choices=["worker", "operator"],
+        default="worker",
+        help="worker: what a replica needs; operator: what `models status|shadow|promote` needs",
+    )
     acls.add_argument(
         "--delivery",
         choices=["at_least_once", "exactly_once"],
@@ -115,6 +124,19 @@ def cmd_topics_create(args: argparse.Namespace) -> int:
         [kafka.output_topic, kafka.dlq_topic],
         partitions=partitions,
         config={"max.message.bytes": str(OUTPUT_TOPIC_MAX_MESSAGE_BYTES)},
+    )
+    # The group's control topic holds one desired state: compacted (the newest kept forever), one partition
+    # (one order). The status topic holds each replica's latest report: compacted, and old segments rolled
+    # daily so a replica gone long ago is compacted away with its last report kept.
+    live, group = settings.sections.live, kafka.group_id
+    outcome |= create_topics(
+        conf, [live.control_topic_of(group)], partitions=1, config={"cleanup.policy": "compact"}
+    )
+    outcome |= create_topics(
+        conf,
+        [live.status_topic_of(group)],
+        partitions=1,
+        config={"cleanup.policy": "compact", "segment.ms": str(24 * 3600 * 1000)},
     )
     for name, what in outcome.items():
         print(f"{name}: {what}")
@@ -169,12 +191,16 @@ def cmd_topics_acls(args: argparse.Namespace) -> int:
     if not args.principal.startswith("User:") or args.principal == "User:":
         raise ConfigurationError(f"--principal must look like User:NAME, got {args.principal!r}")
     kafka, delivery = settings.sections.kafka, args.delivery or settings.sections.delivery.delivery
-    rules = worker_acls(kafka, delivery)
+    if args.role == "operator":
+        rules = operator_acls(kafka, settings.sections.live)
+    else:
+        rules = worker_acls(kafka, delivery, settings.sections.live)
     if args.apply:
         created = apply_acls(settings.librdkafka_common(), args.principal, rules)
         print(f"{created} ACLs for {args.principal} in place ({delivery})")
         return EXIT_OK
-    print(f"# {args.principal}, delivery={delivery}: least privilege, nothing else")
+    what = f"delivery={delivery}" if args.role == "worker" else "operator of the models"
+    print(f"# {args.principal}, {what}: least privilege, nothing else")
     for rule in rules:
         print(rule.kafka_acls_line(args.principal, kafka.bootstrap_servers) + f"  # {rule.why}")
     return EXIT_OK

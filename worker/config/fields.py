@@ -436,8 +436,8 @@ class SettingsFields(BaseSettings):
         "auto",
         description="How a running replica learns which models to serve: topic: follows the control topic "
         "(`models shadow|promote` write it; a replica that starts serves what it says); api: `serve`'s "
-        "POST /v1/admin/models (needs api_token); off: only SENTIMENT_MODEL; auto: topic for `run`, api for "
-        "`serve` when api_token is set.",
+        "GET|PUT /v1/admin/models (needs api_token); off: only SENTIMENT_MODEL; auto: topic for `run`, api "
+        "for `serve` when api_token is set.",
     )
     control_topic: str | None = Field(
         None,
@@ -474,6 +474,19 @@ class SettingsFields(BaseSettings):
     )
     shadow_samples_per_s: float = Field(
         1.0, gt=0, description="Most disagreements sent to shadow_sample_topic per second (a burst of 10)."
+    )
+    promote_min_agreement: float = Field(
+        0.9,
+        ge=0,
+        le=1,
+        description="`models promote --live` refuses a shadow that agrees with the primary on a smaller "
+        "share of the reviews it shadowed (summed over the live replicas), unless --force.",
+    )
+    promote_min_shadowed: int = Field(
+        1000,
+        ge=0,
+        description="`models promote --live` refuses a shadow that labelled fewer live reviews (summed over "
+        "the live replicas), unless --force.",
     )
 
     shutdown_timeout_s: float = Field(

@@ -260,6 +260,8 @@ class LiveModelsSettings:
     shadow_topic: str | None
     shadow_sample_topic: str | None
     shadow_samples_per_s: float
+    promote_min_agreement: float
+    promote_min_shadowed: int
 
     def control_topic_of(self, group_id: str) -> str:
         """The control topic of consumer group `group_id`: `control_topic`, else `<group_id>.control`."""

@@ -45,6 +45,7 @@ from schemas.review_input import Review
 from schemas.sentiment_result import ModelRef
 from worker.config import HttpSettings, LimitsSettings
 from worker.health import HealthState, endpoint_answer
+from worker.http.admin import ModelsAdmin
 from worker.http.admission import AdmissionClosed, Overloaded, RequestAdmission, RequestOutcome
 from worker.http.connections import REFUSED_STATUS
 from worker.http.page import FAVICON_MEDIA_TYPE, favicon_ico, render_page
@@ -88,8 +89,10 @@ class ApiState:
         registry: CollectorRegistry,
         health: HealthState,
         http_metrics: HttpMetrics,
+        admin: ModelsAdmin | None = None,
     ) -> None:
         self.http = http
+        self.admin = admin  # serve's admin route (model_control=api), None without
         self.limits = limits
         self.registry = registry
         self.health = health
@@ -250,6 +253,9 @@ def build_app(api: ApiState) -> FastAPI:
         said = endpoint_answer(path, api.registry, api.health)
         return Response(said.body, said.status, media_type=said.content_type)
 
+    if api.admin is not None:
+        api.admin.add_routes(app)
+
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
         return answer("/metrics")
@@ -275,7 +281,7 @@ def build_app(api: ApiState) -> FastAPI:
         app.add_middleware(
             CORSMiddleware,
             allow_origins=s.http_cors_origins,
-            allow_methods=["GET", "POST"],
+            allow_methods=["GET", "POST", "PUT"] if api.admin is not None else ["GET", "POST"],
             allow_headers=["Authorization", "Content-Type"],
         )
     return app

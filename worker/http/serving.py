@@ -19,10 +19,12 @@ from prometheus_client import CollectorRegistry
 
 from worker.config import Sections
 from worker.health import HealthState
+from worker.http.admin import ModelsAdmin
 from worker.http.admission import RequestAdmission
 from worker.http.api import ApiState, build_app
 from worker.http.connections import ConnectionLimits
 from worker.http.server import HttpServer
+from worker.labelling.control import ModelControl
 from worker.labelling.labeller import Labeller
 from worker.metrics import WorkerMetrics, create_http_metrics, create_metrics
 
@@ -30,12 +32,19 @@ log = logging.getLogger(__name__)
 
 
 def open_api_server(
-    stack: ExitStack, settings: Sections, registry: CollectorRegistry, health: HealthState
+    stack: ExitStack,
+    settings: Sections,
+    registry: CollectorRegistry,
+    health: HealthState,
+    *,
+    control: ModelControl | None = None,
 ) -> tuple[ApiState, HttpServer]:
     """The API app served on `http_host:http_port` (the http section, the input limits; requests in progress
-    finish within shutdown_timeout_s on close), closed by `stack`; 503 until `attach_admission`."""
+    finish within shutdown_timeout_s on close), closed by `stack`; 503 until `attach_admission`. With
+    `control`, the admin route /v1/admin/models changes the models it serves."""
     http = settings.http
-    api = ApiState(http, settings.limits, registry, health, create_http_metrics(registry))
+    admin = ModelsAdmin(control, token_set=http.api_token is not None) if control is not None else None
+    api = ApiState(http, settings.limits, registry, health, create_http_metrics(registry), admin)
     server = HttpServer(
         build_app(api),
         http.http_host,
@@ -125,9 +134,11 @@ class SentimentApi:
         registry: CollectorRegistry | None = None,
         stop: Event | None = None,
         on_listening: Callable[[tuple[str, int]], None] | None = None,
+        control: ModelControl | None = None,
     ) -> None:
         self._settings = settings
         self._labeller = labeller
+        self._control = control  # the admin route's (model_control=api)
         self._registry = registry if registry is not None else CollectorRegistry()
         self._metrics = create_metrics(self._registry, low_confidence=settings.observability.low_confidence)
         self._health = HealthState(settings.observability.liveness_timeout_s, kafka=False)
@@ -150,7 +161,7 @@ class SentimentApi:
         labeller = self._labeller
         labeller.observe(self._metrics)
         with ExitStack() as stack:
-            api, server = open_api_server(stack, s, self._registry, self._health)
+            api, server = open_api_server(stack, s, self._registry, self._health, control=self._control)
             self.address = server.address
             docs = "/openapi.json with the token" if s.http.api_token is not None else "/docs"
             log.info(

@@ -123,7 +123,9 @@ class ControlReader:
                 continue
             error = message.error()
             if error is not None:
-                if error.code() != KafkaError._PARTITION_EOF:
+                # GROUP_AUTHORIZATION_FAILED: the client looks up the coordinator of its group even with
+                # assign(); nothing is committed, so the worker needs no ACL on that group.
+                if error.code() not in (KafkaError._PARTITION_EOF, KafkaError.GROUP_AUTHORIZATION_FAILED):
                     log.warning("control topic %s: %s", self._topic, error)
                 if time.monotonic() >= deadline or error.code() == KafkaError._PARTITION_EOF:
                     return self.desired
@@ -214,6 +216,11 @@ class ModelControl:
         self._applied = desired
         self.problem = "; ".join(problems) or None
         self.report()
+
+    @property
+    def desired(self) -> DesiredState | None:
+        """The desired state this replica last applied (None: none yet, it serves what it started with)."""
+        return self._applied
 
     def status(self) -> ReplicaStatus:
         """What this replica serves now, its problem, and the shadow's agreement."""

@@ -116,8 +116,12 @@ def serve(settings: WorkerSettings, *, on_listening: Callable[[tuple[str, int]],
     stop, labeller, control = _started(settings, "serve")
     if control is not None:
         control.start()
+    # The admin route takes the changes when no control topic does (model_control=api).
+    admin = control if model_control_mode(settings.sections, "serve") == "api" else None
     try:
-        return SentimentApi(settings.sections, labeller, stop=stop, on_listening=on_listening).run()
+        return SentimentApi(
+            settings.sections, labeller, stop=stop, on_listening=on_listening, control=admin
+        ).run()
     finally:
         if control is not None:
             control.stop()

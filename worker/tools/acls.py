@@ -6,9 +6,15 @@
   idempotent producer get its id: no IDEMPOTENT_WRITE on the cluster) and DESCRIBE_CONFIGS (read
   max.message.bytes at start-up);
 - exactly_once only: WRITE and DESCRIBE on the transactional ids `sentiment-worker.<group>.` (prefixed; the
-  worker id follows).
+  worker id follows);
+- live models: READ on the group's control topic (follow the desired state; read with assign(), no group
+  joined, nothing committed), WRITE on its status topic (report what the replica serves), and WRITE on the
+  shadow and sample topics when they are set. A worker never writes the control topic.
 
 Nothing else: no CREATE (an administrator creates the topics), no cluster operation, no wildcard.
+
+An operator who steers the models (`models status|shadow|promote`) gets `operator_acls`: READ and WRITE on
+the control topic, READ on the status topic, nothing of the worker's topics.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from worker.config import KafkaSettings
+from worker.config import KafkaSettings, LiveModelsSettings
 from worker.errors import OperationError
 
 Resource = Literal["topic", "group", "transactional-id"]
@@ -87,8 +93,9 @@ def transactional_id_prefix(kafka: KafkaSettings) -> str:
     return f"sentiment-worker.{kafka.group_id}."
 
 
-def worker_acls(kafka: KafkaSettings, delivery: str) -> list[AclRule]:
-    """The ACLs a worker with these topics and group needs in ``delivery`` mode."""
+def worker_acls(kafka: KafkaSettings, delivery: str, live: LiveModelsSettings) -> list[AclRule]:
+    """The ACLs a worker with these topics and group needs in ``delivery`` mode, the live models' topics
+    (`live`) included."""
     mode = delivery
     rules = [
         AclRule("topic", kafka.input_topic, "Read", "consume the input topic"),
@@ -103,11 +110,28 @@ def worker_acls(kafka: KafkaSettings, delivery: str) -> list[AclRule]:
     for topic in (kafka.output_topic, kafka.dlq_topic):
         rules.append(AclRule("topic", topic, "Write", "publish results / dead letters"))
         rules.append(AclRule("topic", topic, "DescribeConfigs", "read max.message.bytes at start-up"))
+    group = kafka.group_id
+    rules.append(AclRule("topic", live.control_topic_of(group), "Read", "follow the models to serve"))
+    rules.append(AclRule("topic", live.status_topic_of(group), "Write", "report the models it serves"))
+    shadow_outputs = ((live.shadow_topic, "shadow results"), (live.shadow_sample_topic, "disagreements"))
+    for output, why in shadow_outputs:
+        if output:
+            rules.append(AclRule("topic", output, "Write", f"publish {why}"))
     if mode == "exactly_once":
         prefix = transactional_id_prefix(kafka)
         for operation in ("Write", "Describe"):
             rules.append(AclRule("transactional-id", prefix, operation, "transactions", prefixed=True))  # type: ignore[arg-type]
     return rules
+
+
+def operator_acls(kafka: KafkaSettings, live: LiveModelsSettings) -> list[AclRule]:
+    """The ACLs of an operator who runs `models status|shadow|promote` for the group of `kafka`."""
+    control, status = live.control_topic_of(kafka.group_id), live.status_topic_of(kafka.group_id)
+    return [
+        AclRule("topic", control, "Read", "read the desired state (models status, shadow, promote)"),
+        AclRule("topic", control, "Write", "write the desired state (models shadow, promote)"),
+        AclRule("topic", status, "Read", "read what each replica serves (models status, promote --live)"),
+    ]
 
 
 def apply_acls(

@@ -64,6 +64,8 @@ USER_VALUES: dict[str, Any] = {
     "shadow_topic": "shadow-results",
     "shadow_sample_topic": "shadow-samples",
     "shadow_samples_per_s": 2.5,
+    "promote_min_agreement": 0.8,
+    "promote_min_shadowed": 50,
     "security_protocol": "SASL_SSL",
     "sasl_mechanism": "SCRAM-SHA-512",
     "sasl_username": "alice",

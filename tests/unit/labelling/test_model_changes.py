@@ -132,6 +132,7 @@ def test_a_shadow_leaves_the_primary_s_answers_as_they_are_and_its_agreement_is_
         primary, shadow = pair.split("->")
         labels = {"primary_label": primary, "shadow_label": shadow, "shadow_version": "s1"}
         assert sample("sentiment_shadow_predictions_total", labels) == count
+    assert sample("sentiment_shadow_agreeing_total", {"shadow_version": "s1"}) == 25  # the diagonal
     assert sample("sentiment_shadow_groups_total", {"outcome": "shadowed"}) == 5
     assert sample("sentiment_shadow_model_info", {"name": "fake", "version": "s1"}) == 1
 

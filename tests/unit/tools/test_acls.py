@@ -11,16 +11,17 @@ import yaml
 from confluent_kafka.admin import AclOperation, ResourcePatternType, ResourceType
 
 from worker.config import WorkerSettings
-from worker.tools.acls import worker_acls
+from worker.tools.acls import operator_acls, worker_acls
 
 DEPLOY = Path(__file__).resolve().parents[3] / "deploy" / "k8s"
 NAMES = {"input_topic": "in", "output_topic": "out", "dlq_topic": "dlq", "group_id": "g"}
+SECTIONS = WorkerSettings(**NAMES).sections
 
 
 def rules_as_tuples(delivery: str) -> set[tuple[str, str, str, bool]]:
     return {
         (r.resource, r.name, r.operation, r.prefixed)
-        for r in worker_acls(WorkerSettings(**NAMES).sections.kafka, delivery)
+        for r in worker_acls(SECTIONS.kafka, delivery, SECTIONS.live)
     }
 
 
@@ -33,6 +34,8 @@ def test_at_least_once_needs_read_on_input_and_group_write_on_outputs_and_descri
         ("topic", "out", "DescribeConfigs", False),
         ("topic", "dlq", "Write", False),
         ("topic", "dlq", "DescribeConfigs", False),
+        ("topic", "g.control", "Read", False),
+        ("topic", "g.status", "Write", False),
     }
 
 
@@ -48,7 +51,8 @@ def test_exactly_once_adds_write_and_describe_on_the_transactional_id_prefix_onl
 
 
 def test_rules_become_kafka_acls_lines_and_admin_bindings() -> None:
-    rules = worker_acls(WorkerSettings(**NAMES).sections.kafka, "exactly_once")
+    sections = WorkerSettings(**NAMES).sections
+    rules = worker_acls(sections.kafka, "exactly_once", sections.live)
     lines = [r.kafka_acls_line("User:worker", "b:9093") for r in rules]
     assert lines[0] == (
         "kafka-acls.sh --bootstrap-server b:9093 --command-config admin.properties --add "
@@ -95,6 +99,26 @@ def test_the_k8s_kafkauser_holds_exactly_the_rules_for_the_configmaps_names(deli
                 )
             )
     expected = {
-        (r.resource, r.name, r.operation, r.prefixed) for r in worker_acls(settings.sections.kafka, delivery)
+        (r.resource, r.name, r.operation, r.prefixed)
+        for r in worker_acls(settings.sections.kafka, delivery, settings.sections.live)
     }
     assert found == expected
+
+
+def test_a_worker_reads_the_control_topic_writes_its_status_and_the_shadow_topics_when_set() -> None:
+    settings = WorkerSettings(
+        **NAMES, control_topic="ctl", status_topic="st", shadow_topic="sh", shadow_sample_topic="sample"
+    )
+    rules = worker_acls(settings.sections.kafka, "at_least_once", settings.sections.live)
+    live = {(r.name, r.operation) for r in rules if r.name in {"ctl", "st", "sh", "sample"}}
+    assert live == {("ctl", "Read"), ("st", "Write"), ("sh", "Write"), ("sample", "Write")}
+    assert not any(r.name == "ctl" and r.operation == "Write" for r in rules)  # never the control topic
+
+
+def test_an_operator_reads_and_writes_the_control_topic_and_reads_the_status_topic_only() -> None:
+    rules = operator_acls(SECTIONS.kafka, SECTIONS.live)
+    assert {(r.resource, r.name, r.operation, r.prefixed) for r in rules} == {
+        ("topic", "g.control", "Read", False),
+        ("topic", "g.control", "Write", False),
+        ("topic", "g.status", "Read", False),
+    }
