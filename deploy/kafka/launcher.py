@@ -532,7 +532,8 @@ def ensure_ports_free(cfg: BrokerConfig) -> None:
         if port is not None and port_in_use(cfg.host, port):
             raise LauncherError(
                 f"port {cfg.host}:{port} is already in use",
-                "stop whatever listens there or pick other ports (--port/--controller-port)",
+                "stop whatever listens there or pick other ports: --port/--controller-port, or with make "
+                f"`make demo KAFKA_PORT={cfg.port + 100}` (also kafka-up, kafka-down, kafka-status)",
             )
 
 

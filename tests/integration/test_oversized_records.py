@@ -149,11 +149,11 @@ def test_exactly_once_a_record_the_broker_refuses_in_a_transaction_costs_one_abo
     assert_huge_key_dead_lettered_and_good_review_labelled(kafka_bootstrap, names)
 
 
-def test_run_refuses_to_start_when_the_dead_letter_topic_cannot_hold_the_largest_input(
+def test_run_refuses_to_start_when_asked_and_the_dead_letter_topic_cannot_hold_the_largest_input(
     kafka_bootstrap: str, default_topics: dict[str, str], tiny_classifier: Any
 ) -> None:
     names = default_topics
-    settings = make_settings(kafka_bootstrap, names)
+    settings = make_settings(kafka_bootstrap, names, dlq_size_check="refuse")  # the default warns
     worker = SentimentWorker(
         settings.sections,
         labeller_for(
@@ -166,5 +166,5 @@ def test_run_refuses_to_start_when_the_dead_letter_topic_cannot_hold_the_largest
     limit = BROKER_DEFAULT_MAX_MESSAGE_BYTES
     assert f"dead-letter topic {names['dlq']!r} accepts records of up to {limit} bytes" in said
     assert f"input topic {names['reviews']!r} accepts {limit}" in said
-    assert f"--entity-name {names['dlq']} --add-config max.message.bytes=" in said
+    assert f"`sentiment-worker topics create --fix --bootstrap-servers {kafka_bootstrap}` sets " in said
     assert committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 1) == {0: -1001}

@@ -18,6 +18,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 
+from tests.browser_fonts import cjk_font_problem
 from tests.integration.helpers import SAMPLES
 from tests.integration.serve_helpers import serving
 from worker.files.predict import predict_lines
@@ -35,6 +36,9 @@ def browser() -> Iterator[Any]:
             "chromium and chromedriver are needed: run `make browser` "
             "(apt-get install chromium chromium-driver)"
         )
+    problem = cjk_font_problem()
+    if problem is not None:  # the page would render, its Chinese as boxes
+        pytest.fail(problem)
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
     for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1100,800"):

@@ -40,6 +40,7 @@ EXIT_CODES = {
     "LagError": 1,
     "ModelChangeRefused": 1,
     "ModelLoadError": 2,
+    "ModelRefused": 1,
     "OutputWidthError": 1,
     "Overloaded": 1,
     "PortInUseError": 2,
@@ -142,6 +143,7 @@ def test_main_prints_one_line_and_exits_with_the_code(
         raise raised
 
     monkeypatch.setattr(lag_command, "measure_lag", measure_lag)
+    monkeypatch.setattr(lag_command, "require_broker", lambda *_args, **_kwargs: None)  # no broker here
     # The log (and its traceback) is not stderr's line: a handler an earlier test left on a closed capture
     # stream would print "--- Logging error ---" here.
     monkeypatch.setattr(logging.root, "handlers", [logging.NullHandler()])

@@ -20,6 +20,7 @@ from worker.errors import ConfigurationError
 from worker.labelling.loading import load_classifier_for
 
 __all__ = [
+    "EXIT_CLOSED_PIPE",
     "EXIT_CONFIG",
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
@@ -36,6 +37,9 @@ __all__ = [
 log = logging.getLogger("worker")
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_CLOSED_PIPE = 141
+"""The reader of stdout went away (`tail --dlq | head -2`): 128 + SIGPIPE, as `cat` or `yes` end there, so a
+pipeline under `set -o pipefail` tells a cut-short output from a finished one."""
 
 # What `build_parser` hands each command module's `register(subparsers)`.
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -73,6 +77,12 @@ def add_column_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--id-field", default=None, help="CSV column / JSON field holding the review id (default: id, if any)"
+    )
+    parser.add_argument(
+        "--encoding",
+        default="auto",
+        help="the file's encoding (default auto: UTF-8, UTF-8 with BOM, then GB18030, which reads GBK and "
+        "GB2312 as Excel exports them); any Python codec name",
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from worker.cli.common import (
     EXIT_FAILED,
@@ -10,8 +11,10 @@ from worker.cli.common import (
     SETTING_FLAGS,
     Subparsers,
     add_settings_flags,
+    env_config_file,
     settings_from_args,
 )
+from worker.config import setting_origin
 from worker.runtime.logs import configure_logging
 
 
@@ -29,7 +32,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     configure_logging("WARNING")  # the verdicts are the report; a log line only when something is off
     settings = settings_from_args(args)
-    checks = run_checks(settings)
+    origin = setting_origin(
+        "bootstrap_servers",
+        flag_given=getattr(args, "bootstrap_servers", None) is not None,
+        environ=os.environ,
+        config_file=getattr(args, "config", None) or env_config_file(),
+    )
+    checks = run_checks(settings, bootstrap_origin=origin)
     for check in checks:
         print(check.line())
     failed = [c for c in checks if c.verdict == "FAIL"]

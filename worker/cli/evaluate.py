@@ -46,7 +46,7 @@ def register(subparsers: Subparsers) -> None:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     use_all_cores()  # before Paddle loads (below)
-    from worker.training.corpus import load_labeled_file
+    from worker.training.corpus import load_labeled_rows
     from worker.training.evaluate import HELDOUT_FILE, Comparison, format_comparison, format_report
 
     configure_logging("WARNING")
@@ -55,9 +55,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise ConfigurationError(
             f"{path} not found: --heldout needs a model directory made by `sentiment-worker train`"
         )
-    examples, _ = load_labeled_file(path)
-    if args.limit is not None:
+    examples, counts = load_labeled_rows(path, skip_bad_labels=True)
+    read = counts.line()
+    if args.limit is not None and args.limit < len(examples):
         examples = examples[: args.limit]
+        read += f"; the first {args.limit} evaluated (--limit)"
     measure = {
         "device": args.device, "max_seq_len": args.max_seq_len, "batch_size": args.batch_size,
         "static_probe": not args.no_static and args.compare is None,
@@ -67,12 +69,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         incumbent = evaluate_model(args.compare, examples, path, **measure)
         comparison = Comparison(report, incumbent, args.margin, args.ece_margin)
         if args.json:
-            print(json.dumps(comparison.to_json(), ensure_ascii=False), flush=True)
+            print(json.dumps({**comparison.to_json(), "rows": read}, ensure_ascii=False), flush=True)
         else:
+            print(f"{path}: {read}", flush=True)
             print(format_comparison(comparison), flush=True)
         return EXIT_FAILED if comparison.regressions else EXIT_OK
     if args.json:
-        print(json.dumps(report.to_json(), ensure_ascii=False), flush=True)
+        print(json.dumps({**report.to_json(), "rows": read}, ensure_ascii=False), flush=True)
     else:
+        print(f"{path}: {read}", flush=True)
         print(format_report(report), flush=True)
     return EXIT_OK

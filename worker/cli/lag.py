@@ -6,6 +6,7 @@ import argparse
 import json
 
 from worker.cli.common import EXIT_OK, Subparsers, add_settings_flags, settings_from_args
+from worker.tools.broker_probe import require_broker
 from worker.tools.lag import format_table, measure_lag
 
 
@@ -25,6 +26,7 @@ def cmd_lag(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     kafka = settings.sections.kafka
     topic = args.topic or kafka.input_topic
+    require_broker(kafka, settings.sections.security, "Nothing was measured.", timeout_s=args.timeout_s)
     lag = measure_lag(settings.librdkafka_common(), kafka.group_id, topic, timeout_s=args.timeout_s)
     if args.json:
         print(json.dumps(lag.to_json(), ensure_ascii=False), flush=True)

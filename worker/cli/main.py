@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -37,7 +38,7 @@ from worker.cli import (
     train,
     tune,
 )
-from worker.cli.common import EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED
+from worker.cli.common import EXIT_CLOSED_PIPE, EXIT_CONFIG, EXIT_FAILED, EXIT_INTERRUPTED
 from worker.errors import ConfigurationError, OperationError, WorkerError
 from worker.runtime.logs import quiet_libraries
 
@@ -105,7 +106,8 @@ def exit_code(error: WorkerError) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parses `argv`, runs the command; the project's errors are one line on stderr and their category's
-    exit code, an interrupt is 130, anything else a bug (one line, the traceback in the log, exit 1)."""
+    exit code, an interrupt is 130, a closed stdout pipe 141 without a word, anything else a bug (one line,
+    the traceback in the log, exit 1)."""
     args = build_parser().parse_args(argv)
     quiet_libraries()  # before any command imports Paddle
     try:
@@ -115,6 +117,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exit_code(exc)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader closed the pipe (`| head`): stop quietly. stdout goes to /dev/null so that the flush at
+        # interpreter exit does not raise again (Python's own advice for SIGPIPE).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_CLOSED_PIPE
     except Exception as exc:  # noqa: BLE001 - last resort: one clear line, details in the log
         log.error("unexpected failure", exc_info=True)
         print(

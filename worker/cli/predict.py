@@ -71,6 +71,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
         stream=_stdin_bytes() if args.input is None else None,
         text_field=args.text_field,
         id_field=args.id_field,
+        encoding=args.encoding,
         max_text_chars=s.limits.max_text_chars,
         max_value_bytes=s.limits.max_value_bytes,
         max_json_depth=s.limits.max_json_depth,
@@ -101,6 +102,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
     sys.stdout.flush()
     if bar is not None:
         bar.finish(source.bytes_read)
+    duplicates = source.duplicate_warning()
+    if duplicates:
+        print(duplicates, file=sys.stderr, flush=True)
     return EXIT_OK
 
 

@@ -15,9 +15,10 @@ from worker.cli.common import (
     add_settings_flags,
     settings_from_args,
 )
-from worker.config import REGISTRY_FORMATS
-from worker.errors import ConfigurationError
+from worker.config import REGISTRY_FORMATS, KafkaSettings, SecuritySettings
+from worker.errors import ConfigurationError, OperationError
 from worker.files.review_files import BadRow, ReviewFile
+from worker.tools.broker_probe import require_broker
 from worker.tools.produce import (
     FeedFileError,
     MessageFields,
@@ -56,6 +57,14 @@ def register(subparsers: Subparsers) -> None:
     )
     add_column_flags(produce)
     produce.add_argument(
+        "--map",
+        action="append",
+        default=[],
+        metavar="COLUMN=FIELD",
+        help="CSV: read COLUMN as FIELD (repeatable), e.g. --map 评论内容=content; with a registry format "
+        "the columns go to the schema's fields of the same name (others are dropped, and named)",
+    )
+    produce.add_argument(
         "--skip-bad",
         action="store_true",
         help="send the good rows, naming each bad one (default: send nothing)",
@@ -81,15 +90,31 @@ def cmd_produce(args: argparse.Namespace) -> int:
         "auto" if args.format in REGISTRY_FORMATS else args.format,  # the file's own format, or by its name
         text_field=args.text_field,
         id_field=args.id_field,
+        encoding=args.encoding,
+        rename=_renames(args.map),
         max_text_chars=s.limits.max_text_chars,
         max_value_bytes=s.limits.max_value_bytes,
         max_json_depth=s.limits.max_json_depth,
     )
     fields = MessageFields(text=s.registry.text_field, id=s.registry.id_field)
     encode = value_encoder(s.registry, fmt, args.schema, topic) if fmt is not None else None
+    if encode is not None:
+        # A registry format: --text-field / --id-field name the schema's fields the text and id go to.
+        fields = MessageFields(text=args.text_field or fields.text, id=args.id_field or fields.id)
+        note = worker_fields_note(fields, s.registry.text_field, s.registry.id_field)
+        if note:
+            print(note, file=sys.stderr, flush=True)
     checked = check_file(file, fields, from_line=args.from_line, encode=encode)
+    dropped = encode.dropped_note() if encode is not None else None
+    if dropped:
+        print(dropped, file=sys.stderr, flush=True)
+    duplicates = file.duplicate_warning()
+    if duplicates:
+        print(duplicates, file=sys.stderr, flush=True)
     if checked.bad and not args.skip_bad:
         raise FeedFileError(file.name, None, checked.refusal(file.name))
+
+    reachable(s.kafka, s.security, topic)
 
     def skipped(row: BadRow) -> None:
         print(f"skipped {row}", file=sys.stderr, flush=True)
@@ -106,6 +131,48 @@ def cmd_produce(args: argparse.Namespace) -> int:
     )
     print(summary(file.name, topic, checked.read, len(checked.bad), report, args.limit), flush=True)
     return EXIT_OK if report.failed == 0 else EXIT_FAILED
+
+
+def reachable(kafka: KafkaSettings, security: SecuritySettings, topic: str) -> None:
+    """Before sending: a broker answers within the deadline every command keeps (one line when none does,
+    librdkafka's retries kept out of sight), and `topic` exists (a producer would wait for it, or have the
+    broker create it)."""
+    metadata = require_broker(kafka, security, "Nothing was sent.")
+    described = metadata.topics.get(topic)
+    if described is None or described.error is not None:
+        raise OperationError(
+            f"topic {topic!r} does not exist at {kafka.bootstrap_servers}: create it (`sentiment-worker "
+            f"topics create --bootstrap-servers {kafka.bootstrap_servers}`) or give --topic. Nothing was "
+            "sent."
+        )
+
+
+def _renames(pairs: list[str]) -> dict[str, str]:
+    renames: dict[str, str] = {}
+    for pair in pairs:
+        column, sep, name = pair.partition("=")
+        if not sep or not column.strip() or not name.strip():
+            raise ConfigurationError(f"--map {pair!r}: give COLUMN=FIELD, e.g. --map 评论内容=content")
+        renames[column.strip()] = name.strip()
+    return renames
+
+
+def worker_fields_note(fields: MessageFields, text_field: str, id_field: str) -> str | None:
+    """What the worker must be told when the values hold text and id under other names than it reads."""
+    wrong = [
+        f"SENTIMENT_{setting}={sent}"
+        for setting, sent, read in (
+            ("TEXT_FIELD", fields.text, text_field),
+            ("ID_FIELD", fields.id, id_field),
+        )
+        if sent != read
+    ]
+    if not wrong:
+        return None
+    return (
+        f"note: these values hold the text in `{fields.text}` and the id in `{fields.id}`, but the worker "
+        f"reads `{text_field}` and `{id_field}`: run it with {' '.join(wrong)}"
+    )
 
 
 def summary(name: str, topic: str, read: int, skipped: int, report: ProduceReport, limit: int | None) -> str:

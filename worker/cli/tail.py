@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from worker.cli.common import EXIT_OK, Subparsers, add_settings_flags, settings_from_args
+from worker.tools.broker_probe import require_broker
 from worker.tools.registry_values import ValueReader
 from worker.tools.tail import TailedRecord, format_table, result_row, tail_records
 
@@ -38,6 +39,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     kafka, registry = settings.sections.kafka, settings.sections.registry
     topic = args.topic or (kafka.dlq_topic if args.dlq else kafka.output_topic)
+    require_broker(kafka, settings.sections.security, "Nothing was read.")
     records = tail_records(
         settings.librdkafka_common(),
         topic,
@@ -49,7 +51,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
 
     def row(record: TailedRecord) -> dict[str, Any]:
         # With a registry: values in its wire format (Avro, JSON Schema, Protobuf) are decoded first.
-        return result_row(record, reader.fields(record.value) if reader is not None else None)
+        decoded = reader.fields(record.value) if reader is not None else None
+        return result_row(record, decoded, text_field=registry.text_field, id_field=registry.id_field)
 
     if args.output == "table":
         rows = [row(record) for record in records]

@@ -1,21 +1,28 @@
-"""`sentiment-worker topics create|list|delete`: the worker's topics, as kafka-topics manages them;
+"""`sentiment-worker topics create|check|list|delete`: the worker's topics, as kafka-topics manages them
+(`check`: the start-up checks `run` makes; `create --fix` settles them with the admin API);
 `topics acls`: the ACLs a worker's principal needs (kafka-acls.sh lines, or created with --apply)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from worker.cli.common import EXIT_FAILED, EXIT_OK, Subparsers, add_settings_flags, settings_from_args
 from worker.config import KafkaSettings
 from worker.errors import ConfigurationError, OperationError
 from worker.tools.acls import apply_acls, operator_acls, worker_acls
+from worker.tools.broker_probe import require_broker
 from worker.tools.topics import (
     OUTPUT_TOPIC_MAX_MESSAGE_BYTES,
     TopicConsumer,
+    add_partitions,
+    alter_topic_configs,
+    check_worker_topics,
     consumers_of,
     create_topics,
     delete_topics,
+    describe_topics,
     list_topic_names,
     matching_topics,
 )
@@ -34,8 +41,27 @@ def register(subparsers: Subparsers) -> None:
         help="create the input, output and dead-letter topics, and the group's control and status topics",
     )
     add_settings_flags(create, "bootstrap_servers", "input_topic", "output_topic", "dlq_topic", "group_id")
-    create.add_argument("--partitions", type=int, default=3)
+    create.add_argument(
+        "--partitions",
+        type=int,
+        default=None,
+        help="partitions of the topics it creates (default 3); with --fix: raise existing topics to "
+        "this many",
+    )
+    create.add_argument(
+        "--fix",
+        action="store_true",
+        help="also settle what `topics check` finds on existing topics, with the admin API (dead-letter "
+        "max.message.bytes, cleanup.policy, retention.ms; partitions only with --partitions)",
+    )
     create.set_defaults(func=cmd_topics_create)
+    check = topics_sub.add_parser(
+        "check",
+        help="every start-up check `run` makes on the topics (limits, partitions, compaction, retention)",
+    )
+    add_settings_flags(check, "bootstrap_servers", "input_topic", "output_topic", "dlq_topic", "group_id")
+    check.add_argument("--replicas", type=int, default=None, help="how many workers will share the group")
+    check.set_defaults(func=cmd_topics_check)
     acls = topics_sub.add_parser(
         "acls", help="the ACLs a worker's principal needs (kafka-acls.sh lines, or --apply them)"
     )
@@ -85,16 +111,18 @@ def register(subparsers: Subparsers) -> None:
 
 def cmd_topics_create(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
+    require_broker(settings.sections.kafka, settings.sections.security, "Nothing was done.")
     kafka = settings.sections.kafka
     conf = settings.librdkafka_common()
-    outcome = create_topics(conf, [kafka.input_topic], partitions=args.partitions)
+    partitions = args.partitions or 3
+    outcome = create_topics(conf, [kafka.input_topic], partitions=partitions)
     # A dead letter carries its input's value plus headers, so the output topics accept larger records
     # than the input topic's default (1 MiB), as `run` checks at start-up; larger ones still become dead
     # letters without key and value.
     outcome |= create_topics(
         conf,
         [kafka.output_topic, kafka.dlq_topic],
-        partitions=args.partitions,
+        partitions=partitions,
         config={"max.message.bytes": str(OUTPUT_TOPIC_MAX_MESSAGE_BYTES)},
     )
     # The group's control topic holds one desired state: compacted (the newest kept forever), one partition
@@ -112,7 +140,50 @@ def cmd_topics_create(args: argparse.Namespace) -> int:
     )
     for name, what in outcome.items():
         print(f"{name}: {what}")
+    if args.fix:
+        for name, what in fix_worker_topics(conf, kafka, args.partitions).items():
+            print(f"{name}: {what}")
     return EXIT_OK
+
+
+def fix_worker_topics(conf: dict[str, Any], kafka: KafkaSettings, partitions: int | None) -> dict[str, str]:
+    """What `topics create --fix` changed: the configs the checks' findings name, and partitions up to
+    `partitions` (only when given: more partitions move a key's later records to another partition)."""
+    findings = check_worker_topics(conf, kafka)
+    changes: dict[str, dict[str, str]] = {}
+    for finding in findings:
+        changes.setdefault(finding.topic, {}).update(finding.alter)
+    done = alter_topic_configs(conf, changes)
+    if partitions is not None:
+        counts = describe_topics(conf, _worker_topics(kafka))
+        raise_to = {
+            name: partitions for name, count in counts.items() if count is not None and count < partitions
+        }
+        for name, what in add_partitions(conf, raise_to).items():
+            done[name] = f"{done[name]}; {what}" if name in done else what
+    if not done:
+        return {"topics": "nothing to fix"}
+    return done
+
+
+def cmd_topics_check(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    require_broker(settings.sections.kafka, settings.sections.security, "Nothing was done.")
+    kafka = settings.sections.kafka
+    findings = check_worker_topics(settings.librdkafka_common(), kafka, replicas=args.replicas)
+    print(f"# topics at {kafka.bootstrap_servers} (SENTIMENT_DLQ_SIZE_CHECK={kafka.dlq_size_check})")
+    for finding in findings:
+        print(f"[{_VERDICT[finding.severity]:4}] {finding.line()}")
+    refused = [f for f in findings if f.severity == "refuse"]
+    warned = [f for f in findings if f.severity == "warn"]
+    print(
+        f"{len(findings) - len(refused) - len(warned)}/{len(findings)} OK, {len(warned)} warnings, "
+        f"{len(refused)} would stop `run`"
+    )
+    return EXIT_FAILED if refused else EXIT_OK
+
+
+_VERDICT = {"ok": "OK", "warn": "WARN", "refuse": "FAIL"}
 
 
 def cmd_topics_acls(args: argparse.Namespace) -> int:
@@ -137,6 +208,7 @@ def cmd_topics_acls(args: argparse.Namespace) -> int:
 
 def cmd_topics_list(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
+    require_broker(settings.sections.kafka, settings.sections.security, "Nothing was done.")
     counts = list_topic_names(settings.librdkafka_common())
     names = matching_topics(list(counts), args.topic) if args.topic else list(counts)
     for name in names:
@@ -148,6 +220,7 @@ def cmd_topics_list(args: argparse.Namespace) -> int:
 
 def cmd_topics_delete(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
+    require_broker(settings.sections.kafka, settings.sections.security, "Nothing was done.")
     kafka = settings.sections.kafka
     conf = settings.librdkafka_common()
     existing = list_topic_names(conf)

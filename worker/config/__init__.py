@@ -43,6 +43,7 @@ from worker.config.sources import (
     environment_warnings,
     load_settings,
     read_config_file,
+    setting_origin,
 )
 
 __all__ = [
@@ -69,6 +70,7 @@ __all__ = [
     "WorkerSettings",
     "build_sections",
     "environment_warnings",
+    "setting_origin",
     "kafka_extra_overrides",
     "librdkafka_common",
     "load_settings",

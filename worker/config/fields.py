@@ -37,6 +37,7 @@ Compatibility = Literal[
 ]
 OutputPartitioning = Literal["source", "key"]
 Delivery = Literal["at_least_once", "exactly_once"]
+DlqSizeCheck = Literal["warn", "refuse", "off"]
 ModelControlMode = Literal["auto", "topic", "api", "off"]
 Device = Literal["gpu", "cpu", "auto"]
 Backend = Literal["auto", "dynamic", "static", "onnx", "identity"]
@@ -59,12 +60,13 @@ class SettingsFields(BaseSettings):
     input_topic: str = Field("reviews", description="Topic the reviews are read from.")
     output_topic: str = Field("reviews-sentiment", description="Topic the results are published to.")
     dlq_topic: str = Field("reviews-dlq", description="Dead-letter topic for inputs that cannot be labelled.")
-    dlq_size_check: bool = Field(
-        True,
-        description="run: refuse to start (exit 2) when the dead-letter topic's max.message.bytes "
-        "cannot hold the input topic's largest record plus the dead-letter headers (`topics create` makes "
-        "topics that can); false: start anyway, and such a dead letter goes without key and value (its "
-        "source topic, partition and offset in headers).",
+    dlq_size_check: DlqSizeCheck = Field(
+        "warn",
+        description="run: what to do when the dead-letter topic's max.message.bytes cannot hold the input "
+        "topic's largest record plus the dead-letter headers (topics made at the broker's defaults): warn: "
+        "start and say so once (such a dead letter goes as a stand-in without key and value, its source "
+        "topic, partition and offset in headers; `topics create --fix` raises the limit); refuse: exit 2; "
+        "off: say nothing. true and false are still read as refuse and off.",
     )
     group_id: str = Field("sentiment-worker", description="Consumer group; replicas share it.")
     worker_id: str = Field(
@@ -514,6 +516,17 @@ class SettingsFields(BaseSettings):
         if not value.strip():
             raise ValueError("must not be empty")
         return value.strip()
+
+    @field_validator("dlq_size_check", mode="before")
+    @classmethod
+    def _dlq_size_check_words(cls, value: Any) -> Any:
+        # Before warn|refuse|off it was a bool: true (refuse to start) and false (start anyway).
+        if isinstance(value, bool):
+            return "refuse" if value else "off"
+        if isinstance(value, str):
+            word = value.strip().lower()
+            return {"true": "refuse", "1": "refuse", "false": "off", "0": "off"}.get(word, word)
+        return value
 
     @field_validator(
         "ssl_ca_location",

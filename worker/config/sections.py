@@ -34,6 +34,7 @@ from worker.config.fields import (
     Compatibility,
     Delivery,
     Device,
+    DlqSizeCheck,
     InputFormat,
     LogLevel,
     LongText,
@@ -61,7 +62,7 @@ class KafkaSettings:
     input_topic: str
     output_topic: str
     dlq_topic: str
-    dlq_size_check: bool
+    dlq_size_check: DlqSizeCheck
     group_id: str
     worker_id: str
     output_partitioning: OutputPartitioning

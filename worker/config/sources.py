@@ -69,7 +69,8 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> WorkerSe
     file_values = read_config_file(config_file) if config_file else {}
     unknown = sorted(set(file_values) - set(WorkerSettings.model_fields))
     if unknown:
-        raise ValueError(f"config file {config_file} has unknown settings: {', '.join(unknown)}")
+        named = "; ".join(f"{key} ({_file_key_hint(key)})" for key in unknown)
+        raise ValueError(f"config file {config_file} has unknown settings: {named}")
 
     class _Settings(WorkerSettings):
         _config_file_values: ClassVar[dict[str, Any]] = file_values
@@ -82,6 +83,39 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> WorkerSe
             raise
         variable, example = ENV_PREFIX + field.group(1).upper(), JSON_EXAMPLES[field.group(1)]
         raise ValueError(f"{variable} must be JSON, e.g. {variable}='{example}'") from None
+
+
+def _file_key_hint(key: str) -> str:
+    """What a config file's unknown `key` may have meant: the setting it names in environment form
+    (SENTIMENT_BOOTSTRAP_SERVERS → bootstrap_servers), else the closest setting, as env typos get."""
+    known = sorted(WorkerSettings.model_fields)
+    plain = key.strip().lower().replace("-", "_")
+    plain = plain.removeprefix(ENV_PREFIX.lower())
+    if plain in WorkerSettings.model_fields:
+        return f"did you mean {plain}?"
+    close = difflib.get_close_matches(plain, known, n=1, cutoff=0.6)
+    return f"did you mean {close[0]}?" if close else "see docs/settings.md for the settings"
+
+
+def setting_origin(
+    name: str, *, flag_given: bool, environ: Mapping[str, str], config_file: Path | None
+) -> str:
+    """Where setting `name` came from, in the precedence `load_settings` applies: `--flag`, the
+    environment variable, the config file, or the default (say which, so a value from the wrong place
+    shows)."""
+    variable = ENV_PREFIX + name.upper()
+    if flag_given:
+        return f"--{name.replace('_', '-')}"
+    if any(key.upper() == variable for key in environ):
+        return variable
+    if config_file is not None:
+        try:
+            in_file = name in read_config_file(config_file)
+        except ValueError:
+            in_file = False
+        if in_file:
+            return f"config file {config_file}"
+    return f"the default ({variable} not set)"
 
 
 def environment_warnings(

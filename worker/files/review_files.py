@@ -6,17 +6,22 @@ Every data row becomes a `FileReview` or a `BadRow` (its line, kind and reason):
 the worker decodes a message with (`schemas.review_decode`, whose text rule is
 `schemas.review_input.text_problem`: no visible character is `empty_text`, too many characters
 `text_too_long`), plus what only a file can get wrong (a CSV row with the wrong number of fields is
-`invalid_csv`, a byte that is not UTF-8 `invalid_utf8`). A blank line or row is `empty_text` in every
-format. What makes the whole file unreadable (it cannot be opened, a CSV header without the text column,
-broken CSV quoting) raises FeedFileError.
+`invalid_csv`, a byte that is not in the file's encoding `invalid_utf8`). A blank line or row is
+`empty_text` in every format. What makes the whole file unreadable (it cannot be opened, is in no encoding
+it can tell, a CSV header without the text column, broken CSV quoting) raises FeedFileError.
+
+Encodings: as teams export them. `auto` tries UTF-8 (a BOM dropped), then GB18030 (which reads GBK and
+GB2312: Excel's CSV export on a Chinese Windows), on the file's first `_SNIFF_BYTES`; `--encoding` names
+one. Rows reach the worker as UTF-8 whatever the file's encoding.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Final, Literal
@@ -36,6 +41,10 @@ _SUFFIX_FORMATS: Final[dict[str, Literal["jsonl", "csv", "txt"]]] = {
     ".txt": "txt",
 }
 _BOM: Final = b"\xef\xbb\xbf"
+_SNIFF_BYTES: Final = 1 << 20  # how much of a file `auto` decodes to tell its encoding
+ENCODING_CHOICES: Final = (
+    "auto (UTF-8, UTF-8 with BOM, then GB18030/GBK), utf-8, gb18030, or any Python codec"
+)
 _NO_ID: Final = "\x00no id\x00"  # decode's default id, to tell "no id field" from any id a file can hold
 INVALID_CSV: Final = "invalid_csv"
 """The kind of a CSV row with more or fewer fields than the header (the others are `DeadLetterKind`s)."""
@@ -113,6 +122,8 @@ class ReviewFile:
         max_text_chars: int = 10_000,
         max_value_bytes: int = 1_048_576,
         max_json_depth: int = 32,
+        encoding: str = "auto",
+        rename: Mapping[str, str] | None = None,
     ) -> None:
         if (path is None) == (stream is None):
             raise ValueError("give a path or a stream")
@@ -137,6 +148,18 @@ class ReviewFile:
         self.max_text_chars = max_text_chars
         self._max_value_bytes, self._max_json_depth = max_value_bytes, max_json_depth
         self._handle: BinaryIO | None = None
+        self._renames = rename  # None: the command has no --map
+        self.rename = dict(rename or {})
+        """CSV: column → the name it is read under (`produce --map COLUMN=FIELD`)."""
+        if self.rename and self.format != "csv":
+            raise FeedFileError(self.name, None, "--map renames the columns of a CSV file")
+        self._asked_encoding = encoding.strip().lower() or "auto"
+        if self._asked_encoding != "auto":
+            self._asked_encoding = _known_codec(self.name, self._asked_encoding)
+        self.encoding = "utf-8" if self._asked_encoding == "auto" else self._asked_encoding
+        """The encoding the rows are read in (`auto`: known once iteration has started)."""
+        self.id_counts: dict[str, int] = {}
+        """How often each id occurred in the last iteration (`duplicate_ids()` names those seen twice)."""
 
     @property
     def total_bytes(self) -> int:
@@ -154,15 +177,71 @@ class ReviewFile:
     def __iter__(self) -> Iterator[Row]:
         handle = self._open()
         self._handle = handle
+        self.id_counts = {}
+        rows: Generator[Row, None, None] | None = None
         try:
-            if self.format == "csv":
-                yield from self._csv_rows(handle)
-            else:
-                for number, raw in _lines(handle):
-                    yield self._line_row(number, raw)
+            if self._asked_encoding == "auto" and self.path is not None:
+                self.encoding = self._sniff(handle)
+            rows = self._csv_rows(handle) if self.format == "csv" else self._txt_or_jsonl_rows(handle)
+            for row in rows:
+                if row.id is not None:
+                    self.id_counts[row.id] = self.id_counts.get(row.id, 0) + 1
+                yield row
         finally:
+            if rows is not None:
+                rows.close()  # its own finally first, while the handle is open
             if self.path is not None:
                 handle.close()
+
+    def duplicate_ids(self) -> dict[str, int]:
+        """The ids the last iteration met more than once, with how often, in file order."""
+        return {row_id: count for row_id, count in self.id_counts.items() if count > 1}
+
+    def duplicate_warning(self, examples: int = 3) -> str | None:
+        """`warning: 2 ids occur more than once (R1 ×2, R7 ×3): ...` (None: every id once)."""
+        found = self.duplicate_ids()
+        if not found:
+            return None
+        shown = ", ".join(f"{row_id} ×{count}" for row_id, count in list(found.items())[:examples])
+        more = ", ..." if len(found) > examples else ""
+        rows = sum(found.values()) - len(found)
+        return (
+            f"warning: {self.name}: {len(found)} id(s) occur more than once ({shown}{more}); the {rows} "
+            "repeated row(s) are kept, so their results share an id"
+        )
+
+    def _sniff(self, handle: BinaryIO) -> str:
+        """UTF-8 when the file's first `_SNIFF_BYTES` are UTF-8, or mostly (more valid non-ASCII characters
+        than bad bytes: a UTF-8 file with an odd bad row, which then is a bad row naming --encoding); else
+        GB18030 when that decodes them (GBK text is hardly ever valid UTF-8, while UTF-8 Chinese often
+        decodes as GB18030, hence the order); else UTF-8, whose bad rows name --encoding."""
+        head = handle.read(_SNIFF_BYTES)
+        handle.seek(0)
+        final = len(head) < _SNIFF_BYTES  # else a character cut at the end is no error
+        text = codecs.getincrementaldecoder("utf-8")("replace").decode(head, final=final)
+        bad = text.count("\ufffd")
+        if bad == 0 or sum(1 for char in text if char > "\x7f") - bad > bad:
+            return "utf-8"
+        try:
+            codecs.getincrementaldecoder("gb18030")().decode(head, final=final)
+        except UnicodeDecodeError:
+            return "utf-8"
+        return "gb18030"
+
+    def _txt_or_jsonl_rows(self, handle: BinaryIO) -> Generator[Row, None, None]:
+        for number, raw in _lines(handle):
+            if self.encoding != "utf-8":
+                try:
+                    raw = raw.decode(self.encoding).encode("utf-8")
+                except UnicodeDecodeError as exc:
+                    yield BadRow(
+                        number,
+                        DeadLetterKind.INVALID_UTF8.value,
+                        f"byte {exc.start + 1} (0x{raw[exc.start]:02x}) is not valid {self.encoding}: "
+                        f"give the file's encoding with --encoding ({ENCODING_CHOICES})",
+                    )
+                    continue
+            yield self._line_row(number, raw)
 
     def _open(self) -> BinaryIO:
         if self._stream is not None:
@@ -182,8 +261,8 @@ class ReviewFile:
             return BadRow(
                 number,
                 DeadLetterKind.INVALID_UTF8.value,
-                f"byte {exc.start + 1} (0x{raw[exc.start]:02x}) is not valid UTF-8: save the file as UTF-8 "
-                "(e.g. `iconv -t UTF-8`)",
+                f"byte {exc.start + 1} (0x{raw[exc.start]:02x}) is not valid UTF-8: give the file's encoding "
+                "with --encoding (e.g. gb18030), or save it as UTF-8 (e.g. `iconv -t UTF-8`)",
             )
         if self.format == "txt":
             return self._checked(number, None, text, {}, raw)
@@ -241,10 +320,11 @@ class ReviewFile:
 
     # --- CSV: a header row, then a row per record (a quoted field may span lines) ---
 
-    def _csv_rows(self, handle: BinaryIO) -> Iterator[Row]:
+    def _csv_rows(self, handle: BinaryIO) -> Generator[Row, None, None]:
         # utf-8-sig drops a BOM; surrogateescape keeps a bad byte for its row to report; newline="" lets the
         # csv module handle quoted line breaks.
-        text = io.TextIOWrapper(handle, encoding="utf-8-sig", errors="surrogateescape", newline="")
+        encoding = "utf-8-sig" if self.encoding == "utf-8" else self.encoding
+        text = io.TextIOWrapper(handle, encoding=encoding, errors="surrogateescape", newline="")
         reader = csv.reader(text)
         try:
             header = next(reader, None)
@@ -253,6 +333,12 @@ class ReviewFile:
                     self.name, 1, f"empty file; a header row with a `{self.text_field}` column is required"
                 )
             header = [name.strip() for name in header]
+            unknown = [name for name in self.rename if name not in header]
+            if unknown:
+                raise FeedFileError(
+                    self.name, 1, f"--map names no column {', '.join(unknown)} (found: {', '.join(header)})"
+                )
+            header = [self.rename.get(name, name) for name in header]
             self._check_header(header)
             text_at = header.index(self.text_field)
             id_at = header.index(self.id_field) if self.id_field in header else None
@@ -265,16 +351,29 @@ class ReviewFile:
         finally:
             text.detach()
 
+    def _rename_hint(self, field: str) -> str:
+        if self._renames is None:
+            return ""
+        return f", or read a column as `{field}` with --map COLUMN={field}"
+
     def _check_header(self, header: list[str]) -> None:
+        if any(_undecoded(name) for name in header):
+            raise FeedFileError(
+                self.name, 1, f"the header row is not valid {self.encoding} text: give the file's encoding "
+                f"with --encoding ({ENCODING_CHOICES})",
+            )  # fmt: skip
         found = ", ".join(header) or "nothing"
         if self.text_field not in header:
             raise FeedFileError(
                 self.name, 1, f"the header row has no `{self.text_field}` column (found: {found}): name the "
-                "column that holds the review text with --text-field",
+                "column that holds the review text with --text-field" + self._rename_hint(self.text_field),
             )  # fmt: skip
         if self.require_id and self.id_field not in header:
             raise FeedFileError(
-                self.name, 1, f"the header row has no `{self.id_field}` column (found: {found})"
+                self.name,
+                1,
+                f"the header row has no `{self.id_field}` column (found: {found})"
+                + self._rename_hint(self.id_field),
             )
         if any(not name for name in header):
             raise FeedFileError(self.name, 1, "the header row has an empty column name")
@@ -296,7 +395,10 @@ class ReviewFile:
         try:
             "".join(cells).encode("utf-8")
         except UnicodeEncodeError:
-            reason = "holds bytes that are not valid UTF-8: save the file as UTF-8 (e.g. `iconv -t UTF-8`)"
+            reason = (
+                f"holds bytes that are not valid {self.encoding}: give the file's encoding with --encoding "
+                f"({ENCODING_CHOICES})"
+            )
             return BadRow(line, DeadLetterKind.INVALID_UTF8.value, reason, review_id)
         metadata = {
             name: cell
@@ -304,6 +406,18 @@ class ReviewFile:
             if at not in (text_at, id_at)
         }
         return self._checked(line, review_id, cells[text_at], metadata, b"")
+
+
+def _undecoded(text: str) -> bool:
+    """True when `text` holds a byte its encoding could not decode (kept as a lone surrogate)."""
+    return any("\udc80" <= char <= "\udcff" for char in text)
+
+
+def _known_codec(name: str, encoding: str) -> str:
+    try:
+        return codecs.lookup(encoding).name
+    except LookupError:
+        raise FeedFileError(name, None, f"unknown encoding {encoding!r}: use {ENCODING_CHOICES}") from None
 
 
 def _lines(handle: BinaryIO) -> Iterator[tuple[int, bytes]]:

@@ -14,7 +14,7 @@ from contextlib import suppress
 from worker.kafka.checkpoint import Checkpoint
 from worker.kafka.loop_context import LoopContext
 from worker.kafka.loop_observer import LoopObserver
-from worker.kafka.partitions import PartitionKey, format_partitions
+from worker.kafka.partitions import PartitionKey, format_assignment_change, format_partitions
 
 __all__ = ["Assignment"]
 
@@ -39,7 +39,7 @@ class Assignment:
         # Both lag series of a new partition are measured right after this callback (same loop turn), not
         # set to 0: a partition whose backlog is not fetched yet is behind from its first second.
         self._observer.refresh_soon()
-        log.info("assigned %s", format_partitions(partitions))
+        log.info("%s", format_assignment_change("assigned", partitions, self._ctx.book.owned))
         self._set_assigned_count(partitions, added=True)
 
     def on_revoke(self, partitions: list[PartitionKey]) -> None:
@@ -49,7 +49,7 @@ class Assignment:
         self.drop_inputs(partitions)
         committed = self._checkpoint.revoked(partitions)
         self._forget(partitions)
-        log.info("revoked %s (%s)", format_partitions(partitions), committed)
+        log.info("%s (%s)", format_assignment_change("revoked", partitions, self._ctx.book.owned), committed)
         self._set_assigned_count(partitions, added=False)
 
     def on_lost(self, partitions: list[PartitionKey]) -> None:

@@ -7,6 +7,7 @@ model: the engine's start). Each failure is a StartupError saying what to change
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -19,7 +20,9 @@ from worker.kafka.consumer import ReviewConsumer
 from worker.kafka.deadline_calls import CallAbandoned
 from worker.kafka.partitions import PartitionKey
 from worker.kafka.producer import PRODUCER_MAX_MESSAGE_BYTES, ResultPublisher
-from worker.kafka.records import dead_letter_overhead_bytes
+from worker.kafka.topic_checks import TopicFacts, TopicFinding, topic_findings
+
+log = logging.getLogger(__name__)
 
 RebalanceCallback = Callable[[list[PartitionKey]], None]
 
@@ -93,8 +96,8 @@ def output_topic_limits(
     publisher: ResultPublisher, kafka: KafkaSettings, security: SecuritySettings
 ) -> tuple[dict[str, int], dict[str, int]]:
     """Partition counts and max.message.bytes of the output and dead-letter topics (which must exist; the
-    limits capped at the producer's own), after checking that the dead-letter topic takes the dead letter of
-    the largest input (`check_dead_letter_room`)."""
+    limits capped at the producer's own), after the start-up topic checks (`worker.kafka.topic_checks`: a
+    refusal is a StartupError, a warning a log line)."""
     check_input_topic(publisher, kafka, security)
     partition_counts: dict[str, int] = {}
     max_message_bytes: dict[str, int] = {}
@@ -110,34 +113,43 @@ def output_topic_limits(
             # librdkafka's own lines saying why (e.g. "SASL authentication error") reach the log when the
             # worker's exit closes the publisher (ResultPublisher.close).
             raise StartupError(
-                f"{exc.args[0]} (bootstrap servers: {kafka.bootstrap_servers}). Nothing was consumed."
+                f"{exc.args[0]} (bootstrap servers: {kafka.bootstrap_servers}): check the topic's name, or "
+                "create it (`sentiment-worker topics create --bootstrap-servers "
+                f"{kafka.bootstrap_servers}`). Nothing was consumed."
             ) from exc
+    facts = {
+        topic: TopicFacts(publisher.partition_count(topic), publisher.topic_configs(topic))
+        for topic in dict.fromkeys([kafka.input_topic, kafka.output_topic, kafka.dlq_topic])
+    }
     input_limit = publisher.topic_max_message_bytes(kafka.input_topic)
-    check_fetch_room(kafka, input_limit)
-    if kafka.dlq_size_check:
-        check_dead_letter_room(kafka, input_limit, max_message_bytes[kafka.dlq_topic])
+    facts[kafka.input_topic] = _with_limit(facts[kafka.input_topic], input_limit)
+    dlq_limit = publisher.topic_max_message_bytes(kafka.dlq_topic)
+    facts[kafka.dlq_topic] = _with_limit(facts[kafka.dlq_topic], dlq_limit)
+    settle_topic_findings(topic_findings(kafka, facts))
     return partition_counts, max_message_bytes
 
 
-_FETCH_RESPONSE_OVERHEAD_BYTES = 512  # librdkafka's allowance for a fetch response's framing
+def _with_limit(facts: TopicFacts, limit: int) -> TopicFacts:
+    return TopicFacts(facts.partitions, {**facts.configs, "max.message.bytes": str(limit)})
+
+
+def settle_topic_findings(findings: list[TopicFinding]) -> None:
+    """`run`'s verdict on the start-up topic checks (`worker.kafka.topic_checks`, the ones `topics check`
+    and `doctor` report): the first `refuse` is a StartupError (exit 2); each `warn` one log line."""
+    for finding in findings:
+        if finding.severity == "refuse":
+            raise StartupError(f"{finding.line()}. Nothing was consumed.")
+    for finding in findings:
+        if finding.severity == "warn":
+            log.warning("topic check %s", finding.line())
 
 
 def check_fetch_room(kafka: KafkaSettings, input_limit: int) -> None:
     """Refuses to start (StartupError, exit 2) when a record batch the input topic accepts (`input_limit`,
     its max.message.bytes) could not be received: a fetch response larger than receive_message_max_bytes is
     refused by librdkafka and fetched again for ever, stalling every partition of that broker."""
-    receive = kafka.consumer_fetch_limits()["receive.message.max.bytes"]
-    receive = int(kafka.kafka_extra.get("receive.message.max.bytes", receive))
-    needed = input_limit + _FETCH_RESPONSE_OVERHEAD_BYTES
-    if receive >= needed:
-        return
-    raise StartupError(
-        f"input topic {kafka.input_topic!r} accepts record batches of up to {input_limit} bytes "
-        f"(max.message.bytes) but the consumer receives fetch responses of at most {receive} bytes "
-        f"(SENTIMENT_RECEIVE_MESSAGE_MAX_BYTES): such a batch could never be read and would stall the "
-        f"partitions of its broker. Set SENTIMENT_RECEIVE_MESSAGE_MAX_BYTES to at least {needed}, or lower "
-        "the topic's max.message.bytes. Nothing was consumed."
-    )
+    facts = {kafka.input_topic: TopicFacts(1, {"max.message.bytes": str(input_limit)})}
+    settle_topic_findings([f for f in topic_findings(kafka, facts) if f.check == "fetch room"])
 
 
 _UNREACHABLE = frozenset(
@@ -169,28 +181,9 @@ def check_input_topic(publisher: ResultPublisher, kafka: KafkaSettings, security
         raise unreachable(kafka, exc) or StartupError(
             f"input topic {kafka.input_topic!r} cannot be read: {exc.args[0]} (bootstrap servers: "
             f"{kafka.bootstrap_servers}); check SENTIMENT_INPUT_TOPIC, or create the topic "
-            "(`sentiment-worker topics create`). Nothing was consumed."
+            f"(`sentiment-worker topics create --bootstrap-servers {kafka.bootstrap_servers}`). Nothing was "
+            "consumed."
         ) from exc
-
-
-def check_dead_letter_room(kafka: KafkaSettings, input_limit: int, dlq_limit: int) -> None:
-    """Refuses to start (StartupError, exit 2) when the dead-letter topic's max.message.bytes `dlq_limit` is
-    smaller than the input topic's `input_limit` plus what a dead letter adds (its headers): the dead
-    letter of a large input would not fit and would go without its key and value."""
-    needed = input_limit + dead_letter_overhead_bytes(kafka.input_topic, kafka.worker_id)
-    if dlq_limit >= needed:
-        return
-    dlq = kafka.dlq_topic
-    raise StartupError(
-        f"dead-letter topic {dlq!r} accepts records of up to {dlq_limit} bytes (max.message.bytes) but "
-        f"input topic {kafka.input_topic!r} accepts {input_limit}: the dead letter of a large input (its "
-        f"key and value plus up to {needed - input_limit} bytes of headers) would not fit. Raise the "
-        f"dead-letter topic's limit to at least {needed}: kafka-configs --bootstrap-server "
-        f"{kafka.bootstrap_servers} --alter --entity-type topics --entity-name {dlq} --add-config "
-        f"max.message.bytes={needed} (`sentiment-worker topics create` makes topics that fit), or set "
-        "SENTIMENT_DLQ_SIZE_CHECK=false to start anyway (such dead letters then go without key and value, "
-        "their source topic, partition and offset in headers). Nothing was consumed."
-    )
 
 
 def open_consumer(

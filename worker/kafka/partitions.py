@@ -49,6 +49,11 @@ class PartitionBook:
             self._epochs[key] = self._next_epoch()
 
     @property
+    def owned(self) -> frozenset[PartitionKey]:
+        """The partitions this member holds now (assigned and not revoked or lost)."""
+        return frozenset(self._epochs)
+
+    @property
     def paused(self) -> frozenset[PartitionKey]:
         """The partitions this member paused (backpressure) and still owns."""
         return frozenset(self._paused)
@@ -145,6 +150,15 @@ class PartitionBook:
 def format_partitions(partitions: Iterable[PartitionKey]) -> str:
     """`reviews[0], reviews[1]` (for log lines)."""
     return ", ".join(f"{t}[{p}]" for t, p in sorted(partitions)) or "nothing"
+
+
+def format_assignment_change(verb: str, changed: Iterable[PartitionKey], held: Iterable[PartitionKey]) -> str:
+    """`assigned reviews[2]; holds reviews[0], reviews[2]` (a log line). Under cooperative rebalancing an
+    assignment adds to what the member holds, and a rebalance may add nothing while it keeps working:
+    `assigned no more partitions; holds reviews[0], reviews[1]`."""
+    changed = list(changed)
+    what = format_partitions(changed) if changed else "no more partitions" if verb == "assigned" else "none"
+    return f"{verb} {what}; holds {format_partitions(held)}"
 
 
 def format_offsets(offsets: dict[PartitionKey, int]) -> str:

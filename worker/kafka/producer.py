@@ -194,10 +194,8 @@ class ResultPublisher:
                 raise KafkaException(info.error)  # the caller names the missing ACL
             if info is None or info.error is not None or not info.partitions:
                 reason = info.error if info is not None else "not in metadata"
-                raise KafkaException(
-                    f"topic {topic!r} is not available ({reason}): create it, e.g. "
-                    "`sentiment-worker topics create`"
-                )
+                # No advice here: the caller says what to do (check_input_topic, output_topic_limits).
+                raise KafkaException(f"topic {topic!r} is not available ({reason})")
             self._partition_counts[topic] = len(info.partitions)
         return self._partition_counts[topic]
 
@@ -330,6 +328,18 @@ class ResultPublisher:
         too_large = tuple(d.record for d in self._deliveries[first:] if _too_large(d))
         self._deliveries.clear()  # acks (and failures) of aborted records mean nothing
         return AbortedTransaction(error, too_large)
+
+    def topic_configs(self, topic: str, timeout_s: float = 10.0) -> dict[str, str]:
+        """The topic's configs as the broker describes them (empty when it does not say: the start-up
+        checks then assume the broker's defaults)."""
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+        admin = AdminClient(dict(self._common_conf))
+        try:
+            configs = admin.describe_configs([resource])[resource].result(timeout=timeout_s)
+        except KafkaException as exc:
+            log.warning("cannot read the configs of %s (%s); assuming the broker's defaults", topic, exc)
+            return {}
+        return {key: entry.value for key, entry in configs.items() if entry.value is not None}
 
     def topic_max_message_bytes(self, topic: str, timeout_s: float = 10.0) -> int:
         """The topic's max.message.bytes (the largest record batch the broker accepts for it)."""

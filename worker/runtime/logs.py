@@ -29,11 +29,6 @@ def configure_logging(level: str) -> None:
     _paddlenlp_floor().level = logging.DEBUG if level == "DEBUG" else logging.WARNING
     for client in ("httpx", "httpx2"):  # the Schema Registry client's HTTP: a line per request at INFO
         logging.getLogger(client).setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)
-    librdkafka = logging.getLogger(LIBRDKAFKA_LOGGER)
-    if not any(isinstance(f, NormalRetries) for f in librdkafka.filters):
-        librdkafka.addFilter(NormalRetries())  # first: a demoted line is not counted as a repeat
-    if not any(isinstance(f, RepeatedLines) for f in librdkafka.filters):
-        librdkafka.addFilter(RepeatedLines())
 
 
 class NormalRetries(logging.Filter):
@@ -90,6 +85,13 @@ def quiet_libraries() -> None:
     """
     warnings.filterwarnings("ignore", category=UserWarning, module=r"paddle\..*|_distutils_hack")
     _paddlenlp_floor()
+    # Every command's librdkafka lines (also those of commands that configure no logging, shown by
+    # logging's last-resort handler): normal retries at DEBUG, a repeated line once per 10 s.
+    librdkafka = logging.getLogger(LIBRDKAFKA_LOGGER)
+    if not any(isinstance(f, NormalRetries) for f in librdkafka.filters):
+        librdkafka.addFilter(NormalRetries())  # first: a demoted line is not counted as a repeat
+    if not any(isinstance(f, RepeatedLines) for f in librdkafka.filters):
+        librdkafka.addFilter(RepeatedLines())
     if not sys.stderr.isatty():
         os.environ.setdefault("NO_COLOR", "1")  # honoured by colorlog, PaddleNLP's formatter
 

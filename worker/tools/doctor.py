@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import logging
+import difflib
+import os
 import platform
-import re
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from worker.config import (
     DEFAULT_MODEL_DIR,
@@ -24,10 +23,11 @@ from worker.inference.label_fields import label_fields
 from worker.model.backend_choice import compression_outlook, cpu_description, cpu_features
 from worker.model.device import DeviceChoice, DeviceUnavailableError, activate, choose_device
 from worker.model.loading import InferenceOptions, ModelLoadError, load_classifier
+from worker.tools.broker_probe import check_broker
 from worker.tools.checks import Check, Verdict
 from worker.tools.registry_checks import check_registry
 from worker.tools.tls import handshake, uses_tls
-from worker.tools.topics import describe_topics
+from worker.tools.topics import check_worker_topics
 
 MODEL_FIX = (
     f"run `make model` (it derives the default, {DEFAULT_MODEL_DIR}, from the shipped models/default; paths "
@@ -35,20 +35,20 @@ MODEL_FIX = (
     "(`sentiment-worker train --output-dir DIR`)"
 )
 PADDLE_FIX = "run `make install` (paddlepaddle and paddlenlp into .venv)"
-BROKER_FIX = "start a broker (`make kafka-up`) or set SENTIMENT_BOOTSTRAP_SERVERS to one that runs"
-CREDENTIALS_FIX = "check SENTIMENT_SASL_USERNAME, SENTIMENT_SASL_PASSWORD and SENTIMENT_SASL_MECHANISM"
-TLS_FIX = "check SENTIMENT_SECURITY_PROTOCOL against the broker's listener (and the ssl.* settings)"
-TOPICS_FIX = "run `sentiment-worker topics create`"
 
 
-def run_checks(settings: WorkerSettings) -> list[Check]:
-    """Runs every check in order; never raises. Secrets never appear in the details."""
+def run_checks(settings: WorkerSettings, bootstrap_origin: str | None = None) -> list[Check]:
+    """Runs every check in order; never raises. Secrets never appear in the details. `bootstrap_origin`:
+    where the bootstrap address came from (`worker.config.setting_origin`), said before the broker's
+    answer so that an answer from the wrong cluster shows."""
     s = settings.sections
     checks = [_check_python(), _check_cpu(), _check_paddle()]
     device_check, device = _check_device(s.model)
     checks.append(device_check)
     if device is not None:
         checks.append(_check_model(s.model, s.batching, device))
+    if bootstrap_origin is not None:
+        checks.append(bootstrap_check(s.kafka.bootstrap_servers, bootstrap_origin))
     kafka = kafka_checks(s.kafka, s.security)
     checks.extend(kafka)
     if kafka[-1].name == "tls" and kafka[-1].verdict == "FAIL":
@@ -56,6 +56,28 @@ def run_checks(settings: WorkerSettings) -> list[Check]:
     if s.registry.schema_registry_url:
         checks.extend(check_registry(s.registry, s.kafka))
     return checks
+
+
+def bootstrap_check(bootstrap: str, origin: str) -> Check:
+    """The address the Kafka checks use and where it came from; WARN when it is the default while a
+    SENTIMENT_* variable that is no setting looks like SENTIMENT_BOOTSTRAP_SERVERS (a typo: the broker
+    that answers below is then likely not the cluster meant)."""
+    detail = f"{bootstrap} (from {origin})"
+    if origin.startswith("the default"):
+        typos = [
+            name
+            for name in os.environ
+            if name.upper() != "SENTIMENT_BOOTSTRAP_SERVERS"
+            and name.upper() not in _SETTING_VARIABLES
+            and difflib.get_close_matches(name.upper(), ["SENTIMENT_BOOTSTRAP_SERVERS"], n=1, cutoff=0.8)
+        ]
+        if typos:
+            fix = f"rename {typos[0]} to SENTIMENT_BOOTSTRAP_SERVERS; the answers below are from {bootstrap}"
+            return Check("bootstrap", "WARN", f"{detail}, while {typos[0]} is set and ignored", fix)
+    return Check("bootstrap", "OK", detail)
+
+
+_SETTING_VARIABLES = frozenset(f"SENTIMENT_{name.upper()}" for name in WorkerSettings.model_fields)
 
 
 def kafka_checks(kafka: KafkaSettings, security: SecuritySettings) -> list[Check]:
@@ -163,75 +185,26 @@ def check_tls(kafka: KafkaSettings, security: SecuritySettings) -> Check:
     return Check("tls", verdict, outcome.detail, outcome.fix if verdict != "OK" else None)
 
 
-def check_broker(kafka: KafkaSettings, security: SecuritySettings) -> Check:
-    """Reads cluster metadata once. librdkafka's own log lines of the attempt (one per retry, on stderr by
-    default) are kept out of the report; the last error among them says why, and picks the fix."""
-    from confluent_kafka.admin import AdminClient
-
-    collected = _LogLines()
-    logger = logging.Logger("doctor.librdkafka")  # not registered: this probe's lines only
-    logger.addHandler(collected)
-    timeout_s = 5.0
-    conf: dict[str, Any] = {**librdkafka_common(kafka, security), "logger": logger}
-    bootstrap = conf.get("bootstrap.servers") or conf.get("metadata.broker.list")
-    try:
-        admin = AdminClient(conf)
-    except Exception as exc:  # noqa: BLE001 - a check reports, never crashes the report
-        detail = f"the client refused its settings ({type(exc).__name__}: {exc})"
-        return Check(
-            "broker", "FAIL", detail, "check SENTIMENT_KAFKA_EXTRA and the SENTIMENT_SASL_* settings"
-        )
-    try:
-        metadata = admin.list_topics(timeout=timeout_s)
-    except Exception as exc:  # noqa: BLE001
-        admin.poll(0)  # hands the queued log lines to `logger`
-        cause = collected.last_error() or f"{type(exc).__name__}: {exc}"
-        detail = f"{bootstrap} did not answer within {timeout_s:g} s ({cause})"
-        return Check("broker", "FAIL", detail, broker_fix(collected.messages))
-    brokers = ", ".join(f"{b.host}:{b.port}" for b in metadata.brokers.values())
-    return Check("broker", "OK", f"{bootstrap} answered; brokers: {brokers}")
-
-
-class _LogLines(logging.Handler):
-    """librdkafka's log lines (`FAIL [rdkafka#producer-1] [thrd:...]: <what happened>`), kept, not shown."""
-
-    _PREFIX = re.compile(r"^\S+ \[[^\]]*\] \[thrd:[^\]]*\]: ")
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.messages: list[tuple[int, str]] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append((record.levelno, self._PREFIX.sub("", record.getMessage())))
-
-    def last_error(self) -> str | None:
-        errors = [message for level, message in self.messages if level >= logging.WARNING]
-        return errors[-1] if errors else None
-
-
-def broker_fix(messages: list[tuple[int, str]]) -> str:
-    """What fixes a broker that did not answer, from librdkafka's log lines: credentials when it refused
-    the login, the security protocol when TLS failed, else a broker at the bootstrap address."""
-    text = " ".join(message for _, message in messages)
-    if "SASL" in text or "Authentication" in text:
-        return CREDENTIALS_FIX
-    if "SSL" in text:
-        return TLS_FIX
-    return BROKER_FIX
-
-
 def _check_topics(kafka: KafkaSettings, security: SecuritySettings) -> list[Check]:
-    names = [kafka.input_topic, kafka.output_topic, kafka.dlq_topic]
+    """Every start-up check `run` makes on the topics (`worker.kafka.topic_checks`): a check `run` refuses
+    on is a FAIL, one it starts with a warning a WARN."""
     try:
-        counts = describe_topics(librdkafka_common(kafka, security), names)
+        findings = check_worker_topics(librdkafka_common(kafka, security), kafka)
     except Exception as exc:  # noqa: BLE001
         fix = "check the broker (`make kafka-status`) and that this principal may describe topics"
         return [Check("topics", "FAIL", f"{type(exc).__name__}: {exc}", fix)]
     checks = []
-    for name in names:
-        count = counts.get(name)
-        if count is None:
-            checks.append(Check(f"topic {name}", "FAIL", "missing", TOPICS_FIX))
+    for finding in findings:
+        verdict: Verdict = (
+            "FAIL" if finding.severity == "refuse" else "WARN" if finding.severity == "warn" else "OK"
+        )
+        if finding.check == "exists":
+            fix = f"run `sentiment-worker topics create --bootstrap-servers {kafka.bootstrap_servers}`"
+            checks.append(
+                Check(f"topic {finding.topic}", verdict, finding.detail, fix if verdict != "OK" else None)
+            )
         else:
-            checks.append(Check(f"topic {name}", "OK", f"{count} partitions"))
+            checks.append(
+                Check(f"topic {finding.topic} {finding.check}", verdict, finding.detail, finding.fix)
+            )
     return checks

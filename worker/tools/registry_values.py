@@ -51,11 +51,70 @@ def value_format(declared: str | None, schema: Path | None) -> str | None:
     return inferred
 
 
-def value_encoder(
-    registry: RegistrySettings, fmt: str, schema_file: Path, topic: str
-) -> Callable[[dict[str, Any]], bytes]:
+class SchemaValues:
+    """A message dict → its value in a registry format, its keys mapped to the schema's fields by name: a
+    key the schema has no field for is dropped (counted in `dropped`, which `produce` reports). `fields`:
+    the schema's top-level field names, in schema order (None: the schema does not list them)."""
+
+    def __init__(
+        self,
+        serialize: Callable[[dict[str, Any]], bytes],
+        fields: tuple[str, ...] | None,
+        schema_file: Path,
+    ) -> None:
+        self._serialize = serialize
+        self.fields = fields
+        self.schema_file = schema_file
+        self.dropped: dict[str, int] = {}
+
+    def __call__(self, document: dict[str, Any]) -> bytes:
+        if self.fields is not None:
+            kept = {}
+            for name, value in document.items():
+                if name in self.fields:
+                    kept[name] = value
+                else:
+                    self.dropped[name] = self.dropped.get(name, 0) + 1
+            document = kept
+        try:
+            return self._serialize(document)
+        except ValueError as exc:
+            listed = ", ".join(self.fields) if self.fields is not None else "not listed"
+            raise ValueError(
+                f"{exc} (the schema's fields: {listed}; --text-field and --id-field name the fields the "
+                "text and id go to, --map COLUMN=FIELD gives a column a field's name)"
+            ) from None
+
+    def dropped_note(self) -> str | None:
+        """`note: columns 店铺, 评分 are not fields of review.avsc: not sent` (None: nothing dropped)."""
+        if not self.dropped:
+            return None
+        names = ", ".join(self.dropped)
+        return (
+            f"note: {names} {'is not a field' if len(self.dropped) == 1 else 'are not fields'} of "
+            f"{self.schema_file.name}: not sent (--map COLUMN=FIELD sends a column as a schema field)"
+        )
+
+
+def schema_fields(fmt: str, schema_str: str, file: Any = None) -> tuple[str, ...] | None:
+    """The top-level field names of an Avro record, a JSON Schema object's properties, or (given its
+    parsed `file`) a .proto file's first message; None when the schema does not list them."""
+    if fmt == "protobuf":
+        if file is None or not file.message_type:
+            return None
+        return tuple(f.name for f in file.message_type[0].field)
+    document = json.loads(schema_str)
+    if fmt == "avro" and isinstance(document, dict) and isinstance(document.get("fields"), list):
+        return tuple(f["name"] for f in document["fields"] if isinstance(f, dict) and "name" in f)
+    if fmt == "json_schema" and isinstance(document, dict) and isinstance(document.get("properties"), dict):
+        return tuple(document["properties"])
+    return None
+
+
+def value_encoder(registry: RegistrySettings, fmt: str, schema_file: Path, topic: str) -> SchemaValues:
     """A message dict → its value in `fmt` with the schema in `schema_file`, registered under `<topic>-value`
-    on first use. A message that does not fit the schema raises ValueError saying why."""
+    on first use, its keys mapped to the schema's fields by name (`SchemaValues`). A message that does not
+    fit the schema raises ValueError saying why."""
     try:
         schema_str = schema_file.read_text(encoding="utf-8")
         if fmt != "protobuf":
@@ -67,12 +126,13 @@ def value_encoder(
     conf = registry.schema_registry_conf()
     client = SchemaRegistryClient(conf)
     serializer: Callable[[Any, SerializationContext], bytes | None]
+    fields = schema_fields(fmt, schema_str) if fmt != "protobuf" else None
     if fmt == "avro":
         serializer = AvroSerializer(client, schema_str)
     elif fmt == "json_schema":
         serializer = JSONSerializer(schema_str, client)
     else:
-        serializer = _protobuf_serializer(client, schema_str, schema_file, topic)
+        serializer, fields = _protobuf_serializer(client, schema_str, schema_file, topic)
     context = SerializationContext(topic, MessageField.VALUE)
 
     def encode(document: dict[str, Any]) -> bytes:
@@ -90,14 +150,18 @@ def value_encoder(
         assert value is not None
         return value
 
-    return encode
+    return SchemaValues(encode, fields, schema_file)
+
+
+_Serializer = Callable[[Any, SerializationContext], bytes]
 
 
 def _protobuf_serializer(
     client: SchemaRegistryClient, schema_str: str, schema_file: Path, topic: str
-) -> Callable[[Any, SerializationContext], bytes]:
-    """Values of the file's first message, the `.proto` text registered as it is (registries keep the
-    text; confluent-kafka's own Protobuf serializer needs a compiled class and registers a descriptor)."""
+) -> tuple[_Serializer, tuple[str, ...] | None]:
+    """Values of the file's first message (and its field names), the `.proto` text registered as it is
+    (registries keep the text; confluent-kafka's own Protobuf serializer needs a compiled class and registers
+    a descriptor)."""
     try:
         file = parse_proto(schema_str, schema_file.name)
     except ValueError as exc:
@@ -122,7 +186,7 @@ def _protobuf_serializer(
             header = wire_header(schema_id) + b"\x00"  # message indexes [0]: the first message
         return header + message.SerializeToString()
 
-    return serialize
+    return serialize, schema_fields("protobuf", schema_str, file)
 
 
 class ValueReader:

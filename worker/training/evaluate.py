@@ -123,6 +123,13 @@ class EvaluationReport:
     metrics: ClassificationMetrics
     throughput: Throughput
     extra: dict[str, Any] = field(default_factory=dict)
+    model_ref: str = ""
+    """What the model was named by (its directory or hub name), when it was not its `model` name."""
+
+    def identity(self) -> str:
+        """`sentiment-bge 2026.1 (models/default-int8)`: name, version and where it was loaded from."""
+        where = f" ({self.model_ref})" if self.model_ref and self.model_ref != self.model else ""
+        return f"{self.model} {self.model_version}{where}"
 
     def to_json(self) -> dict[str, Any]:
         """JSON-friendly dict (floats rounded to 6 digits)."""
@@ -208,6 +215,7 @@ def evaluate(
         data=data,
         metrics=classification_metrics(labels, probs, classifier.labels),
         throughput=throughput,
+        model_ref=model_ref,
     )
 
 
@@ -215,7 +223,7 @@ def format_report(report: EvaluationReport) -> str:
     """Human-readable tables: overall metrics, per-class P/R/F1, confusion matrix, throughput."""
     m = report.metrics
     lines = [
-        f"model {report.model} ({report.model_version}) on {report.data}: {m.n} reviews",
+        f"model {report.identity()} on {report.data}: {m.n} reviews",
         "",
         f"{'accuracy':<24}{m.accuracy:>10.4f}",
         f"{'macro-F1':<24}{m.macro_f1:>10.4f}",
@@ -304,8 +312,9 @@ def format_comparison(comparison: Comparison) -> str:
     ]
     lines = [
         f"on {c.data}: {c.metrics.n} reviews",
+        f"candidate: {c.identity()}",
+        f"incumbent: {i.identity()}",
         f"{'':<18}{'candidate':>14}{'incumbent':>14}{'delta':>10}",
-        f"{'model':<18}{c.model[:13]:>14}{i.model[:13]:>14}",
     ]
     for name, new, old in rows:
         digits = 1 if name.startswith("seq/s") else 4

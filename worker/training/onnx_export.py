@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from worker.model.device import choose_device
 from worker.model.fast_tokenizer import PARITY_PROBES
 from worker.model.loading import ModelLoadError
 from worker.model.manifest import write_manifest
+from worker.model.native_output import native_output_to_log
 from worker.model.onnx_backend import ONNX_FILE
 from worker.model.static_backend import PARAMS_FILE, graph_file
 from worker.training.export import (
@@ -33,6 +35,8 @@ from worker.training.export import (
 
 OPSET_VERSION = 17
 """ONNX opset of the export: LayerNormalization is a standard op from 17 on."""
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,8 @@ def convert_to_onnx(exported_dir: Path, onnx_file: Path) -> None:
         raise ExportError(f"{exported_dir} holds no Paddle static export to convert")
     chatter = io.StringIO()
     try:
-        with contextlib.redirect_stdout(chatter):
+        # Python-level prints into `chatter`, the C++ `[Paddle2ONNX]` lines to the log at DEBUG.
+        with contextlib.redirect_stdout(chatter), native_output_to_log(log, "paddle2onnx"):
             paddle2onnx.export(
                 str(graph),
                 str(exported_dir / PARAMS_FILE),

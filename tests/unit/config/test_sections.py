@@ -35,7 +35,7 @@ USER_VALUES: dict[str, Any] = {
     "input_topic": "in-topic",
     "output_topic": "out-topic",
     "dlq_topic": "dlq-topic",
-    "dlq_size_check": False,
+    "dlq_size_check": "refuse",
     "group_id": "grp",
     "worker_id": "pod-7",
     "input_format": "avro",

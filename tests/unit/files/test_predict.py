@@ -103,7 +103,8 @@ def test_bad_lines_are_reported_as_lines_of_a_text_file_not_as_json() -> None:
         ),
         5: (
             "invalid_utf8",
-            "byte 3 (0xff) is not valid UTF-8: save the file as UTF-8 (e.g. `iconv -t UTF-8`)",
+            "byte 3 (0xff) is not valid UTF-8: give the file's encoding with --encoding (e.g. gb18030), "
+            "or save it as UTF-8 (e.g. `iconv -t UTF-8`)",
         ),
         6: (
             "empty_text",

@@ -146,8 +146,10 @@ class FakePublisher:
         refuse: Callable[[OutboundRecord], KafkaError | None] = lambda record: None,
         missing_topics: frozenset[str] = frozenset(),
         max_message_bytes: dict[str, int] | None = None,
+        configs: dict[str, dict[str, str]] | None = None,
     ) -> None:
         self.partitions = partitions
+        self.configs = configs or {}
         self.max_message_bytes = {"reviews": 1_048_588} if max_message_bytes is None else max_message_bytes
         self.refuse = refuse
         self.missing_topics = missing_topics
@@ -180,6 +182,9 @@ class FakePublisher:
         if topic in self.missing_topics:
             raise KafkaException(f"topic {topic!r} is not available: create it")
         return self.partitions
+
+    def topic_configs(self, topic: str, timeout_s: float = 10.0) -> dict[str, str]:
+        return dict(self.configs.get(topic, {}))
 
     def topic_max_message_bytes(self, topic: str, timeout_s: float = 10.0) -> int:
         return self.max_message_bytes.get(topic, 2 * 1024 * 1024)

@@ -6,6 +6,7 @@ the real broker: tests/integration/test_worker_pipeline.py and tests/faults."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Sequence
 
@@ -198,33 +199,71 @@ def test_a_missing_output_topic_is_a_startup_error_naming_it() -> None:
     assert consumers == [] and publisher.closed  # nothing consumed; the producer closed on the way out
 
 
-def test_a_dead_letter_topic_smaller_than_the_input_topic_is_a_startup_error_naming_both_limits() -> None:
+def test_topics_at_the_broker_defaults_start_with_a_warning_naming_the_stand_in_and_the_fix(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     limits = {TOPIC: 1_048_588, RESULTS: 1_048_588, DLQ: 1_048_588}  # an admin's topics, broker defaults
+    clients, _ = fake_clients(TOPIC, review_log(1, 3), FakePublisher(max_message_bytes=limits))
+    worker = SentimentWorker(
+        settings().sections, labeller_for(FakeLengthClassifier(), settings(), MODEL), clients=clients
+    )
+    with caplog.at_level(logging.WARNING, logger="worker.kafka.kafka_clients"):
+        summary = worker.run(max_messages=3, idle_exit_s=5)
+    assert summary.results + summary.dead_letters == 3
+    warned = [r.getMessage() for r in caplog.records if "dead-letter room" in r.getMessage()]
+    assert len(warned) == 1
+    assert f"dead-letter topic {DLQ!r} accepts records of up to 1048588 bytes" in warned[0]
+    assert "stand-in without key and value" in warned[0]
+    needed = re.search(rf"sets max.message.bytes=(\d+) on {DLQ!r}", warned[0])
+    assert needed is not None and 1_048_588 + 4096 < int(needed.group(1)) < 1_048_588 + 8192
+    assert "topics create --fix --bootstrap-servers" in warned[0]
+
+
+def test_refusing_topics_whose_dead_letters_do_not_fit_is_opt_in() -> None:
+    limits = {TOPIC: 1_048_588, RESULTS: 1_048_588, DLQ: 1_048_588}
     publisher = FakePublisher(max_message_bytes=limits)
     clients, consumers = fake_clients(TOPIC, review_log(1, 3), publisher)
+    refusing = settings(dlq_size_check="refuse")
     with pytest.raises(StartupError) as refused:
         SentimentWorker(
-            settings().sections, labeller_for(FakeLengthClassifier(), settings(), MODEL), clients=clients
+            refusing.sections, labeller_for(FakeLengthClassifier(), refusing, MODEL), clients=clients
         ).run(max_messages=3)
     said = str(refused.value)
-    assert f"dead-letter topic {DLQ!r} accepts records of up to 1048588 bytes" in said
-    assert f"input topic {TOPIC!r} accepts 1048588" in said
-    needed = re.search(rf"--entity-name {DLQ} --add-config max.message.bytes=(\d+) ", said)
-    assert needed is not None and 1_048_588 + 4096 < int(needed.group(1)) < 1_048_588 + 8192
-    assert "topics create" in said and "SENTIMENT_DLQ_SIZE_CHECK=false" in said
+    assert f"input topic {TOPIC!r} accepts 1048588" in said and "topics create --fix" in said
     assert consumers == [] and publisher.closed  # nothing consumed
 
 
-def test_the_dead_letter_size_check_can_be_turned_off() -> None:
+@pytest.mark.parametrize("given", [False, "false", "off"])
+def test_the_dead_letter_size_check_can_be_turned_off(
+    given: object, caplog: pytest.LogCaptureFixture
+) -> None:
     limits = {TOPIC: 1_048_588, RESULTS: 1_048_588, DLQ: 1_048_588}
     clients, _ = fake_clients(TOPIC, review_log(1, 3), FakePublisher(max_message_bytes=limits))
+    quiet = settings(dlq_size_check=given)
+    assert quiet.sections.kafka.dlq_size_check == "off"
     worker = SentimentWorker(
-        settings(dlq_size_check=False).sections,
-        labeller_for(FakeLengthClassifier(), settings(dlq_size_check=False), MODEL),
-        clients=clients,
+        quiet.sections, labeller_for(FakeLengthClassifier(), quiet, MODEL), clients=clients
     )
-    summary = worker.run(max_messages=3, idle_exit_s=5)
+    with caplog.at_level(logging.WARNING, logger="worker.kafka.kafka_clients"):
+        summary = worker.run(max_messages=3, idle_exit_s=5)
     assert summary.results + summary.dead_letters == 3
+    assert not [r for r in caplog.records if "dead-letter room" in r.getMessage()]
+
+
+def test_true_still_means_refuse() -> None:
+    assert settings(dlq_size_check=True).sections.kafka.dlq_size_check == "refuse"
+
+
+def test_a_compacted_dead_letter_topic_is_a_startup_warning(caplog: pytest.LogCaptureFixture) -> None:
+    publisher = FakePublisher(configs={DLQ: {"cleanup.policy": "compact"}})
+    clients, _ = fake_clients(TOPIC, review_log(1, 3), publisher)
+    worker = SentimentWorker(
+        settings().sections, labeller_for(FakeLengthClassifier(), settings(), MODEL), clients=clients
+    )
+    with caplog.at_level(logging.WARNING, logger="worker.kafka.kafka_clients"):
+        summary = worker.run(max_messages=3, idle_exit_s=5)
+    assert summary.results + summary.dead_letters == 3
+    assert [r.getMessage() for r in caplog.records if "cleanup.policy=compact" in r.getMessage()]
 
 
 class WithholdingPublisher(FakePublisher):

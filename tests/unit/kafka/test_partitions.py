@@ -144,3 +144,19 @@ def test_a_revoked_partition_is_no_longer_watched() -> None:
     book.assigned([A])
     book.consumed(A, 0, None)
     assert book.stalled(500.0) == {A: 0.0}  # a new owner's clock
+
+
+def test_an_incremental_assignment_says_what_the_member_holds_not_nothing() -> None:
+    from worker.kafka.partitions import PartitionBook, format_assignment_change
+
+    book = PartitionBook()
+    book.assigned([("reviews", 0), ("reviews", 1)])
+    book.assigned([])  # cooperative rebalancing: this rebalance added nothing, the member keeps 2
+    said = format_assignment_change("assigned", [], book.owned)
+    assert said == "assigned no more partitions; holds reviews[0], reviews[1]"
+    assert "nothing" not in said
+    book.forget([("reviews", 0)])
+    assert (
+        format_assignment_change("revoked", [("reviews", 0)], book.owned)
+        == "revoked reviews[0]; holds reviews[1]"
+    )

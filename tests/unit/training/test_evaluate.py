@@ -105,9 +105,43 @@ def test_evaluate_errors(tiny_model_dir: Path, tmp_path: Path, capsys: pytest.Ca
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "好", "label": "great"}\n', encoding="utf-8")
     assert main(["evaluate", "--model", str(tiny_model_dir), "--data", str(bad)]) == 2
-    assert "bad.jsonl:1" in capsys.readouterr().err
+    assert (
+        "bad.jsonl: no labelled reviews (1 rows read, 0 reviews kept; dropped 1: 1 bad labels (lines 1))"
+        in (capsys.readouterr().err)
+    )
     assert main(["evaluate", "--model", str(tmp_path), "--heldout"]) == 2
     assert "heldout.jsonl not found" in capsys.readouterr().err
+
+
+def test_evaluate_says_how_many_rows_it_dropped_and_why(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = [("好吃", "1"), ("难吃", "0"), ("好吃", "1"), ("好吃", "positive"), ("一般", "1"), ("一般", "0")]
+    rows += [("  ", "1"), ("还行", "great"), ("太贵", "0")]
+    data = tmp_path / "labelled.csv"
+    with data.open("w", encoding="utf-8", newline="") as fh:
+        csv.writer(fh).writerows([("text", "label"), *rows])
+    assert main(["evaluate", "--model", str(tiny_model_dir), "--data", str(data), "--no-static"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"{data}: 9 rows read, 3 reviews kept; dropped 6: 2 repeated texts, 2 rows of texts with both "
+        "labels, 1 empty texts, 1 bad labels (lines 9)"
+    ) in out
+    assert "3 reviews" in out
+
+
+def test_compared_models_are_named_whole_with_version_and_directory() -> None:
+    from worker.training.evaluate import Comparison, EvaluationReport, Throughput
+
+    m = classification_metrics(np.array([0, 1]), np.array([[0.8, 0.2], [0.3, 0.7]]), NAMES)
+    speed = Throughput(2, 0.5, 4.0, 32, None, "")
+    new = EvaluationReport(
+        "sentiment-bge-small-zh", "2026.2", "d.csv", m, speed, model_ref="models/default-int8"
+    )
+    old = EvaluationReport("sentiment-bge-small-zh", "2026.1", "d.csv", m, speed, model_ref="models/default")
+    text = format_comparison(Comparison(new, old, margin=0.005))
+    assert "candidate: sentiment-bge-small-zh 2026.2 (models/default-int8)" in text
+    assert "incumbent: sentiment-bge-small-zh 2026.1 (models/default)" in text
 
 
 def test_format_report_is_a_table() -> None:
