@@ -214,9 +214,17 @@ def build_app(api: ApiState) -> FastAPI:
         redoc_url=None if guarded else "/redoc",
         openapi_url=OPENAPI_PATH,
     )
-    # Documents the bearer scheme in OpenAPI; ApiGuard enforces it before the body is read.
-    security = [Depends(HTTPBearer(auto_error=False))] if s.api_token is not None else []
+    _add_error_shape(app)
+    _add_api_route(app, guarded)
+    _add_page_routes(app, api)
+    if api.admin is not None:
+        api.admin.add_routes(app)
+    _add_probe_routes(app, api)
+    _add_middleware(app, api)
+    return app
 
+
+def _add_error_shape(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def as_error_response(_request: Request, exc: StarletteHTTPException) -> Response:
         """FastAPI's own refusals (404, 405) in the API's `{error, reason}` shape, not `{"detail": ...}`."""
@@ -225,6 +233,11 @@ def build_app(api: ApiState) -> FastAPI:
         for name, value in (exc.headers or {}).items():
             answer.headers[name] = value  # e.g. 405's Allow
         return answer
+
+
+def _add_api_route(app: FastAPI, guarded: bool) -> None:
+    # Documents the bearer scheme in OpenAPI; ApiGuard enforces it before the body is read.
+    security = [Depends(HTTPBearer(auto_error=False))] if guarded else []
 
     @app.post(
         API_PATH,
@@ -238,9 +251,11 @@ def build_app(api: ApiState) -> FastAPI:
         # (`api.respond`) before FastAPI routes it.
         raise RuntimeError(f"POST {API_PATH} is answered by ApiGuard, which build_app puts in front")
 
+
+def _add_page_routes(app: FastAPI, api: ApiState) -> None:
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page() -> HTMLResponse:
-        return HTMLResponse(render_page(s, api.limits))
+        return HTMLResponse(render_page(api.http, api.limits))
 
     @app.get("/favicon.ico", include_in_schema=False)
     async def favicon() -> Response:
@@ -248,13 +263,12 @@ def build_app(api: ApiState) -> FastAPI:
         cached = {"Cache-Control": "max-age=86400"}
         return Response(favicon_ico(), media_type=FAVICON_MEDIA_TYPE, headers=cached)
 
+
+def _add_probe_routes(app: FastAPI, api: ApiState) -> None:
     def answer(path: str) -> Response:
         # The worker's own health server answers the same (worker/health.py builds both answers).
         said = endpoint_answer(path, api.registry, api.health)
         return Response(said.body, said.status, media_type=said.content_type)
-
-    if api.admin is not None:
-        api.admin.add_routes(app)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
@@ -268,6 +282,9 @@ def build_app(api: ApiState) -> FastAPI:
     async def readyz() -> Response:
         return answer("/readyz")
 
+
+def _add_middleware(app: FastAPI, api: ApiState) -> None:
+    s = api.http
     token = s.api_token.get_secret_value() if s.api_token is not None else None
     app.add_middleware(
         ApiGuard,
@@ -284,7 +301,6 @@ def build_app(api: ApiState) -> FastAPI:
             allow_methods=["GET", "POST", "PUT"] if api.admin is not None else ["GET", "POST"],
             allow_headers=["Authorization", "Content-Type"],
         )
-    return app
 
 
 async def _unauthorized(scope: Scope, receive: Receive, send: Send) -> None:

@@ -269,16 +269,7 @@ def produce_reviews(
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
     tally = DeliveryTally()
-    conf = dict(common_conf)
-    conf.update(
-        {
-            # No duplicates from retries and per-partition order kept (implies acks=all).
-            "enable.idempotence": True,
-            "linger.ms": 10,
-            "error_cb": tally.on_error,
-        }
-    )
-    producer = Producer(conf)
+    producer = _idempotent_producer(common_conf, tally)
     limiter = RateLimiter(rate_per_s, sleep=producer.poll) if rate_per_s is not None else None
     started = time.monotonic()
     next_progress = started + PROGRESS_INTERVAL_S
@@ -298,19 +289,7 @@ def produce_reviews(
         for record in records if limit != 0 else ():
             if limiter is not None:
                 limiter.wait()
-            while True:
-                try:
-                    producer.produce(
-                        topic,
-                        value=record.value,
-                        key=record.key,
-                        on_delivery=partial(tally.on_delivery, record.line),
-                    )
-                    tally.outstanding.add(record.line)
-                    break
-                except BufferError:
-                    # librdkafka's local queue is full: serve delivery reports to make room, then retry.
-                    producer.poll(0.1)
+            _send(producer, topic, record, tally)
             sent += 1
             producer.poll(0)
             now = time.monotonic()
@@ -326,6 +305,36 @@ def produce_reviews(
     failed = sent - tally.acknowledged
     if progress is not None and seconds >= PROGRESS_INTERVAL_S:
         progress(status(time.monotonic()))
+    return _report(tally, sent, failed, seconds)
+
+
+def _idempotent_producer(common_conf: dict[str, Any], tally: DeliveryTally) -> Producer:
+    conf = dict(common_conf)
+    conf.update(
+        {
+            # No duplicates from retries and per-partition order kept (implies acks=all).
+            "enable.idempotence": True,
+            "linger.ms": 10,
+            "error_cb": tally.on_error,
+        }
+    )
+    return Producer(conf)
+
+
+def _send(producer: Producer, topic: str, record: FeedRecord, tally: DeliveryTally) -> None:
+    while True:
+        try:
+            producer.produce(
+                topic, value=record.value, key=record.key, on_delivery=partial(tally.on_delivery, record.line)
+            )
+            tally.outstanding.add(record.line)
+            return
+        except BufferError:
+            # librdkafka's local queue is full: serve delivery reports to make room, then retry.
+            producer.poll(0.1)
+
+
+def _report(tally: DeliveryTally, sent: int, failed: int, seconds: float) -> ProduceReport:
     resume = tally.resume_line() if failed else None
     return ProduceReport(
         sent=sent,
