@@ -62,25 +62,36 @@ def assert_partition_order(messages: list[Any]) -> None:
         assert offsets == sorted(offsets), f"results of {key} out of input order"
 
 
+def cli_env(bootstrap: str, names: dict[str, str], model_dir: Path, **extra: str) -> dict[str, str]:
+    """The SENTIMENT_* settings of a `sentiment-worker` command on the test's topics and group: CPU, no HTTP
+    port; `extra` adds or overrides."""
+    return {
+        "SENTIMENT_BOOTSTRAP_SERVERS": bootstrap,
+        "SENTIMENT_INPUT_TOPIC": names["reviews"],
+        "SENTIMENT_OUTPUT_TOPIC": names["results"],
+        "SENTIMENT_DLQ_TOPIC": names["dlq"],
+        "SENTIMENT_GROUP_ID": names["group"],
+        "SENTIMENT_MODEL": str(model_dir),
+        "SENTIMENT_DEVICE": "cpu",
+        "SENTIMENT_HTTP_PORT": "0",
+        **extra,
+    }
+
+
 def worker_env(bootstrap: str, names: dict[str, str], model_dir: Path, **extra: str) -> dict[str, str]:
     """Environment of a `python -m worker run` process: the test's topics and group, CPU, no HTTP port."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SENTIMENT_")}
     env.update(
-        {
-            "SENTIMENT_BOOTSTRAP_SERVERS": bootstrap,
-            "SENTIMENT_INPUT_TOPIC": names["reviews"],
-            "SENTIMENT_OUTPUT_TOPIC": names["results"],
-            "SENTIMENT_DLQ_TOPIC": names["dlq"],
-            "SENTIMENT_GROUP_ID": names["group"],
-            "SENTIMENT_MODEL": str(model_dir),
-            "SENTIMENT_DEVICE": "cpu",
-            "SENTIMENT_HTTP_PORT": "0",
-            "SENTIMENT_MAX_WINDOW_MESSAGES": "32",
-            "SENTIMENT_MAX_WAIT_MS": "20",
+        cli_env(
+            bootstrap,
+            names,
+            model_dir,
+            SENTIMENT_MAX_WINDOW_MESSAGES="32",
+            SENTIMENT_MAX_WAIT_MS="20",
             # Several processes share two cores: one math thread each keeps them from thrashing.
-            "OMP_NUM_THREADS": "1",
+            OMP_NUM_THREADS="1",
             **extra,
-        }
+        )
     )
     return env
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from tests.integration.helpers import SAMPLES
+from tests.integration.helpers import SAMPLES, cli_env
 from tests.kafka_fixtures import DLQ_CONFIG
 from worker.bench.worker_process import free_port
 from worker.files.predict import predict_lines
@@ -75,16 +75,7 @@ def test_produce_run_tail_and_doctor_through_the_cli(
     kafka_bootstrap: str, topics: Any, tiny_model_dir: Path
 ) -> None:
     names = topics()
-    env = {
-        "SENTIMENT_BOOTSTRAP_SERVERS": kafka_bootstrap,
-        "SENTIMENT_INPUT_TOPIC": names["reviews"],
-        "SENTIMENT_OUTPUT_TOPIC": names["results"],
-        "SENTIMENT_DLQ_TOPIC": names["dlq"],
-        "SENTIMENT_GROUP_ID": names["group"],
-        "SENTIMENT_MODEL": str(tiny_model_dir),
-        "SENTIMENT_DEVICE": "cpu",
-        "SENTIMENT_HTTP_PORT": "0",
-    }
+    env = cli_env(kafka_bootstrap, names, tiny_model_dir)
     produced = cli("produce", str(SAMPLES), env=env)
     assert produced.returncode == 0, produced.stderr
     assert "read 30, sent 30, skipped 0, failed 0" in produced.stdout, produced.stdout

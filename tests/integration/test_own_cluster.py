@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
+from tests.integration.helpers import cli_env
 from tests.integration.test_cli import cli
 
 pytestmark = pytest.mark.integration
@@ -27,19 +28,6 @@ def admin_made(
     return names
 
 
-def env_for(bootstrap: str, names: dict[str, str], model_dir: Path) -> dict[str, str]:
-    return {
-        "SENTIMENT_BOOTSTRAP_SERVERS": bootstrap,
-        "SENTIMENT_INPUT_TOPIC": names["reviews"],
-        "SENTIMENT_OUTPUT_TOPIC": names["results"],
-        "SENTIMENT_DLQ_TOPIC": names["dlq"],
-        "SENTIMENT_GROUP_ID": names["group"],
-        "SENTIMENT_MODEL": str(model_dir),
-        "SENTIMENT_DEVICE": "cpu",
-        "SENTIMENT_HTTP_PORT": "0",
-    }
-
-
 def test_run_starts_on_admin_made_topics_with_one_warning_naming_the_stand_in_and_the_fix(
     kafka_bootstrap: str, create_topics: Any, unique_name: Callable[[str], str], tiny_model_dir: Path
 ) -> None:
@@ -48,7 +36,7 @@ def test_run_starts_on_admin_made_topics_with_one_warning_naming_the_stand_in_an
     for i in range(5):
         producer.produce(names["reviews"], json.dumps({"id": f"r{i}", "text": "质量很好"}).encode())
     assert producer.flush(30) == 0
-    run = cli("run", "--max-messages", "5", env=env_for(kafka_bootstrap, names, tiny_model_dir))
+    run = cli("run", "--max-messages", "5", env=cli_env(kafka_bootstrap, names, tiny_model_dir))
     assert run.returncode == 0, run.stderr[-2000:]
     summary = json.loads(run.stdout.strip().splitlines()[-1])
     assert summary["results"] + summary["dead_letters"] == 5
@@ -63,7 +51,7 @@ def test_topics_check_and_doctor_report_what_run_checks_and_fix_settles_it(
     kafka_bootstrap: str, create_topics: Any, unique_name: Callable[[str], str], tiny_model_dir: Path
 ) -> None:
     names = admin_made(create_topics, unique_name, dlq={"cleanup.policy": "compact"})
-    env = env_for(kafka_bootstrap, names, tiny_model_dir)
+    env = cli_env(kafka_bootstrap, names, tiny_model_dir)
     check = cli("topics", "check", "--replicas", "3", env=env)
     assert check.returncode == 0, check.stdout + check.stderr
     assert f"[WARN] dead-letter room ({names['dlq']})" in check.stdout
@@ -96,7 +84,7 @@ def test_refuse_is_opt_in_and_missing_topics_fail_the_check(
     kafka_bootstrap: str, create_topics: Any, unique_name: Callable[[str], str], tiny_model_dir: Path
 ) -> None:
     names = admin_made(create_topics, unique_name)
-    env = {**env_for(kafka_bootstrap, names, tiny_model_dir), "SENTIMENT_DLQ_SIZE_CHECK": "refuse"}
+    env = {**cli_env(kafka_bootstrap, names, tiny_model_dir), "SENTIMENT_DLQ_SIZE_CHECK": "refuse"}
     check = cli("topics", "check", env=env)
     assert check.returncode == 1 and f"[FAIL] dead-letter room ({names['dlq']})" in check.stdout
     run = cli("run", "--max-messages", "1", env=env)
@@ -141,7 +129,7 @@ def test_produce_to_a_missing_topic_and_run_on_one_give_their_advice_once(
     path = tmp_path / "reviews.txt"
     path.write_text("质量很好\n", encoding="utf-8")
     env = {
-        **env_for(kafka_bootstrap, names, tiny_model_dir),
+        **cli_env(kafka_bootstrap, names, tiny_model_dir),
         "SENTIMENT_INPUT_TOPIC": names["reviews"] + "-nope",
     }
     produced = cli("produce", str(path), env=env, timeout=60)
@@ -151,7 +139,7 @@ def test_produce_to_a_missing_topic_and_run_on_one_give_their_advice_once(
     assert run.returncode == 2, run.stderr[-2000:]
     said = [line for line in run.stderr.splitlines() if "error:" in line]
     assert len(said) == 1 and said[0].count("topics create") == 1, run.stderr[-2000:]
-    gone = {**env_for(kafka_bootstrap, names, tiny_model_dir), "SENTIMENT_DLQ_TOPIC": names["dlq"] + "-nope"}
+    gone = {**cli_env(kafka_bootstrap, names, tiny_model_dir), "SENTIMENT_DLQ_TOPIC": names["dlq"] + "-nope"}
     run = cli("run", "--max-messages", "1", env=gone)
     said = [line for line in run.stderr.splitlines() if "error:" in line]
     assert run.returncode == 2 and len(said) == 1 and said[0].count("topics create") == 1, run.stderr[-2000:]

@@ -27,7 +27,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from schemas.dead_letter import DeadLetterKind, parse_dead_letter_headers
 from schemas.registry_schemas import avro_result_schema
 from schemas.sentiment_result import ModelRef
-from tests.integration.helpers import make_settings, sample_reviews
+from tests.integration.helpers import cli_env, make_settings, sample_reviews
 from tests.integration.kafka_io import produce, read_topic
 from tests.labellers import labeller_for
 from tests.polling import wait_until
@@ -347,17 +347,7 @@ def test_the_readme_round_trip_produce_run_tail_and_doctor_in_avro(
     kafka_bootstrap: str, topics: Any, tiny_model_dir: Path, schema_registry_url: str
 ) -> None:
     names = topics()
-    env = {
-        "SENTIMENT_BOOTSTRAP_SERVERS": kafka_bootstrap,
-        "SENTIMENT_INPUT_TOPIC": names["reviews"],
-        "SENTIMENT_OUTPUT_TOPIC": names["results"],
-        "SENTIMENT_DLQ_TOPIC": names["dlq"],
-        "SENTIMENT_GROUP_ID": names["group"],
-        "SENTIMENT_MODEL": str(tiny_model_dir),
-        "SENTIMENT_DEVICE": "cpu",
-        "SENTIMENT_HTTP_PORT": "0",
-        "SENTIMENT_SCHEMA_REGISTRY_URL": schema_registry_url,
-    }
+    env = cli_env(kafka_bootstrap, names, tiny_model_dir, SENTIMENT_SCHEMA_REGISTRY_URL=schema_registry_url)
     samples = SAMPLES / "reviews.jsonl"
     produced = _cli(
         "produce", str(samples), "--format", "avro", "--schema", str(SAMPLES / "review.avsc"), env=env
