@@ -81,18 +81,13 @@ def cli_env(bootstrap: str, names: dict[str, str], model_dir: Path, **extra: str
 def worker_env(bootstrap: str, names: dict[str, str], model_dir: Path, **extra: str) -> dict[str, str]:
     """Environment of a `python -m worker run` process: the test's topics and group, CPU, no HTTP port."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SENTIMENT_")}
-    env.update(
-        cli_env(
-            bootstrap,
-            names,
-            model_dir,
-            SENTIMENT_MAX_WINDOW_MESSAGES="32",
-            SENTIMENT_MAX_WAIT_MS="20",
-            # Several processes share two cores: one math thread each keeps them from thrashing.
-            OMP_NUM_THREADS="1",
-            **extra,
-        )
-    )
+    defaults = {
+        "SENTIMENT_MAX_WINDOW_MESSAGES": "32",
+        "SENTIMENT_MAX_WAIT_MS": "20",
+        # Several processes share two cores: one math thread each keeps them from thrashing.
+        "OMP_NUM_THREADS": "1",
+    }
+    env.update(cli_env(bootstrap, names, model_dir, **{**defaults, **extra}))
     return env
 
 
