@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from worker.cli import (
+    adapt,
     base_model,
     batch_invariance,
     bench,
@@ -51,6 +52,7 @@ COMMAND_MODULES = (
     predict,
     base_model,
     train,
+    adapt,
     evaluate,
     promote,
     calibrate,
