@@ -57,6 +57,12 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--distill-weight", type=float, default=1.0, help="weight of KL(base‖adapted) on rehearsed reviews"
     )
+    parser.add_argument(
+        "--corpus-tolerance",
+        type=float,
+        default=0.005,
+        help="early stopping: an evaluation counts only if corpus dev accuracy is within this of the base's",
+    )
     parser.add_argument("--no-balance", action="store_true", help="do not weight the loss by class")
     parser.add_argument("--epochs", type=int, default=None, help="default: sized from the data")
     parser.add_argument("--max-minutes", type=float, default=60.0, help="cap on the training time")
@@ -89,7 +95,8 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     print(rows.describe(file.name, rule), flush=True)
     options = AdaptOptions(
         output_dir=args.output_dir, base=args.base, seed=args.seed, learning_rate=args.learning_rate,
-        rehearsal=args.rehearsal, distill_weight=args.distill_weight, balance=not args.no_balance,
+        rehearsal=args.rehearsal, distill_weight=args.distill_weight,
+        corpus_tolerance=args.corpus_tolerance, balance=not args.no_balance,
         epochs=args.epochs, max_minutes=args.max_minutes, micro_batch=args.micro_batch, device=args.device,
         resume=args.resume, force=args.force, int8=not args.no_int8,
     )  # fmt: skip

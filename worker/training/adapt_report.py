@@ -120,7 +120,8 @@ def gate_reasons(sets: dict[str, SetReport]) -> list[str]:
     for name, report in sets.items():
         if report.ece_delta > ECE_MARGIN:
             reasons.append(
-                f"calibration: ECE on the {name.replace('_heldout', '')} held-out rose {report.ece_delta:.4f} "
+                f"calibration: ECE on the {name.replace('_heldout', '')} held-out rose "
+                f"{report.ece_delta:.4f} "
                 f"({report.base['ece']:.4f} → {report.adapted['ece']:.4f}; at most {ECE_MARGIN:g} allowed)"
             )
     low = user.accuracy_delta_interval.low
