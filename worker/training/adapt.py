@@ -343,7 +343,8 @@ class _Run:
         import paddle
 
         o, s, state = self.options, self.schedule, self.state
-        session_start, session_steps, last_line = time.monotonic(), 0, time.monotonic()
+        session_steps, step_seconds, last_line = 0, 0.0, time.monotonic()
+        eval_seconds = self.estimate.eval_rows / max(self.estimate.eval_rows_per_second, 1e-9)
         while state.epoch <= s.epochs and state.global_step < s.total_steps and state.bad_epochs < o.patience:
             batches = bucketed_batches(
                 self.lengths, o.batch_size, random.Random(o.seed * 1_000_003 + state.epoch)
@@ -352,6 +353,7 @@ class _Run:
                 if step <= state.step_in_epoch:
                     continue  # done before the interruption
                 paddle.seed(o.seed * 7919 + state.global_step * 31)  # dropout: a function of the step
+                tick = time.monotonic()
                 loss = self._backward(batch)
                 if self.scaler is not None:
                     self.scaler.step(self.optimizer)
@@ -367,9 +369,12 @@ class _Run:
                 state.epoch_loss_steps += 1
                 session_steps += 1
                 now = time.monotonic()
+                step_seconds += now - tick
                 if now - last_line >= PROGRESS_SECONDS or session_steps == 1:
-                    per_step = (now - session_start) / session_steps
-                    left = (s.total_steps - state.global_step) * per_step
+                    per_step = step_seconds / session_steps
+                    steps_left = s.total_steps - state.global_step
+                    evals_left = -(-steps_left // s.eval_every)
+                    left = steps_left * per_step + evals_left * eval_seconds + self.estimate.final_seconds
                     self.say(
                         f"step {state.global_step}/{s.total_steps} epoch {state.epoch}/{s.epochs} loss "
                         f"{state.epoch_loss_sum / state.epoch_loss_steps:.4f} {len(batch) / per_step:.0f} "
@@ -378,7 +383,9 @@ class _Run:
                     last_line = now
                 last = step == len(batches) or state.global_step >= s.total_steps
                 if state.global_step % s.eval_every == 0 or last:
+                    tick = time.monotonic()
                     self._keep_if_best(self._evaluate(state.global_step))
+                    eval_seconds = time.monotonic() - tick  # the latest: the machine's load changes
                     self._checkpoint()
                 elif state.global_step % o.checkpoint_every == 0:
                     self._checkpoint()
