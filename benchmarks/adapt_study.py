@@ -39,8 +39,16 @@ from worker.training.training import train
 DOMAIN_RULE = "酒店|房间|入住|前台|宾馆"
 RECIPES: dict[str, dict[str, Any]] = {
     "recipe": {},  # rehearsal 1.0 + KL to the base on rehearsed rows + class weights (the default)
-    "naive": {"rehearsal": 0.0, "distill_weight": 0.0, "balance": False},
+    # the naive fine-tune: user rows only, no class weights, selected on the user dev alone
+    "naive": {
+        "rehearsal": 0.0,
+        "distill_weight": 0.0,
+        "balance": False,
+        "select": "user",
+        "corpus_tolerance": 1.0,
+    },
     "rehearsal-only": {"distill_weight": 0.0},
+    "recipe-user-dev": {"select": "user", "corpus_tolerance": 1.0},  # early stopping on the user dev alone
 }
 
 
@@ -81,7 +89,7 @@ def main() -> None:
     parser.add_argument("--keep-layers", default="0,1")
     parser.add_argument("--max-seq-len", type=int, default=64)
     parser.add_argument("--base-epochs", type=int, default=1)
-    parser.add_argument("--recipes", default=",".join(RECIPES))
+    parser.add_argument("--recipes", default="recipe,naive,rehearsal-only,recipe-user-dev")
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args()
     work: Path = args.work_dir

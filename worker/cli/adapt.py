@@ -60,8 +60,14 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--corpus-tolerance",
         type=float,
-        default=0.005,
+        default=0.02,
         help="early stopping: an evaluation counts only if corpus dev accuracy is within this of the base's",
+    )
+    parser.add_argument(
+        "--select",
+        choices=["both", "user"],
+        default="both",
+        help="early stopping's score: user dev + corpus dev accuracy (both), or the user dev alone",
     )
     parser.add_argument("--no-balance", action="store_true", help="do not weight the loss by class")
     parser.add_argument("--epochs", type=int, default=None, help="default: sized from the data")
@@ -96,7 +102,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     options = AdaptOptions(
         output_dir=args.output_dir, base=args.base, seed=args.seed, learning_rate=args.learning_rate,
         rehearsal=args.rehearsal, distill_weight=args.distill_weight,
-        corpus_tolerance=args.corpus_tolerance, balance=not args.no_balance,
+        corpus_tolerance=args.corpus_tolerance, select=args.select, balance=not args.no_balance,
         epochs=args.epochs, max_minutes=args.max_minutes, micro_batch=args.micro_batch, device=args.device,
         resume=args.resume, force=args.force, int8=not args.no_int8,
     )  # fmt: skip

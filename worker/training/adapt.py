@@ -9,8 +9,9 @@ The recipe (docs/adapt.md; the alternatives measured in docs/model-history.md):
    label prior is not learnt); the rehearsal rows' loss is their cross-entropy plus `distill_weight` times
    KL(base ‖ adapted), the base's probabilities computed once before training.
 3. AdamW at 3e-5, linear warm-up and decay, a schedule sized to the data and cut to `max_minutes` by a
-   measured step. Early stopping on both devs: an evaluation counts only if the corpus dev accuracy stays
-   within `corpus_tolerance` of the base's, and the best user dev accuracy among those is kept (the base
+   measured step. Early stopping on both devs: each evaluation scores user dev accuracy + corpus dev
+   accuracy (`select="both"`; `"user"`: the user dev alone), an evaluation whose corpus dev accuracy falls
+   more than `corpus_tolerance` below the base's does not count, and the best score is kept (the base
    itself, step 0, included: a run that never beats it keeps it, and the gate says so).
 4. A temperature fitted on the user's dev split is folded into the classification layer.
 Then the report and the gate (`adapt_report`) and the model directory (`adapt_output`).
@@ -278,9 +279,10 @@ class _Run:
             (self.base_probs["corpus_dev"].argmax(axis=1) == self.labels["corpus_dev"]).mean()
         )
         eligible = corpus_acc >= base_corpus - self.options.corpus_tolerance
+        score = user_acc + (corpus_acc if self.options.select == "both" else 0.0)
         return {
             "step": step, "user_dev_accuracy": user_acc, "corpus_dev_accuracy": corpus_acc,
-            "eligible": float(eligible), "score": user_acc if eligible else -1.0,
+            "eligible": float(eligible), "score": score if eligible else -1.0,
         }  # fmt: skip
 
     def _checkpoint(self) -> None:
@@ -331,7 +333,7 @@ class _Run:
         else:
             if self.ckpt.exists():
                 shutil.rmtree(self.ckpt)
-            self.state = LoopState(best_dev=-2.0)
+            self.state = LoopState(best_dev=-3.0)
             self._keep_if_best(self._scored(0, self.base_probs["user_dev"], self.base_probs["corpus_dev"]))
             self._checkpoint()
         interrupted = self._loop(stop_after_steps)

@@ -50,10 +50,13 @@ class AdaptOptions:
     max_minutes: float = 60.0
     """Cap on the training time: the steps are cut to what fits, by the measured step time."""
     evals_per_epoch: int = 4
-    patience: int = 3
-    """Early stopping: evaluations without a better score."""
-    corpus_tolerance: float = 0.005
-    """Early stopping: an evaluation counts only if corpus dev accuracy is within this of the base's."""
+    patience: int = 5
+    """Early stopping: evaluations without a better score (4 per epoch: more than an epoch)."""
+    select: str = "both"
+    """Early stopping's score: ``both`` (user dev + corpus dev accuracy) or ``user`` (user dev alone)."""
+    corpus_tolerance: float = 0.02
+    """Early stopping: an evaluation counts only if corpus dev accuracy is within this of the base's (a guard
+    against disasters; the score weighs the corpus dev in)."""
     max_seq_len: int = 128
     checkpoint_every: int = 20
     """Checkpoint every N optimizer steps (and at every evaluation and on SIGINT)."""
@@ -77,6 +80,8 @@ class AdaptOptions:
             problems.append("dev and test fractions must be in (0, 0.5)")
         if self.epochs is not None and self.epochs < 1:
             problems.append("epochs must be >= 1")
+        if self.select not in ("both", "user"):
+            problems.append(f"select must be both or user, not {self.select!r}")
         if self.patience < 1 or self.evals_per_epoch < 1 or self.checkpoint_every < 1:
             problems.append("patience, evals per epoch and checkpoint every must be >= 1")
         if problems:

@@ -169,7 +169,7 @@ def test_the_gate_refuses_a_forgetting_model(
     code = main([
         "adapt", str(path), "--output-dir", str(out), "--base", str(tiny_model_dir), "--text-field", "评论",
         "--rating-field", "评分", "--rehearsal", "0", "--no-balance", "--learning-rate", "5e-3",
-        "--epochs", "4", "--corpus-tolerance", "1", "--device", "cpu", "--seed", "3",
+        "--epochs", "4", "--corpus-tolerance", "1", "--select", "user", "--device", "cpu", "--seed", "3",
     ])  # fmt: skip
     printed = capsys.readouterr().out
     assert code == 1, printed
