@@ -92,7 +92,7 @@ def write_adapted(
     data = report.to_json()
     (out / REPORT_FILE).write_text(json.dumps(data, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     user, corpus = report.sets["user_heldout"], report.sets["corpus_heldout"]
-    hardware = hardware_description("gpu" if options.device == "gpu" else "cpu", 1)
+    hardware = hardware_description("gpu" if report.training["device"].startswith("gpu") else "cpu", 1)
     metrics = {
         PROMOTABLE_KEY: report.promotable,
         GATE_REASONS_KEY: report.reasons,
