@@ -135,8 +135,8 @@ def prepare(
     wanted = min(len(pool), int(round(rehearsal * len(user.train))))
     rng = random.Random(seed * 1_000_003 + 17)
     rehearsed = rng.sample(pool, wanted) if wanted else []
-    dev_pool = list(corpus.dev)
-    corpus_dev = rng.sample(dev_pool, min(corpus_dev_size, len(dev_pool)))
+    dev_pool = list(corpus.dev)  # its own generator: the same corpus dev whatever the rehearsal ratio
+    corpus_dev = random.Random(seed * 1_000_003 + 29).sample(dev_pool, min(corpus_dev_size, len(dev_pool)))
     return AdaptData(user, rehearsed, corpus_dev, list(corpus.test), note)
 
 
