@@ -56,7 +56,7 @@ PYTEST_ARGS ?=
 
 .PHONY: help install browser prometheus-tools kafka-up kafka-down kafka-status kafka-up-secure kafka-down-secure \
 	registry-up registry-down registry-status base-model teacher candidate \
-	default-model fast-model scratch-model model-table batch-invariance model model-static fast-model-static fast-model-int8 demo \
+	default-model fast-model scratch-model model-table batch-invariance model model-static fast-model-static fast-model-int8 adapt-study demo \
 	test test-unit \
 	test-faults test-stress mutation lint typecheck schemas docs readme-examples clean
 
@@ -277,3 +277,8 @@ readme-examples: install
 
 clean:
 	rm -rf var build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
+
+# The adapt study: a dev base trained on the corpus without the hotel reviews, adapted to 2,000 of them by each
+# recipe (docs/adapt.md, docs/model-history.md). Long: run it in the background.
+adapt-study: install
+	$(PY) benchmarks/adapt_study.py --work-dir var/adapt-study

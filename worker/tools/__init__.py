@@ -8,6 +8,7 @@ Each module is imported by its command in `worker.cli` and by tests; nothing in 
 
 __all__ = [
     "acls",
+    "adapt_rows",
     "checks",
     "doctor",
     "lag",

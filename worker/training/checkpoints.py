@@ -84,6 +84,11 @@ def load_checkpoint(
     refused unless it carries one of `fingerprints` (the same options)."""
     import paddle
 
+    tmp = ckpt.with_name(ckpt.name + ".tmp")
+    if not ckpt.exists() and (tmp / "state.json").is_file():
+        # killed between removing the old checkpoint and renaming the new one in: the new one is whole
+        # (state.json is its last file), so it is the checkpoint
+        tmp.rename(ckpt)
     state_file = ckpt / "state.json"
     if not state_file.is_file():
         raise TrainingError(f"--resume: no checkpoint at {ckpt} (nothing to resume; drop --resume)")

@@ -267,3 +267,48 @@ def model_card(
         "",
     ]
     return "\n".join(lines)
+
+
+def adapted_model_card(report: dict[str, Any], base_name: str, hardware: str, figures: str) -> str:
+    """The model card of an `adapt` run: what it was adapted from and on, the gate's verdict, the figures
+    (base vs adapted on both held-out sets, with intervals) and the recipe's options."""
+    sizes, training = report["sizes"], report["training"]
+    options = training.get("options", {})
+    verdict = (
+        "**Promotable**: the corpus held-out kept, calibration kept, the gain on the team's held-out reviews "
+        "outside its 95 % interval."
+        if report["promotable"] and not report["forced"]
+        else (
+            "**Not promotable** by the gate, written anyway with `--force`: " + "; ".join(report["reasons"])
+            if report["forced"]
+            else "**Not promotable**: " + "; ".join(report["reasons"]) + ". `promote` refuses it."
+        )
+    )
+    rows = "\n".join(f"| {k} | {v} |" for k, v in options.items() if k not in ("output_dir", "resume"))
+    return "\n".join(
+        [
+            f"# {base_name}, adapted",
+            "",
+            f"`sentiment-worker adapt` of `{training['base']}` on a team's labelled reviews: "
+            f"{sizes['user_train']} trained on, {sizes['user_dev']} for early stopping and calibration, "
+            f"{sizes['user_heldout']} held out (never trained on); {sizes['rehearsal']} corpus reviews "
+            f"rehearsed alongside with a distillation term from the base; {training['steps']} steps, best "
+            f"step {training['best_step']} kept, temperature {report['temperature']:.3f}; "
+            f"{training['seconds'] / 60:.1f} min on {hardware}.",
+            "",
+            verdict,
+            "",
+            "```",
+            figures,
+            "```",
+            "",
+            f"Corpus: {training['corpus']}. Intervals: paired bootstrap, "
+            f"{report['bootstrap']['resamples']} resamples (seed {report['bootstrap']['seed']}); "
+            "`report.json` holds every figure, `predictions.jsonl` every held-out probability.",
+            "",
+            "| option | value |",
+            "|---|---|",
+            rows,
+            "",
+        ]
+    )

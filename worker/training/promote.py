@@ -5,6 +5,7 @@ loaded), probabilities checked to be unchanged by both before the directory is s
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from dataclasses import dataclass, replace
@@ -48,6 +49,22 @@ class ShipReport:
     probe_texts: int
     vocab_rows_before: int
     vocab_rows_after: int
+
+
+def promotion_refusal(directory: Path) -> str | None:
+    """Why `directory` must not be promoted, when its own run marked it so (`adapt`'s gate: metrics.json
+    ``"promotable": false``), else None."""
+    metrics = directory / "metrics.json"
+    if not metrics.is_file():
+        return None
+    try:
+        recorded = json.loads(metrics.read_text(encoding="utf-8"))
+    except ValueError:
+        return None
+    if not isinstance(recorded, dict) or recorded.get("promotable", True) is not False:
+        return None
+    reasons = recorded.get("gate_reasons") or ["its run's gate refused it"]
+    return f"{directory} is marked not promotable: " + "; ".join(str(r) for r in reasons)
 
 
 def halve_weights(directory: Path) -> None:
