@@ -243,8 +243,9 @@ def run_shadow_bench(
             for pair in range(options.pairs):
                 order = (False, True) if pair % 2 == 0 else (True, False)
                 for with_shadow in order:
-                    phase = f"p{pair}-{'on' if with_shadow else 'off'}"
-                    say(f"pair {pair + 1} of {options.pairs}: {len(texts)} reviews, shadow {phase[-3:]}")
+                    state = "on" if with_shadow else "off"
+                    phase = f"p{pair}-{state}"
+                    say(f"pair {pair + 1} of {options.pairs}: {len(texts)} reviews, shadow {state}")
                     arm = drain_arm(
                         settings, texts, options, prefix, phase, Path(tmp), shadow if with_shadow else None
                     )
