@@ -2,8 +2,9 @@
 forth N times while it drains, A → B → A …, each swap written to its group's control topic as `models promote`
 writes it (A: the configured model, named by its directory; B: `--swap-with DIR`).
 
-The worker is kept busy: reviews are produced in chunks whenever fewer than half a chunk wait for it. Its RSS
-(/proc/<pid>/status VmRSS) is read once it labels (before), `settle_s` after each swap took effect (its
+The worker is kept busy: reviews are produced in chunks (round robin over the partitions) whenever fewer than
+half a chunk wait for it. Its RSS (/proc/<pid>/status VmRSS) is read after the first model labelled for
+`dwell_s` (before), `settle_s` after each swap took effect (its
 /metrics: `sentiment_model_changes_total{role="primary",outcome="applied"}` counts it and
 `sentiment_model_info` names the model served; the replaced model's engine closes once its windows are done
 and its memory is released), and at the end, once every review produced has its result; the drift is end −
@@ -78,9 +79,9 @@ class SwapBenchOptions:
 class _Feed:
     """The reviews produced so far (`m-0` … `m-<produced-1>`), topped up a chunk at a time."""
 
-    def __init__(self, common: dict[str, Any], topic: str, texts: list[str]) -> None:
+    def __init__(self, common: dict[str, Any], topic: str, texts: list[str], partitions: int) -> None:
         self._producer = Producer({**common, "linger.ms": 5, "enable.idempotence": True})
-        self._topic, self._texts = topic, texts
+        self._topic, self._texts, self._partitions = topic, texts, partitions
         self.produced = 0
         self.open = True
 
@@ -91,7 +92,8 @@ class _Feed:
         for i in range(self.produced, self.produced + chunk):
             text = self._texts[i % len(self._texts)]
             value = json.dumps({"id": f"m-{i}", "text": text}, ensure_ascii=False).encode()
-            self._producer.produce(self._topic, value=value)
+            # Round robin: every partition gets reviews on each model (keyless records stick to one).
+            self._producer.produce(self._topic, value=value, partition=i % self._partitions)
             self._producer.poll(0)
         self.produced += chunk
         if self._producer.flush(60):
@@ -202,7 +204,8 @@ def run_swaps_bench(
         try:
             names = phase_topics(common, prefix, "swaps", options.partitions)
             control = create_control_topics(common, names["group"])
-            feed = _Feed(common, names["reviews"], review_texts(20_000, options.seed))
+            texts = review_texts(20_000, options.seed)
+            feed = _Feed(common, names["reviews"], texts, options.partitions)
             worker = start_worker(settings, names, None, Path(tmp))
             try:
                 points = _swap_and_sample(worker, feed, control, common, (first, other), options, say)
@@ -235,7 +238,8 @@ def _swap_and_sample(
 ) -> dict[str, Any]:
     watch = _Watch(worker, feed, options)
     watch.until(lambda: watch.done() > 0 and bool(watch.served()), 600, "the worker's first results")
-    points = [_point("before", watch, watch.wait(options.settle_s))]
+    # Before: after the first model labelled for a dwell, as each model does before the next swap.
+    points = [_point("before", watch, watch.wait(max(options.dwell_s, options.settle_s)))]
     say(f"before: {points[0]['served']}, RSS {points[0]['rss_bytes'] / MB:.0f} MB")
     for swap in range(1, options.swaps + 1):
         target = models[swap % 2]
@@ -250,7 +254,7 @@ def _swap_and_sample(
         rss = watch.wait(options.settle_s)
         points.append(_point(f"swap {swap} → {target.path}", watch, rss, took_s=round(took, 2)))
         say(f"swap {swap}: {points[-1]['served']} in {took:.1f} s, RSS {rss / MB:.0f} MB")
-        watch.wait(max(0.0, options.dwell_s - options.settle_s))
+        points[-1]["rss_end_of_dwell_bytes"] = watch.wait(max(0.0, options.dwell_s - options.settle_s))
     feed.open = False
     watch.until(lambda: watch.done() >= feed.produced, 600, "the last reviews")
     points.append(_point("end", watch, watch.wait(options.settle_s)))
@@ -300,18 +304,22 @@ def swaps_conserved(report: dict[str, Any]) -> bool:
 
 def format_swaps_table(report: dict[str, Any]) -> str:
     """The RSS series and the drift, as a small Markdown table."""
+
+    def mb(value: int | None) -> str:
+        return "" if value is None else f"{value / MB:.1f}"
+
     lines = [
         f"A {report['model_a']['path']} ⇄ B {report['model_b']['path']}: {len(report['points']) - 2} swaps "
         f"while draining {report['produced']} reviews",
         "",
-        "| sample | served | RSS MB | swap took s |",
-        "|---|---|---:|---:|",
+        "| sample | served | RSS MB | RSS MB at the dwell's end | swap took s |",
+        "|---|---|---:|---:|---:|",
     ]
     for point in report["points"]:
         took = point.get("took_s")
         lines.append(
             f"| {point['sample']} | {point['served']} | {point['rss_bytes'] / MB:.1f} | "
-            f"{'' if took is None else f'{took:.1f}'} |"
+            f"{mb(point.get('rss_end_of_dwell_bytes'))} | {'' if took is None else f'{took:.1f}'} |"
         )
     peak = max(row[1] for row in report["rss_series"]) if report["rss_series"] else None
     lines += [
