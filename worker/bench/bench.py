@@ -44,6 +44,7 @@ from worker.bench.topic_io import (
     create_run_topics,
     dead_letter_ids,
     delete_run_topics,
+    phase_topics,
     produce_backlog,
     read_topic,
     result_rows,
@@ -194,15 +195,6 @@ def bench_model_only(
     )
 
 
-def _phase_topics(common: dict[str, Any], prefix: str, phase: str, partitions: int) -> dict[str, str]:
-    """This phase's topic and group names; its reviews, results and dead-letter topics created."""
-    names = {kind: f"{prefix}-{phase}-{kind}" for kind in ("reviews", "results", "dlq", "group")}
-    create_run_topics(common, [names["reviews"]], partitions)
-    # As `topics create` makes them: a dead letter (its input plus headers) fits, so the worker starts.
-    create_run_topics(common, [names["results"], names["dlq"]], partitions, max_message_bytes=2 * 1024 * 1024)
-    return names
-
-
 # ----- phase 2: end to end (backlog drain, RSS) -----
 def bench_end_to_end(
     settings: WorkerSettings,
@@ -217,7 +209,7 @@ def bench_end_to_end(
     """Produces the backlog, drains it with a worker subprocess, samples its RSS every `rss_interval_s`
     (and calls `on_sample(pid, metrics scrape)` then); conservation by id."""
     common = settings.librdkafka_common()
-    names = _phase_topics(common, prefix, phase, options.partitions)
+    names = phase_topics(common, prefix, phase, options.partitions)
     produce_s = produce_backlog(common, names["reviews"], texts, "m")
     say(f"produced a backlog of {len(texts)} reviews in {produce_s:.1f} s; draining it with a worker process")
     worker = start_worker(settings, names, len(texts), workdir)
@@ -372,7 +364,7 @@ def bench_latency(
 ) -> Phase:
     """Produces at `rate` messages/s into a running worker; latency = result append time − input time."""
     common = settings.librdkafka_common()
-    names = _phase_topics(common, prefix, "latency", options.partitions)
+    names = phase_topics(common, prefix, "latency", options.partitions)
     worker = start_worker(settings, names, len(texts), workdir)
     worker.wait_ready(120)
     say(f"offering {len(texts)} reviews at {rate:.0f}/s")

@@ -16,12 +16,20 @@ log = logging.getLogger(__name__)
 
 
 def create_run_topics(
-    common: dict[str, Any], names: Sequence[str], partitions: int, *, max_message_bytes: int | None = None
+    common: dict[str, Any],
+    names: Sequence[str],
+    partitions: int,
+    *,
+    max_message_bytes: int | None = None,
+    compacted: bool = False,
 ) -> None:
     """Creates `names`; their records carry the broker's append time (LogAppendTime) as their timestamp;
-    `max_message_bytes`: their max.message.bytes (default: the broker's)."""
+    `max_message_bytes`: their max.message.bytes (default: the broker's); `compacted`: cleanup.policy
+    compact (a control or status topic, as `topics create` makes them)."""
     admin = AdminClient(common)
     config = {"message.timestamp.type": "LogAppendTime"}
+    if compacted:
+        config["cleanup.policy"] = "compact"
     if max_message_bytes is not None:
         config["max.message.bytes"] = str(max_message_bytes)
     topics = [
@@ -30,6 +38,16 @@ def create_run_topics(
     for name, future in admin.create_topics(topics, operation_timeout=30).items():
         future.result(timeout=60)
         log.debug("created %s", name)
+
+
+def phase_topics(common: dict[str, Any], prefix: str, phase: str, partitions: int) -> dict[str, str]:
+    """A phase's topic and group names (`<prefix>-<phase>-reviews|results|dlq|group`); its reviews, results
+    and dead-letter topics created."""
+    names = {kind: f"{prefix}-{phase}-{kind}" for kind in ("reviews", "results", "dlq", "group")}
+    create_run_topics(common, [names["reviews"]], partitions)
+    # As `topics create` makes them: a dead letter (its input plus headers) fits, so the worker starts.
+    create_run_topics(common, [names["results"], names["dlq"]], partitions, max_message_bytes=2 * 1024 * 1024)
+    return names
 
 
 def delete_run_topics(common: dict[str, Any], prefix: str) -> list[str]:

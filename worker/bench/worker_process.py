@@ -262,9 +262,10 @@ def child_env() -> dict[str, str]:
 
 
 def start_worker(
-    settings: WorkerSettings, topics: dict[str, str], max_messages: int, workdir: Path
+    settings: WorkerSettings, topics: dict[str, str], max_messages: int | None, workdir: Path
 ) -> WorkerProcess:
-    """`sentiment-worker run` with the bench's settings (a config file plus flags), metrics on a free port."""
+    """`sentiment-worker run` with the bench's settings (a config file plus flags), metrics on a free port;
+    it exits after `max_messages` inputs (None: when stopped, `WorkerProcess.terminate`)."""
     config = workdir / f"worker-{topics['group']}.json"
     s = settings.sections
     batching = s.batching
@@ -286,6 +287,8 @@ def start_worker(
         "--config", str(config),
         "--bootstrap-servers", s.kafka.bootstrap_servers, "--input-topic", topics["reviews"],
         "--output-topic", topics["results"], "--dlq-topic", topics["dlq"], "--group-id", topics["group"],
-        "--model", s.model.model, "--device", s.model.device, "--max-messages", str(max_messages),
+        "--model", s.model.model, "--device", s.model.device,
     ]  # fmt: skip
+    if max_messages is not None:
+        args += ["--max-messages", str(max_messages)]
     return WorkerProcess(child_env(), workdir, f"worker-{topics['group']}", *args, http_port=free_port())

@@ -1,6 +1,8 @@
 """`sentiment-worker bench`: end-to-end vs `predict` vs model-only vs naive throughput, latency at a fixed
 rate, RSS; `bench --http`: `serve` vs the naive handler, which `bench --naive-server` serves;
-`bench --host-ceiling`: the worker on the identity model (no inference) vs a minimal Kafka loop."""
+`bench --host-ceiling`: the worker on the identity model (no inference) vs a minimal Kafka loop;
+`bench --shadow DIR` / `bench --swaps N`: what a shadow costs the primary's drain, and the RSS of a worker
+whose primary is swapped back and forth (docs/live-models.md)."""
 
 from __future__ import annotations
 
@@ -75,6 +77,35 @@ def register(subparsers: Subparsers) -> None:
         "thread, --drains rounds (3; --quick 1)",
     )
     bench.add_argument(
+        "--shadow",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="instead: alternated drains of --messages reviews (3000; --quick 400) by the primary (--model) "
+        "without and with DIR as its shadow (sent on the group's control topic, as `models shadow` does), "
+        "--drains pairs (3; --quick 1): medians of reviews/s, CPU s per review, the primary's latency "
+        "p50/p95, the shadow's groups shadowed/skipped",
+    )
+    bench.add_argument(
+        "--swaps",
+        type=int,
+        nargs="?",
+        const=3,
+        default=None,
+        metavar="N",
+        help="instead: one worker draining while its primary is promoted to --swap-with and back N times (3) "
+        "through the control topic, as `models promote` does; its RSS before, after each swap, at the end",
+    )
+    bench.add_argument(
+        "--swap-with", default=None, metavar="DIR", help="--swaps: the other model (models/fast)"
+    )
+    bench.add_argument(
+        "--dwell-s",
+        type=float,
+        default=None,
+        help="--swaps: seconds of draining on each model (20; --quick 2)",
+    )
+    bench.add_argument(
         "--naive-server",
         type=int,
         default=None,
@@ -94,6 +125,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
         return serve_naive(args)
     if args.host_ceiling:
         return bench_host_ceiling(args)
+    if args.shadow is not None or args.swaps is not None:
+        return bench_live_models(args)
     options = bench_options(args)  # before the model loads: a bad flag fails at once
     settings = settings_from_args(args)
     s = settings.sections
@@ -187,6 +220,63 @@ def bench_host_ceiling(args: argparse.Namespace) -> int:
     path.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
     print(f"wrote {path}", flush=True)
     return EXIT_OK if conserved(report) else EXIT_FAILED
+
+
+def bench_live_models(args: argparse.Namespace) -> int:
+    """`bench --shadow DIR` or `bench --swaps N`: no model loads here; the worker subprocess serves --model
+    (and the token budget and batch size --max-batch-tokens / --max-batch-size say, else its defaults)."""
+    from worker.bench.model_swaps import (
+        SwapBenchOptions,  # noqa: F811 - at run time (the CLI loads lazily)
+        format_swaps_table,
+        run_swaps_bench,
+        swaps_conserved,
+    )
+    from worker.bench.shadow_cost import (
+        ShadowBenchOptions,  # noqa: F811 - at run time (the CLI loads lazily)
+        format_shadow_table,
+        run_shadow_bench,
+        shadow_conserved,
+    )
+
+    if args.shadow is not None and args.swaps is not None:
+        raise ConfigurationError("--shadow and --swaps: one of them per run")
+    for flag, value in (("--messages", args.messages), ("--drains", args.drains), ("--swaps", args.swaps)):
+        if value is not None and value < 1:
+            raise ConfigurationError(f"{flag}: 1 or more")
+    settings = settings_from_args(args)
+    sizes = {"max_batch_tokens": args.max_batch_tokens, "max_batch_size": args.max_batch_size}
+    settings = settings.model_copy(update={k: v for k, v in sizes.items() if v is not None})
+    configure_logging("WARNING")
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    stamp = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}"
+    if args.shadow is not None:
+        make_shadow = ShadowBenchOptions.quick if args.quick else ShadowBenchOptions
+        shadow_sizes = {
+            "messages": args.messages, "pairs": args.drains, "partitions": args.partitions,
+            "keep_topics": args.keep_topics,
+        }  # fmt: skip
+        options = make_shadow(**{k: v for k, v in shadow_sizes.items() if v is not None})
+        report = run_shadow_bench(settings, args.shadow, options, say=say)
+        table, ok, name = format_shadow_table(report), shadow_conserved(report), "shadow"
+    else:
+        make_swaps = SwapBenchOptions.quick if args.quick else SwapBenchOptions
+        swap_sizes = {
+            "swaps": args.swaps, "swap_with": args.swap_with, "dwell_s": args.dwell_s,
+            "partitions": args.partitions, "keep_topics": args.keep_topics,
+        }  # fmt: skip
+        report = run_swaps_bench(
+            settings, make_swaps(**{k: v for k, v in swap_sizes.items() if v is not None}), say=say
+        )
+        table, ok, name = format_swaps_table(report), swaps_conserved(report), "swaps"
+    print(table, flush=True)
+    path = args.json or Path(f"bench-{name}-{stamp}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
+    print(f"wrote {path}", flush=True)
+    return EXIT_OK if ok else EXIT_FAILED
 
 
 def bench_http(args: argparse.Namespace, sections: Any, classifier: Any, budget: int, say: Any) -> int:
