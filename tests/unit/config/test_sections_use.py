@@ -19,6 +19,8 @@ TAKE_THE_WHOLE_SETTINGS = {
     "worker.bench.host_ceiling": "the same, on the identity backend",
     "worker.bench.worker_process": "writes a worker's config file and flags from the settings",
     "worker.bench.model_table": "derives a worker's settings per model (EndToEnd)",
+    "worker.bench.shadow_cost": "starts worker processes with and without a shadow (bench --shadow)",
+    "worker.bench.model_swaps": "starts the worker process whose primary it swaps (bench --swaps)",
 }
 """Modules outside worker/cli that take the whole settings, each with why."""
 
