@@ -32,6 +32,16 @@ def register(subparsers: Subparsers) -> None:
         "(table + JSON)",
     )
     add_settings_flags(bench, "bootstrap_servers", "model", "device")
+    _add_sizes(bench)
+    _add_http(bench)
+    _add_host_ceiling(bench)
+    _add_live_models(bench)
+    _add_naive_server(bench)
+    bench.set_defaults(func=cmd_bench)
+
+
+def _add_sizes(bench: argparse.ArgumentParser) -> None:
+    """The end-to-end / predict / model-only / naive / latency run's sizes and topics."""
     bench.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     bench.add_argument("--messages", type=int, default=None, help="backlog drained end to end (200000)")
     bench.add_argument("--model-only-messages", type=int, default=None, help="reviews for model-only (20000)")
@@ -58,6 +68,10 @@ def register(subparsers: Subparsers) -> None:
     bench.add_argument("--partitions", type=int, default=None, help="input partitions (3)")
     bench.add_argument("--keep-topics", action="store_true", default=None, help="keep the bench's topics")
     bench.add_argument("--json", type=Path, default=None, help="where to write the JSON report")
+
+
+def _add_http(bench: argparse.ArgumentParser) -> None:
+    """`--http` and its sizes."""
     bench.add_argument(
         "--http",
         action="store_true",
@@ -68,6 +82,10 @@ def register(subparsers: Subparsers) -> None:
     bench.add_argument(
         "--http-max-wait-ms", type=int, default=None, help="--http: the server's http_max_wait_ms (2)"
     )
+
+
+def _add_host_ceiling(bench: argparse.ArgumentParser) -> None:
+    """`--host-ceiling`."""
     bench.add_argument(
         "--host-ceiling",
         action="store_true",
@@ -76,6 +94,10 @@ def register(subparsers: Subparsers) -> None:
         "produce -> commit loop on the same reviews; msg/s of both and CPU µs per review of each worker "
         "thread, --drains rounds (3; --quick 1)",
     )
+
+
+def _add_live_models(bench: argparse.ArgumentParser) -> None:
+    """`--shadow DIR` and `--swaps N` with their options."""
     bench.add_argument(
         "--shadow",
         type=Path,
@@ -105,6 +127,10 @@ def register(subparsers: Subparsers) -> None:
         default=None,
         help="--swaps: seconds of draining on each model (20; --quick 2)",
     )
+
+
+def _add_naive_server(bench: argparse.ArgumentParser) -> None:
+    """`--naive-server PORT`."""
     bench.add_argument(
         "--naive-server",
         type=int,
@@ -113,7 +139,6 @@ def register(subparsers: Subparsers) -> None:
         help="instead: serve the naive handler `--http` measures against on PORT (0: a free one) until "
         "stopped: the design documents' baseline, POST /predict, one text padded to 128, a model call each",
     )
-    bench.set_defaults(func=cmd_bench)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
