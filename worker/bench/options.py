@@ -1,0 +1,22 @@
+"""What every bench's options share: a `quick` form with small sizes for a smoke run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
+
+_Options = TypeVar("_Options", bound="QuickSizes")
+
+
+class QuickSizes:
+    """Mixed into a bench's options dataclass: `quick(**overrides)` is the options with the class's `QUICK`
+    sizes, then the overrides that are not None."""
+
+    QUICK: ClassVar[dict[str, Any]] = {}
+
+    @classmethod
+    def quick(cls: type[_Options], **overrides: Any) -> _Options:
+        """Small sizes for a smoke run; an override of None keeps the quick (or default) value."""
+        values = {**cls.QUICK, **{k: v for k, v in overrides.items() if v is not None}}
+        make: Callable[..., _Options] = cls
+        return make(**values)
