@@ -20,3 +20,11 @@ class QuickSizes:
         values = {**cls.QUICK, **{k: v for k, v in overrides.items() if v is not None}}
         make: Callable[..., _Options] = cls
         return make(**values)
+
+    @classmethod
+    def sized(cls: type[_Options], quick: bool, **overrides: Any) -> _Options:
+        """`quick(**overrides)` when `quick`, else the full run's sizes with the overrides not None."""
+        if quick:
+            return cls.quick(**overrides)
+        make: Callable[..., _Options] = cls
+        return make(**{k: v for k, v in overrides.items() if v is not None})
