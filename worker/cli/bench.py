@@ -190,8 +190,7 @@ def bench_options(args: argparse.Namespace) -> BenchOptions:
         if value is not None and value < 1:
             raise ConfigurationError(f"{flag}: 1 or more")
     return BenchOptions.sized(
-        args.quick,
-        messages=args.messages, naive_messages=args.naive_messages,
+        args.quick, messages=args.messages, naive_messages=args.naive_messages,
         latency_messages=args.latency_messages, model_only_messages=args.model_only_messages,
         predict_messages=args.predict_messages, predict_repeats=args.predict_repeats,
         drains=args.drains, rate_per_s=args.rate,
@@ -207,12 +206,9 @@ def host_ceiling_options(args: argparse.Namespace) -> HostCeilingOptions:
         if value is not None and value < 1:
             raise ConfigurationError(f"{flag}: 1 or more")
     return HostCeilingOptions.sized(
-        args.quick,
-        messages=args.messages,
-        rounds=args.drains,
-        partitions=args.partitions,
+        args.quick, messages=args.messages, rounds=args.drains, partitions=args.partitions,
         keep_topics=args.keep_topics,
-    )
+    )  # fmt: skip
 
 
 def bench_host_ceiling(args: argparse.Namespace) -> int:
@@ -256,23 +252,16 @@ def bench_live_models(args: argparse.Namespace) -> int:
     stamp = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}"
     if args.shadow is not None:
         options = ShadowBenchOptions.sized(
-            args.quick,
-            messages=args.messages,
-            pairs=args.drains,
-            partitions=args.partitions,
+            args.quick, messages=args.messages, pairs=args.drains, partitions=args.partitions,
             keep_topics=args.keep_topics,
-        )
+        )  # fmt: skip
         report = run_shadow_bench(settings, args.shadow, options, say=_say)
         table, ok, name = format_shadow_table(report), shadow_conserved(report), "shadow"
     else:
         swap_options = SwapBenchOptions.sized(
-            args.quick,
-            swaps=args.swaps,
-            swap_with=args.swap_with,
-            dwell_s=args.dwell_s,
-            partitions=args.partitions,
-            keep_topics=args.keep_topics,
-        )
+            args.quick, swaps=args.swaps, swap_with=args.swap_with, dwell_s=args.dwell_s,
+            partitions=args.partitions, keep_topics=args.keep_topics,
+        )  # fmt: skip
         report = run_swaps_bench(settings, swap_options, say=_say)
         table, ok, name = format_swaps_table(report), swaps_conserved(report), "swaps"
     print(table, flush=True)
@@ -284,13 +273,9 @@ def bench_http(args: argparse.Namespace, sections: Any, classifier: Any, budget:
     from worker.bench.http_bench import HttpBenchOptions, format_http_table, run_http_bench
 
     options = HttpBenchOptions.sized(
-        args.quick,
-        requests=args.requests,
-        overload_s=args.overload_s,
-        max_wait_ms=args.http_max_wait_ms,
-        model_only_messages=args.model_only_messages,
-        naive_requests=args.naive_messages,
-    )
+        args.quick, requests=args.requests, overload_s=args.overload_s, max_wait_ms=args.http_max_wait_ms,
+        model_only_messages=args.model_only_messages, naive_requests=args.naive_messages,
+    )  # fmt: skip
     stamp = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}"
     report = run_http_bench(
         sections.model,
