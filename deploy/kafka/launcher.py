@@ -24,6 +24,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,7 @@ from launch_common import (  # noqa: E402
     running_pid,
     start_detached,
     stop_process,
+    wait_answering,
 )
 
 KAFKA_VERSION = "4.1.1"
@@ -570,20 +572,9 @@ def wait_ready(cfg: BrokerConfig, pid: int, timeout_s: float) -> float:
 
     Fails fast when the process exits meanwhile.
     """
-    started = time.monotonic()
-    deadline = started + timeout_s
-    while True:
-        if not pid_alive(pid):
-            raise LauncherError(f"the broker (pid {pid}) exited during startup", f"see {cfg.log_file}")
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise LauncherError(
-                f"the broker (pid {pid}) did not answer at {cfg.bootstrap} within {timeout_s:.0f} s",
-                f"raise --timeout-s, or see {cfg.log_file}",
-            )
-        if port_in_use(cfg.host, cfg.port) and broker_answers(cfg.bootstrap, min(5.0, remaining)):
-            return time.monotonic() - started
-        time.sleep(0.25)
+    answers = partial(broker_answers, cfg.bootstrap)
+    address = (cfg.host, cfg.port)
+    return wait_answering("broker", pid, address, answers, cfg.bootstrap, cfg.log_file, timeout_s)
 
 
 def is_kafka_broker(argv: Sequence[str]) -> bool:

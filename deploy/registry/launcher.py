@@ -39,6 +39,7 @@ from launch_common import (  # noqa: E402
     running_pid,
     start_detached,
     stop_process,
+    wait_answering,
 )
 
 APICURIO_VERSION = "2.6.13.Final"
@@ -233,19 +234,15 @@ def wait_ready(cfg: RegistryConfig, pid: int, timeout_s: float) -> float:
 
     Fails fast when the process exits meanwhile.
     """
-    started = time.monotonic()
-    deadline = started + timeout_s
-    while True:
-        if not pid_alive(pid):
-            raise LauncherError(f"the registry (pid {pid}) exited during startup", f"see {cfg.log_file}")
-        if port_in_use(cfg.host, cfg.port) and registry_answers(cfg.local_url):
-            return time.monotonic() - started
-        if time.monotonic() >= deadline:
-            raise LauncherError(
-                f"the registry (pid {pid}) did not answer at {cfg.url} within {timeout_s:.0f} s",
-                f"raise --timeout-s, or see {cfg.log_file}",
-            )
-        time.sleep(0.25)
+    return wait_answering(
+        "registry",
+        pid,
+        (cfg.host, cfg.port),
+        lambda _timeout_s: registry_answers(cfg.local_url),
+        cfg.url,
+        cfg.log_file,
+        timeout_s,
+    )
 
 
 def up(cfg: RegistryConfig, app_factory: Callable[[], Path], timeout_s: float, say: Say = print) -> str:
