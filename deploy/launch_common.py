@@ -164,6 +164,21 @@ def wait_answering(
         time.sleep(0.25)
 
 
+def wait_or_clean_up(
+    pid: int, pid_file: Path, wait: Callable[[], float], stop: Callable[[], object]
+) -> float:
+    """`wait()` for the process just started (or found) as `pid`; when that fails, stop it if it still runs
+    (no half-started server left behind), else forget its pid file, and re-raise."""
+    try:
+        return wait()
+    except LauncherError:
+        if pid_alive(pid):
+            stop()
+        else:
+            pid_file.unlink(missing_ok=True)
+        raise
+
+
 def read_pid(pid_file: Path) -> int | None:
     """The pid in ``pid_file``, or None when there is no (valid) pid file."""
     try:

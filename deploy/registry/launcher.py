@@ -33,13 +33,13 @@ from launch_common import (  # noqa: E402
     Say,
     fetch_into_place,
     marker_matches,
-    pid_alive,
     port_in_use,
     report_failure,
     running_pid,
     start_detached,
     stop_process,
     wait_answering,
+    wait_or_clean_up,
 )
 
 APICURIO_VERSION = "2.6.13.Final"
@@ -262,14 +262,9 @@ def up(cfg: RegistryConfig, app_factory: Callable[[], Path], timeout_s: float, s
         app = app_factory()
         pid = start(cfg, app)
         say(f"Started registry pid {pid}; waiting for it to answer at {cfg.url} (log: {cfg.log_file})")
-    try:
-        waited = wait_ready(cfg, pid, timeout_s)
-    except LauncherError:
-        if pid_alive(pid):  # do not leave a half-started registry behind
-            stop(cfg, timeout_s=10.0, say=say)
-        else:
-            cfg.pid_file.unlink(missing_ok=True)
-        raise
+    waited = wait_or_clean_up(
+        pid, cfg.pid_file, lambda: wait_ready(cfg, pid, timeout_s), lambda: stop(cfg, timeout_s=10.0, say=say)
+    )
     say(f"Registry ready after {waited:.1f} s (schemas in {cfg.database}.mv.db).")
     return cfg.url
 
