@@ -29,21 +29,18 @@ def _adapt_argv(tmp_path: Path, base: Path, out_name: str) -> tuple[Path, Path, 
     return data, out, argv
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT)}
+def _spawn(argv: list[str], stdout: int) -> subprocess.Popen[str]:
+    """`python -m worker *argv` from this checkout, stderr dropped."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "worker", *argv]
+    return subprocess.Popen(command, stdout=stdout, stderr=subprocess.DEVNULL, text=True, env=env)
 
 
 def test_sigint_checkpoints_exits_130_and_the_printed_command_resumes(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     data, out, argv = _adapt_argv(tmp_path, tiny_model_dir, "ours")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "worker", *argv],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=_env(),
-    )
+    proc = _spawn(argv, subprocess.PIPE)
     assert proc.stdout is not None
     lines = []
     for line in proc.stdout:
@@ -78,12 +75,7 @@ def test_after_kill_9_resume_ends_with_the_weights_of_an_uninterrupted_run(
     from worker.training.adapt_options import AdaptOptions
 
     data, out, argv = _adapt_argv(tmp_path, tiny_model_dir, "killed")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "worker", *argv],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=_env(),
-    )
+    proc = _spawn(argv, subprocess.DEVNULL)
     state = out / "checkpoint" / "state.json"
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and proc.poll() is None:
