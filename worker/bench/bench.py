@@ -38,7 +38,7 @@ import numpy as np
 from confluent_kafka import Consumer, Producer
 
 from schemas.review_input import Review
-from worker.bench.options import QuickSizes
+from worker.bench.options import DrainOptions
 from worker.bench.predict_rate import PredictPairs
 from worker.bench.topic_io import (
     create_run_topics,
@@ -88,7 +88,7 @@ TARGETS = {
 
 
 @dataclass(frozen=True)
-class BenchOptions(QuickSizes):
+class BenchOptions(DrainOptions):
     """Sizes of the phases. `max_batch_tokens` None: the tuned budget (`sentiment-worker tune`, cached).
     `predict_messages` P: `predict` runs on P and 2P reviews, `predict_repeats` times each; 0 skips the
     phase. The backlog is drained `drains` times (fresh topics each), the median drain kept."""
@@ -101,13 +101,10 @@ class BenchOptions(QuickSizes):
     naive_messages: int = 2_000
     latency_messages: int = 3_000
     rate_per_s: float | None = None
-    partitions: int = 3
     max_batch_tokens: int | None = None
     max_batch_size: int | None = None
     rss_interval_s: float = 0.5
-    seed: int = 7
     worker_timeout_s: float = 3600.0
-    keep_topics: bool = False
 
     # Small sizes for a smoke run (well under a minute of work on 2 cores).
     QUICK: ClassVar[dict[str, Any]] = {

@@ -49,7 +49,7 @@ from worker.bench.bench import (
     phase_json,
     review_texts,
 )
-from worker.bench.options import QuickSizes
+from worker.bench.options import DrainOptions
 from worker.bench.topic_io import (
     conservation,
     create_run_topics,
@@ -85,17 +85,14 @@ ROLES = {
 
 
 @dataclass(frozen=True)
-class HostCeilingOptions(QuickSizes):
+class HostCeilingOptions(DrainOptions):
     """`messages` reviews drained `rounds` times by the worker on the identity model and by the anchor, on
     fresh topics each time; per-thread CPU sampled every `sample_interval_s`."""
 
     messages: int = 40_000
     rounds: int = 3
-    partitions: int = 3
     sample_interval_s: float = 0.25
-    seed: int = 7
     worker_timeout_s: float = 1800.0
-    keep_topics: bool = False
 
     # A smoke run: 2,000 reviews, one round (well under a minute on 2 cores).
     QUICK: ClassVar[dict[str, Any]] = {"messages": 2000, "rounds": 1, "sample_interval_s": 0.02}

@@ -35,7 +35,7 @@ from worker.bench.live_control import (
     model_choice,
     write_desired,
 )
-from worker.bench.options import QuickSizes
+from worker.bench.options import DrainOptions
 from worker.bench.topic_io import (
     delete_run_topics,
     phase_topics,
@@ -50,7 +50,7 @@ MB = 1024 * 1024
 
 
 @dataclass(frozen=True)
-class SwapBenchOptions(QuickSizes):
+class SwapBenchOptions(DrainOptions):
     """`swaps` promotes, alternately to `swap_with` and back; `dwell_s` of draining on each model;
     `chunk` reviews produced at a time; `settle_s` between a swap taking effect (or the drain's end) and the
     RSS read."""
@@ -60,11 +60,8 @@ class SwapBenchOptions(QuickSizes):
     chunk: int = 400
     dwell_s: float = 20.0
     settle_s: float = 3.0
-    partitions: int = 3
     sample_interval_s: float = 0.5
-    seed: int = 7
     swap_timeout_s: float = 300.0
-    keep_topics: bool = False
 
     # Small sizes for a smoke run.
     QUICK: ClassVar[dict[str, Any]] = {"chunk": 100, "dwell_s": 2.0, "settle_s": 1.0, "swap_timeout_s": 120.0}

@@ -1,8 +1,9 @@
-"""What every bench's options share: a `quick` form with small sizes for a smoke run."""
+"""What the benches' options share: a `quick` form with small sizes for a smoke run; the drains' topics."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
 _Options = TypeVar("_Options", bound="QuickSizes")
@@ -28,3 +29,13 @@ class QuickSizes:
             return cls.quick(**overrides)
         make: Callable[..., _Options] = cls
         return make(**{k: v for k, v in overrides.items() if v is not None})
+
+
+@dataclass(frozen=True)
+class DrainOptions(QuickSizes):
+    """What every bench that drains a backlog through the broker shares: input partitions, the reviews'
+    sampling seed, and whether its topics are kept afterwards."""
+
+    partitions: int = 3
+    seed: int = 7
+    keep_topics: bool = False

@@ -38,7 +38,7 @@ from worker.bench.live_control import (
     percentiles,
     write_desired,
 )
-from worker.bench.options import QuickSizes
+from worker.bench.options import DrainOptions
 from worker.bench.topic_io import (
     delete_run_topics,
     drain_seconds,
@@ -61,18 +61,15 @@ _DONE = ("sentiment_results_published_total", "sentiment_dead_letters_total")
 
 
 @dataclass(frozen=True)
-class ShadowBenchOptions(QuickSizes):
+class ShadowBenchOptions(DrainOptions):
     """`messages` reviews per drain, `pairs` pairs of drains (without and with the shadow); `settle_s`: at
     most this long for the shadow's last groups after the primary's last result."""
 
     messages: int = 3000
     pairs: int = 3
-    partitions: int = 3
     sample_interval_s: float = 0.5
     settle_s: float = 60.0
-    seed: int = 7
     worker_timeout_s: float = 3600.0
-    keep_topics: bool = False
 
     # Small sizes for a smoke run.
     QUICK: ClassVar[dict[str, Any]] = {
