@@ -137,6 +137,48 @@ def port_in_use(host: str, port: int) -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
+def wait_answering(
+    what: str,
+    pid: int,
+    address: tuple[str, int],
+    answers: Callable[[float], bool],
+    where: str,
+    log_file: Path,
+    timeout_s: float,
+) -> float:
+    """Wait until the `what` started as `pid` listens on `address` and `answers(timeout_s)`; return the
+    seconds waited. Fails fast when the process exits meanwhile, and after `timeout_s` (naming `where`)."""
+    started = time.monotonic()
+    deadline = started + timeout_s
+    while True:
+        if not pid_alive(pid):
+            raise LauncherError(f"the {what} (pid {pid}) exited during startup", f"see {log_file}")
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise LauncherError(
+                f"the {what} (pid {pid}) did not answer at {where} within {timeout_s:.0f} s",
+                f"raise --timeout-s, or see {log_file}",
+            )
+        if port_in_use(*address) and answers(min(5.0, remaining)):
+            return time.monotonic() - started
+        time.sleep(0.25)
+
+
+def wait_or_clean_up(
+    pid: int, pid_file: Path, wait: Callable[[], float], stop: Callable[[], object]
+) -> float:
+    """`wait()` for the process just started (or found) as `pid`; when that fails, stop it if it still runs
+    (no half-started server left behind), else forget its pid file, and re-raise."""
+    try:
+        return wait()
+    except LauncherError:
+        if pid_alive(pid):
+            stop()
+        else:
+            pid_file.unlink(missing_ok=True)
+        raise
+
+
 def read_pid(pid_file: Path) -> int | None:
     """The pid in ``pid_file``, or None when there is no (valid) pid file."""
     try:

@@ -24,6 +24,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +41,13 @@ from launch_common import (  # noqa: E402
     cache_dir_of,
     fetch_into_place,
     marker_matches,
-    pid_alive,
     port_in_use,
     report_failure,
     running_pid,
     start_detached,
     stop_process,
+    wait_answering,
+    wait_or_clean_up,
 )
 
 KAFKA_VERSION = "4.1.1"
@@ -570,20 +572,9 @@ def wait_ready(cfg: BrokerConfig, pid: int, timeout_s: float) -> float:
 
     Fails fast when the process exits meanwhile.
     """
-    started = time.monotonic()
-    deadline = started + timeout_s
-    while True:
-        if not pid_alive(pid):
-            raise LauncherError(f"the broker (pid {pid}) exited during startup", f"see {cfg.log_file}")
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise LauncherError(
-                f"the broker (pid {pid}) did not answer at {cfg.bootstrap} within {timeout_s:.0f} s",
-                f"raise --timeout-s, or see {cfg.log_file}",
-            )
-        if port_in_use(cfg.host, cfg.port) and broker_answers(cfg.bootstrap, min(5.0, remaining)):
-            return time.monotonic() - started
-        time.sleep(0.25)
+    answers = partial(broker_answers, cfg.bootstrap)
+    address = (cfg.host, cfg.port)
+    return wait_answering("broker", pid, address, answers, cfg.bootstrap, cfg.log_file, timeout_s)
 
 
 def is_kafka_broker(argv: Sequence[str]) -> bool:
@@ -627,14 +618,12 @@ def up(cfg: BrokerConfig, runtime_factory: Callable[[], Runtime], timeout_s: flo
         formatted_now = format_storage(cfg, runtime, say)
         pid = start(cfg, runtime)
         say(f"Started broker pid {pid}; waiting for it to answer at {cfg.bootstrap} (log: {cfg.log_file})")
-    try:
-        waited = wait_ready(cfg, pid, timeout_s)
-    except LauncherError:
-        if pid_alive(pid):  # do not leave a half-started broker behind
-            stop(cfg.pid_file, timeout_s=10.0, say=say)
-        else:
-            cfg.pid_file.unlink(missing_ok=True)
-        raise
+    waited = wait_or_clean_up(
+        pid,
+        cfg.pid_file,
+        lambda: wait_ready(cfg, pid, timeout_s),
+        lambda: stop(cfg.pid_file, timeout_s=10.0, say=say),
+    )
     say(f"Broker ready after {waited:.1f} s.")
     if cfg.sasl_users and not formatted_now:
         upsert_scram_users(cfg)  # storage from an earlier `up`: its credentials may be missing or stale

@@ -33,12 +33,13 @@ from launch_common import (  # noqa: E402
     Say,
     fetch_into_place,
     marker_matches,
-    pid_alive,
     port_in_use,
     report_failure,
     running_pid,
     start_detached,
     stop_process,
+    wait_answering,
+    wait_or_clean_up,
 )
 
 APICURIO_VERSION = "2.6.13.Final"
@@ -233,19 +234,15 @@ def wait_ready(cfg: RegistryConfig, pid: int, timeout_s: float) -> float:
 
     Fails fast when the process exits meanwhile.
     """
-    started = time.monotonic()
-    deadline = started + timeout_s
-    while True:
-        if not pid_alive(pid):
-            raise LauncherError(f"the registry (pid {pid}) exited during startup", f"see {cfg.log_file}")
-        if port_in_use(cfg.host, cfg.port) and registry_answers(cfg.local_url):
-            return time.monotonic() - started
-        if time.monotonic() >= deadline:
-            raise LauncherError(
-                f"the registry (pid {pid}) did not answer at {cfg.url} within {timeout_s:.0f} s",
-                f"raise --timeout-s, or see {cfg.log_file}",
-            )
-        time.sleep(0.25)
+    return wait_answering(
+        "registry",
+        pid,
+        (cfg.host, cfg.port),
+        lambda _timeout_s: registry_answers(cfg.local_url),
+        cfg.url,
+        cfg.log_file,
+        timeout_s,
+    )
 
 
 def up(cfg: RegistryConfig, app_factory: Callable[[], Path], timeout_s: float, say: Say = print) -> str:
@@ -265,14 +262,9 @@ def up(cfg: RegistryConfig, app_factory: Callable[[], Path], timeout_s: float, s
         app = app_factory()
         pid = start(cfg, app)
         say(f"Started registry pid {pid}; waiting for it to answer at {cfg.url} (log: {cfg.log_file})")
-    try:
-        waited = wait_ready(cfg, pid, timeout_s)
-    except LauncherError:
-        if pid_alive(pid):  # do not leave a half-started registry behind
-            stop(cfg, timeout_s=10.0, say=say)
-        else:
-            cfg.pid_file.unlink(missing_ok=True)
-        raise
+    waited = wait_or_clean_up(
+        pid, cfg.pid_file, lambda: wait_ready(cfg, pid, timeout_s), lambda: stop(cfg, timeout_s=10.0, say=say)
+    )
     say(f"Registry ready after {waited:.1f} s (schemas in {cfg.database}.mv.db).")
     return cfg.url
 

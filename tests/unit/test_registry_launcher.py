@@ -171,7 +171,7 @@ def test_down_stops_a_restarted_registry_and_a_flag_it_does_not_know_fails_the_t
         assert pid is not None and launcher.port_in_use("127.0.0.1", port)
         down = run_registry_launcher("down", *common, timeout_s=60)
         assert down.returncode == 0, down.stdout + down.stderr
-        assert not launcher.pid_alive(pid) and not launcher.port_in_use("127.0.0.1", port)
+        assert not launcher.launch_common.pid_alive(pid) and not launcher.port_in_use("127.0.0.1", port)
         assert not cfg.pid_file.exists()
     with pytest.raises(pytest.fail.Exception, match="unrecognized arguments: --no-save"):
         run_registry_launcher("down", *common, "--no-save", timeout_s=60)

@@ -32,22 +32,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from confluent_kafka import Consumer, Producer
 
 from schemas.review_input import Review
+from worker.bench.options import DrainOptions
 from worker.bench.predict_rate import PredictPairs
 from worker.bench.topic_io import (
-    conservation,
     create_run_topics,
-    dead_letter_ids,
     delete_run_topics,
+    drain_seconds,
     phase_topics,
     produce_backlog,
-    read_topic,
-    result_rows,
+    read_drain,
 )
 from worker.bench.worker_process import (
     child_env,
@@ -89,7 +88,7 @@ TARGETS = {
 
 
 @dataclass(frozen=True)
-class BenchOptions:
+class BenchOptions(DrainOptions):
     """Sizes of the phases. `max_batch_tokens` None: the tuned budget (`sentiment-worker tune`, cached).
     `predict_messages` P: `predict` runs on P and 2P reviews, `predict_repeats` times each; 0 skips the
     phase. The backlog is drained `drains` times (fresh topics each), the median drain kept."""
@@ -102,29 +101,22 @@ class BenchOptions:
     naive_messages: int = 2_000
     latency_messages: int = 3_000
     rate_per_s: float | None = None
-    partitions: int = 3
     max_batch_tokens: int | None = None
     max_batch_size: int | None = None
     rss_interval_s: float = 0.5
-    seed: int = 7
     worker_timeout_s: float = 3600.0
-    keep_topics: bool = False
 
-    @classmethod
-    def quick(cls, **overrides: Any) -> BenchOptions:
-        """Small sizes for a smoke run (well under a minute of work on 2 cores)."""
-        values: dict[str, Any] = {
-            "messages": 600,
-            "model_only_messages": 600,
-            "predict_messages": 600,
-            "predict_repeats": 1,
-            "drains": 1,
-            "naive_messages": 60,
-            "latency_messages": 100,
-            "worker_timeout_s": 300.0,
-        }
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
+    # Small sizes for a smoke run (well under a minute of work on 2 cores).
+    QUICK: ClassVar[dict[str, Any]] = {
+        "messages": 600,
+        "model_only_messages": 600,
+        "predict_messages": 600,
+        "predict_repeats": 1,
+        "drains": 1,
+        "naive_messages": 60,
+        "latency_messages": 100,
+        "worker_timeout_s": 300.0,
+    }
 
 
 @dataclass
@@ -228,14 +220,8 @@ def bench_end_to_end(
             on_sample(worker.pid, scrape)
         time.sleep(options.rss_interval_s)
     summary = worker.finish(max(1.0, options.worker_timeout_s - (time.monotonic() - started)))
-    results = result_rows(read_topic(common, names["results"], expected=len(texts), timeout_s=120))
-    dead = read_topic(common, names["dlq"], expected=int(summary.get("dead_letters", 0)), timeout_s=30)
-    check = conservation(
-        {f"m-{i}" for i in range(len(texts))}, [r for r, _ in results], dead_letter_ids(dead)
-    )
-    first_consume = min(r["processed_at_ms"] - r["processing_time_ms"] for r, _ in results)
-    last_ack = max((ts if ts is not None else r["processed_at_ms"]) for r, ts in results)
-    seconds = (last_ack - first_consume) / 1000.0
+    results, dead, check = read_drain(common, names, len(texts), summary)
+    seconds = drain_seconds(results)
     append_ms = [ts for _, ts in results if ts is not None]
     tok = metric_sum(last_scrape, "sentiment_tokenization_seconds_sum")
     inf = metric_sum(last_scrape, "sentiment_inference_seconds_sum")
@@ -380,11 +366,7 @@ def bench_latency(
     producer.flush(60)
     offered_s = time.perf_counter() - started
     summary = worker.finish(max(60.0, len(texts) / max(rate, 1.0) * 4))
-    results = result_rows(read_topic(common, names["results"], expected=len(texts), timeout_s=60))
-    dead = read_topic(common, names["dlq"], expected=int(summary.get("dead_letters", 0)), timeout_s=30)
-    check = conservation(
-        {f"l-{i}" for i in range(len(texts))}, [r for r, _ in results], dead_letter_ids(dead)
-    )
+    results, dead, check = read_drain(common, names, len(texts), summary, prefix="l", results_timeout_s=60)
     ack_ms = [ts - r["source"]["timestamp_ms"] for r, ts in results if ts is not None]
     processed_ms = [r["processed_at_ms"] - r["source"]["timestamp_ms"] for r, _ in results]
     return Phase(

@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from confluent_kafka import Consumer, KafkaException, Producer
 
@@ -49,6 +49,7 @@ from worker.bench.bench import (
     phase_json,
     review_texts,
 )
+from worker.bench.options import DrainOptions
 from worker.bench.topic_io import (
     conservation,
     create_run_topics,
@@ -84,24 +85,17 @@ ROLES = {
 
 
 @dataclass(frozen=True)
-class HostCeilingOptions:
+class HostCeilingOptions(DrainOptions):
     """`messages` reviews drained `rounds` times by the worker on the identity model and by the anchor, on
     fresh topics each time; per-thread CPU sampled every `sample_interval_s`."""
 
     messages: int = 40_000
     rounds: int = 3
-    partitions: int = 3
     sample_interval_s: float = 0.25
-    seed: int = 7
     worker_timeout_s: float = 1800.0
-    keep_topics: bool = False
 
-    @classmethod
-    def quick(cls, **overrides: Any) -> HostCeilingOptions:
-        """A smoke run: 2,000 reviews, one round (well under a minute on 2 cores)."""
-        values: dict[str, Any] = {"messages": 2000, "rounds": 1, "sample_interval_s": 0.02}
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
+    # A smoke run: 2,000 reviews, one round (well under a minute on 2 cores).
+    QUICK: ClassVar[dict[str, Any]] = {"messages": 2000, "rounds": 1, "sample_interval_s": 0.02}
 
 
 @dataclass(frozen=True)

@@ -25,13 +25,14 @@ import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from worker.bench.bench import bench_model_only, review_texts
 from worker.bench.http_load import closed_loop, open_loop
 from worker.bench.naive_http import NAIVE_PATH
+from worker.bench.options import QuickSizes
 from worker.bench.worker_process import cpu_seconds, free_port, rss_bytes, scrape_metrics, served_inference
 from worker.config import BatchingSettings, ModelSettings
 from worker.inference.batch_shape import batch_size_cap
@@ -42,7 +43,7 @@ TARGETS = {"c64_vs_model_only": 0.80, "c64_vs_naive": 5.0, "c1_added_p50_ms_over
 
 
 @dataclass(frozen=True)
-class HttpBenchOptions:
+class HttpBenchOptions(QuickSizes):
     """Sizes of the phases (requests per concurrency level, seconds of overload)."""
 
     concurrencies: tuple[int, ...] = (1, 8, 64)
@@ -61,18 +62,14 @@ class HttpBenchOptions:
     seed: int = 7
     request_timeout_s: float = 60.0
 
-    @classmethod
-    def quick(cls, **overrides: Any) -> HttpBenchOptions:
-        """Small sizes for a smoke run."""
-        values: dict[str, Any] = {
-            "requests": 300,
-            "naive_requests": 100,
-            "model_only_messages": 600,
-            "direct_calls": 50,
-            "overload_s": 5.0,
-        }
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
+    # Small sizes for a smoke run.
+    QUICK: ClassVar[dict[str, Any]] = {
+        "requests": 300,
+        "naive_requests": 100,
+        "model_only_messages": 600,
+        "direct_calls": 50,
+        "overload_s": 5.0,
+    }
 
 
 # The two servers' commands: `sentiment-worker` words that take the port last.

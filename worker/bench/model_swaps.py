@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from confluent_kafka import Producer
 
@@ -35,13 +35,11 @@ from worker.bench.live_control import (
     model_choice,
     write_desired,
 )
+from worker.bench.options import DrainOptions
 from worker.bench.topic_io import (
-    conservation,
-    dead_letter_ids,
     delete_run_topics,
     phase_topics,
-    read_topic,
-    result_rows,
+    read_drain,
 )
 from worker.bench.worker_process import WorkerProcess, WorkerProcessError, rss_bytes, start_worker
 from worker.config import WorkerSettings
@@ -52,7 +50,7 @@ MB = 1024 * 1024
 
 
 @dataclass(frozen=True)
-class SwapBenchOptions:
+class SwapBenchOptions(DrainOptions):
     """`swaps` promotes, alternately to `swap_with` and back; `dwell_s` of draining on each model;
     `chunk` reviews produced at a time; `settle_s` between a swap taking effect (or the drain's end) and the
     RSS read."""
@@ -62,18 +60,11 @@ class SwapBenchOptions:
     chunk: int = 400
     dwell_s: float = 20.0
     settle_s: float = 3.0
-    partitions: int = 3
     sample_interval_s: float = 0.5
-    seed: int = 7
     swap_timeout_s: float = 300.0
-    keep_topics: bool = False
 
-    @classmethod
-    def quick(cls, **overrides: Any) -> SwapBenchOptions:
-        """Small sizes for a smoke run."""
-        values: dict[str, Any] = {"chunk": 100, "dwell_s": 2.0, "settle_s": 1.0, "swap_timeout_s": 120.0}
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
+    # Small sizes for a smoke run.
+    QUICK: ClassVar[dict[str, Any]] = {"chunk": 100, "dwell_s": 2.0, "settle_s": 1.0, "swap_timeout_s": 120.0}
 
 
 class _Feed:
@@ -267,9 +258,8 @@ def _read_back(
 ) -> dict[str, Any]:
     """Conservation by id, and each input partition's result model versions in offset order, each version
     once per run of it."""
-    messages = read_topic(common, names["results"], expected=produced, timeout_s=120)
-    results = [r for r, _ in result_rows(messages)]
-    dead = read_topic(common, names["dlq"], expected=int(summary.get("dead_letters", 0)), timeout_s=30)
+    drained, dead, check = read_drain(common, names, produced, summary)
+    results = [r for r, _ in drained]
     by_partition: dict[int, list[tuple[int, str]]] = defaultdict(list)
     for r in results:
         by_partition[r["source"]["partition"]].append((r["source"]["offset"], r["model"]["version"]))
@@ -280,7 +270,7 @@ def _read_back(
     return {
         "results": len(results),
         "dead_letters": len(dead),
-        "conservation": conservation({f"m-{i}" for i in range(produced)}, results, dead_letter_ids(dead)),
+        "conservation": check,
         "versions_by_partition": switches,
     }
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from schemas.control import ModelChoice
 from worker.bench.bench import review_texts
@@ -38,14 +38,13 @@ from worker.bench.live_control import (
     percentiles,
     write_desired,
 )
+from worker.bench.options import DrainOptions
 from worker.bench.topic_io import (
-    conservation,
-    dead_letter_ids,
     delete_run_topics,
+    drain_seconds,
     phase_topics,
     produce_backlog,
-    read_topic,
-    result_rows,
+    read_drain,
 )
 from worker.bench.worker_process import (
     WorkerProcess,
@@ -62,25 +61,23 @@ _DONE = ("sentiment_results_published_total", "sentiment_dead_letters_total")
 
 
 @dataclass(frozen=True)
-class ShadowBenchOptions:
+class ShadowBenchOptions(DrainOptions):
     """`messages` reviews per drain, `pairs` pairs of drains (without and with the shadow); `settle_s`: at
     most this long for the shadow's last groups after the primary's last result."""
 
     messages: int = 3000
     pairs: int = 3
-    partitions: int = 3
     sample_interval_s: float = 0.5
     settle_s: float = 60.0
-    seed: int = 7
     worker_timeout_s: float = 3600.0
-    keep_topics: bool = False
 
-    @classmethod
-    def quick(cls, **overrides: Any) -> ShadowBenchOptions:
-        """Small sizes for a smoke run."""
-        values: dict[str, Any] = {"messages": 400, "pairs": 1, "worker_timeout_s": 300.0, "settle_s": 20.0}
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
+    # Small sizes for a smoke run.
+    QUICK: ClassVar[dict[str, Any]] = {
+        "messages": 400,
+        "pairs": 1,
+        "worker_timeout_s": 300.0,
+        "settle_s": 20.0,
+    }
 
 
 def _done(scrape: dict[str, float]) -> float:
@@ -165,14 +162,8 @@ def drain_arm(
         raise
     worker.terminate()  # a clean stop: it flushes and commits, prints its summary
     summary = worker.finish(120)
-    results = result_rows(read_topic(common, names["results"], expected=len(texts), timeout_s=120))
-    dead = read_topic(common, names["dlq"], expected=int(summary.get("dead_letters", 0)), timeout_s=30)
-    check = conservation(
-        {f"m-{i}" for i in range(len(texts))}, [r for r, _ in results], dead_letter_ids(dead)
-    )
-    first_consume = min(r["processed_at_ms"] - r["processing_time_ms"] for r, _ in results)
-    last_ack = max((ts if ts is not None else r["processed_at_ms"]) for r, ts in results)
-    seconds = (last_ack - first_consume) / 1000.0
+    results, dead, check = read_drain(common, names, len(texts), summary)
+    seconds = drain_seconds(results)
     scrape = watched.pop("scrape")
     primary = metric_labels(scrape, "sentiment_model_info")
     shadow_model = metric_labels(scrape, "sentiment_shadow_model_info")

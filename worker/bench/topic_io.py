@@ -149,3 +149,28 @@ def dead_letter_ids(messages: Sequence[Any]) -> list[str]:
         except (ValueError, KeyError, TypeError):
             ids.append("?")
     return ids
+
+
+def read_drain(
+    common: dict[str, Any],
+    names: dict[str, str],
+    count: int,
+    summary: dict[str, Any],
+    *,
+    prefix: str = "m",
+    results_timeout_s: float = 120,
+) -> tuple[list[tuple[dict[str, Any], int | None]], list[Any], dict[str, Any]]:
+    """Reads back a drain of ``count`` reviews ``<prefix>-0`` …: (results with their append times, the dead
+    letters the worker's ``summary`` counts, conservation by id)."""
+    results = result_rows(read_topic(common, names["results"], expected=count, timeout_s=results_timeout_s))
+    dead = read_topic(common, names["dlq"], expected=int(summary.get("dead_letters", 0)), timeout_s=30)
+    ids = {f"{prefix}-{i}" for i in range(count)}
+    return results, dead, conservation(ids, [r for r, _ in results], dead_letter_ids(dead))
+
+
+def drain_seconds(results: Sequence[tuple[dict[str, Any], int | None]]) -> float:
+    """Seconds from the first review consumed to the last result acknowledged (its append time, else
+    its processed_at)."""
+    first_consume = min(r["processed_at_ms"] - r["processing_time_ms"] for r, _ in results)
+    last_ack = max((ts if ts is not None else r["processed_at_ms"]) for r, ts in results)
+    return (last_ack - first_consume) / 1000.0

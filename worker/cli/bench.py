@@ -32,6 +32,16 @@ def register(subparsers: Subparsers) -> None:
         "(table + JSON)",
     )
     add_settings_flags(bench, "bootstrap_servers", "model", "device")
+    _add_sizes(bench)
+    _add_http(bench)
+    _add_host_ceiling(bench)
+    _add_live_models(bench)
+    _add_naive_server(bench)
+    bench.set_defaults(func=cmd_bench)
+
+
+def _add_sizes(bench: argparse.ArgumentParser) -> None:
+    """The end-to-end / predict / model-only / naive / latency run's sizes and topics."""
     bench.add_argument("--quick", action="store_true", help="small sizes (a smoke run)")
     bench.add_argument("--messages", type=int, default=None, help="backlog drained end to end (200000)")
     bench.add_argument("--model-only-messages", type=int, default=None, help="reviews for model-only (20000)")
@@ -58,6 +68,10 @@ def register(subparsers: Subparsers) -> None:
     bench.add_argument("--partitions", type=int, default=None, help="input partitions (3)")
     bench.add_argument("--keep-topics", action="store_true", default=None, help="keep the bench's topics")
     bench.add_argument("--json", type=Path, default=None, help="where to write the JSON report")
+
+
+def _add_http(bench: argparse.ArgumentParser) -> None:
+    """`--http` and its sizes."""
     bench.add_argument(
         "--http",
         action="store_true",
@@ -68,6 +82,10 @@ def register(subparsers: Subparsers) -> None:
     bench.add_argument(
         "--http-max-wait-ms", type=int, default=None, help="--http: the server's http_max_wait_ms (2)"
     )
+
+
+def _add_host_ceiling(bench: argparse.ArgumentParser) -> None:
+    """`--host-ceiling`."""
     bench.add_argument(
         "--host-ceiling",
         action="store_true",
@@ -76,6 +94,10 @@ def register(subparsers: Subparsers) -> None:
         "produce -> commit loop on the same reviews; msg/s of both and CPU µs per review of each worker "
         "thread, --drains rounds (3; --quick 1)",
     )
+
+
+def _add_live_models(bench: argparse.ArgumentParser) -> None:
+    """`--shadow DIR` and `--swaps N` with their options."""
     bench.add_argument(
         "--shadow",
         type=Path,
@@ -105,6 +127,10 @@ def register(subparsers: Subparsers) -> None:
         default=None,
         help="--swaps: seconds of draining on each model (20; --quick 2)",
     )
+
+
+def _add_naive_server(bench: argparse.ArgumentParser) -> None:
+    """`--naive-server PORT`."""
     bench.add_argument(
         "--naive-server",
         type=int,
@@ -113,7 +139,6 @@ def register(subparsers: Subparsers) -> None:
         help="instead: serve the naive handler `--http` measures against on PORT (0: a free one) until "
         "stopped: the design documents' baseline, POST /predict, one text padded to 128, a model call each",
     )
-    bench.set_defaults(func=cmd_bench)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -133,29 +158,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
     configure_logging("WARNING")
     classifier = load_classifier_for(s.model, s.batching)
 
-    def say(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
     try:  # the tuned budget unless --max-batch-tokens names one (whatever SENTIMENT_MAX_BATCH_TOKENS says)
         choice = choose_token_budget(
             s.batching,
             s.model,
             classifier,
             requested=args.max_batch_tokens if args.max_batch_tokens is not None else "auto",
-            progress=say,
+            progress=_say,
         )
     except StartupError as exc:
         raise OperationError(f"{exc}; pass --max-batch-tokens") from None
     budget = choice.max_batch_tokens
     source = "--max-batch-tokens" if args.max_batch_tokens is not None else choice.source
     if args.http:
-        return bench_http(args, s, classifier, budget, say)
-    report = run_bench(settings, classifier, options, max_batch_tokens=budget, tuned_from=source, say=say)
+        return bench_http(args, s, classifier, budget, _say)
+    report = run_bench(settings, classifier, options, max_batch_tokens=budget, tuned_from=source, say=_say)
     print(format_table(report), flush=True)
-    path = args.json or Path(f"bench-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
-    print(f"wrote {path}", flush=True)
+    _write_report(report, args.json, "bench")
     checked = [report["end_to_end"], report["latency"], report["predict"]]
     conserved = all(phase["conservation"]["ok"] for phase in checked if phase is not None)
     return EXIT_OK if conserved else EXIT_FAILED
@@ -170,15 +189,13 @@ def bench_options(args: argparse.Namespace) -> BenchOptions:
     for flag, value in (("--predict-repeats", args.predict_repeats), ("--drains", args.drains)):
         if value is not None and value < 1:
             raise ConfigurationError(f"{flag}: 1 or more")
-    make = BenchOptions.quick if args.quick else BenchOptions
-    overrides = {
-        "messages": args.messages, "naive_messages": args.naive_messages,
-        "latency_messages": args.latency_messages, "model_only_messages": args.model_only_messages,
-        "predict_messages": args.predict_messages, "predict_repeats": args.predict_repeats,
-        "drains": args.drains, "rate_per_s": args.rate,
-        "max_batch_size": args.max_batch_size, "partitions": args.partitions, "keep_topics": args.keep_topics,
-    }  # fmt: skip
-    return make(**{k: v for k, v in overrides.items() if v is not None})
+    return BenchOptions.sized(
+        args.quick, messages=args.messages, naive_messages=args.naive_messages,
+        latency_messages=args.latency_messages, model_only_messages=args.model_only_messages,
+        predict_messages=args.predict_messages, predict_repeats=args.predict_repeats,
+        drains=args.drains, rate_per_s=args.rate,
+        max_batch_size=args.max_batch_size, partitions=args.partitions, keep_topics=args.keep_topics,
+    )  # fmt: skip
 
 
 def host_ceiling_options(args: argparse.Namespace) -> HostCeilingOptions:
@@ -188,14 +205,10 @@ def host_ceiling_options(args: argparse.Namespace) -> HostCeilingOptions:
     for flag, value in (("--messages", args.messages), ("--drains", args.drains)):
         if value is not None and value < 1:
             raise ConfigurationError(f"{flag}: 1 or more")
-    make = HostCeilingOptions.quick if args.quick else HostCeilingOptions
-    overrides = {
-        "messages": args.messages,
-        "rounds": args.drains,
-        "partitions": args.partitions,
-        "keep_topics": args.keep_topics,
-    }
-    return make(**{k: v for k, v in overrides.items() if v is not None})
+    return HostCeilingOptions.sized(
+        args.quick, messages=args.messages, rounds=args.drains, partitions=args.partitions,
+        keep_topics=args.keep_topics,
+    )  # fmt: skip
 
 
 def bench_host_ceiling(args: argparse.Namespace) -> int:
@@ -205,20 +218,11 @@ def bench_host_ceiling(args: argparse.Namespace) -> int:
     from worker.bench.host_ceiling import conserved, run_host_ceiling
 
     options = host_ceiling_options(args)
-    settings = settings_from_args(args)
-    sizes = {"max_batch_tokens": args.max_batch_tokens, "max_batch_size": args.max_batch_size}
-    settings = settings.model_copy(update={k: v for k, v in sizes.items() if v is not None})
-    configure_logging("WARNING")
+    settings = _subprocess_settings(args)
 
-    def say(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
-    report = run_host_ceiling(settings, options, say=say)
+    report = run_host_ceiling(settings, options, say=_say)
     print(format_host_ceiling_table(report), flush=True)
-    path = args.json or Path(f"bench-host-ceiling-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
-    print(f"wrote {path}", flush=True)
+    _write_report(report, args.json, "bench-host-ceiling")
     return EXIT_OK if conserved(report) else EXIT_FAILED
 
 
@@ -243,54 +247,35 @@ def bench_live_models(args: argparse.Namespace) -> int:
     for flag, value in (("--messages", args.messages), ("--drains", args.drains), ("--swaps", args.swaps)):
         if value is not None and value < 1:
             raise ConfigurationError(f"{flag}: 1 or more")
-    settings = settings_from_args(args)
-    sizes = {"max_batch_tokens": args.max_batch_tokens, "max_batch_size": args.max_batch_size}
-    settings = settings.model_copy(update={k: v for k, v in sizes.items() if v is not None})
-    configure_logging("WARNING")
-
-    def say(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+    settings = _subprocess_settings(args)
 
     stamp = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}"
     if args.shadow is not None:
-        make_shadow = ShadowBenchOptions.quick if args.quick else ShadowBenchOptions
-        shadow_sizes = {
-            "messages": args.messages, "pairs": args.drains, "partitions": args.partitions,
-            "keep_topics": args.keep_topics,
-        }  # fmt: skip
-        options = make_shadow(**{k: v for k, v in shadow_sizes.items() if v is not None})
-        report = run_shadow_bench(settings, args.shadow, options, say=say)
+        options = ShadowBenchOptions.sized(
+            args.quick, messages=args.messages, pairs=args.drains, partitions=args.partitions,
+            keep_topics=args.keep_topics,
+        )  # fmt: skip
+        report = run_shadow_bench(settings, args.shadow, options, say=_say)
         table, ok, name = format_shadow_table(report), shadow_conserved(report), "shadow"
     else:
-        make_swaps = SwapBenchOptions.quick if args.quick else SwapBenchOptions
-        swap_sizes = {
-            "swaps": args.swaps, "swap_with": args.swap_with, "dwell_s": args.dwell_s,
-            "partitions": args.partitions, "keep_topics": args.keep_topics,
-        }  # fmt: skip
-        report = run_swaps_bench(
-            settings, make_swaps(**{k: v for k, v in swap_sizes.items() if v is not None}), say=say
-        )
+        swap_options = SwapBenchOptions.sized(
+            args.quick, swaps=args.swaps, swap_with=args.swap_with, dwell_s=args.dwell_s,
+            partitions=args.partitions, keep_topics=args.keep_topics,
+        )  # fmt: skip
+        report = run_swaps_bench(settings, swap_options, say=_say)
         table, ok, name = format_swaps_table(report), swaps_conserved(report), "swaps"
     print(table, flush=True)
-    path = args.json or Path(f"bench-{name}-{stamp}.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
-    print(f"wrote {path}", flush=True)
+    _write_report(report, args.json, f"bench-{name}", stamp)
     return EXIT_OK if ok else EXIT_FAILED
 
 
 def bench_http(args: argparse.Namespace, sections: Any, classifier: Any, budget: int, say: Any) -> int:
     from worker.bench.http_bench import HttpBenchOptions, format_http_table, run_http_bench
 
-    make = HttpBenchOptions.quick if args.quick else HttpBenchOptions
-    overrides = {
-        "requests": args.requests,
-        "overload_s": args.overload_s,
-        "max_wait_ms": args.http_max_wait_ms,
-        "model_only_messages": args.model_only_messages,
-        "naive_requests": args.naive_messages,
-    }
-    options = make(**{k: v for k, v in overrides.items() if v is not None})
+    options = HttpBenchOptions.sized(
+        args.quick, requests=args.requests, overload_s=args.overload_s, max_wait_ms=args.http_max_wait_ms,
+        model_only_messages=args.model_only_messages, naive_requests=args.naive_messages,
+    )  # fmt: skip
     stamp = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}"
     report = run_http_bench(
         sections.model,
@@ -302,10 +287,7 @@ def bench_http(args: argparse.Namespace, sections: Any, classifier: Any, budget:
         say=say,
     )
     print(format_http_table(report), flush=True)
-    path = args.json or Path(f"bench-http-{stamp}.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
-    print(f"wrote {path}", flush=True)
+    _write_report(report, args.json, "bench-http", stamp)
     overload = report["targets"].get("overload_all_answered")
     return EXIT_OK if overload is None or overload["met"] else EXIT_FAILED
 
@@ -332,3 +314,27 @@ def serve_naive(args: argparse.Namespace) -> int:
         pass
     server.close()
     return EXIT_OK
+
+
+def _say(line: str) -> None:
+    """Progress, on stderr (the table goes to stdout)."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def _write_report(report: dict[str, Any], given: Path | None, stem: str, stamp: str | None = None) -> None:
+    """Writes the JSON report to `given` (--json), else to `<stem>-<stamp>.json` (stamp: now, UTC), and says
+    where."""
+    stamp = stamp or f"{datetime.now(timezone.utc):%Y%m%dT%H%M%S}"
+    path = given or Path(f"{stem}-{stamp}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
+    print(f"wrote {path}", flush=True)
+
+
+def _subprocess_settings(args: argparse.Namespace) -> Any:
+    """The settings a bench's worker subprocess runs with: the flags', the token budget and batch size
+    --max-batch-tokens / --max-batch-size give (else the defaults); logging at WARNING here."""
+    settings = settings_from_args(args)
+    sizes = {"max_batch_tokens": args.max_batch_tokens, "max_batch_size": args.max_batch_size}
+    configure_logging("WARNING")
+    return settings.model_copy(update={k: v for k, v in sizes.items() if v is not None})

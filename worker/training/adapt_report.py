@@ -15,7 +15,7 @@ import numpy as np
 
 from worker.model.classifier import DEFAULT_LABELS
 from worker.training.corpus import LabeledText
-from worker.training.evaluate import classification_metrics
+from worker.training.evaluate import classification_metrics, rounded
 
 BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_SEED = 20261206
@@ -194,17 +194,7 @@ class AdaptReport:
     )
 
     def to_json(self) -> dict[str, Any]:
-        return _rounded(asdict(self))
-
-
-def _rounded(value: Any) -> Any:
-    if isinstance(value, float):
-        return round(value, 6)
-    if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_rounded(v) for v in value]
-    return value
+        return rounded(asdict(self))
 
 
 def table(report: AdaptReport) -> str:

@@ -133,16 +133,17 @@ class EvaluationReport:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-friendly dict (floats rounded to 6 digits)."""
-        return _rounded(asdict(self))
+        return rounded(asdict(self))
 
 
-def _rounded(value: Any) -> Any:
+def rounded(value: Any) -> Any:
+    """`value` with every float in it (through dicts and lists) rounded to 6 digits."""
     if isinstance(value, float):
         return round(value, 6)
     if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
+        return {k: rounded(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_rounded(v) for v in value]
+        return [rounded(v) for v in value]
     return value
 
 

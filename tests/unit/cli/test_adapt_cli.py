@@ -18,23 +18,29 @@ from worker.model.manifest import verify_model_dir
 ROOT = Path(__file__).resolve().parents[3]
 
 
+def _adapt_argv(tmp_path: Path, base: Path, out_name: str) -> tuple[Path, Path, list[str]]:
+    """(the rated CSV of 400 hotel reviews, the output directory, `adapt`'s argv: 3 epochs on the CPU)."""
+    data = _rated_csv(tmp_path / "rated.csv", hotel_reviews(400))
+    out = tmp_path / out_name
+    argv = [
+        "adapt", str(data), "--output-dir", str(out), "--base", str(base), "--text-field", "评论",
+        "--rating-field", "评分", "--learning-rate", "1e-3", "--device", "cpu", "--no-int8", "--epochs", "3",
+    ]  # fmt: skip
+    return data, out, argv
+
+
+def _spawn(argv: list[str], stdout: int) -> subprocess.Popen[str]:
+    """`python -m worker *argv` from this checkout, stderr dropped."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "worker", *argv]
+    return subprocess.Popen(command, stdout=stdout, stderr=subprocess.DEVNULL, text=True, env=env)
+
+
 def test_sigint_checkpoints_exits_130_and_the_printed_command_resumes(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
-    data = _rated_csv(tmp_path / "rated.csv", hotel_reviews(400))
-    out = tmp_path / "ours"
-    argv = [
-        "adapt", str(data), "--output-dir", str(out), "--base", str(tiny_model_dir), "--text-field", "评论",
-        "--rating-field", "评分", "--learning-rate", "1e-3", "--device", "cpu", "--no-int8", "--epochs", "3",
-    ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "worker", *argv],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        env=env,
-    )
+    data, out, argv = _adapt_argv(tmp_path, tiny_model_dir, "ours")
+    proc = _spawn(argv, subprocess.PIPE)
     assert proc.stdout is not None
     lines = []
     for line in proc.stdout:
@@ -68,16 +74,8 @@ def test_after_kill_9_resume_ends_with_the_weights_of_an_uninterrupted_run(
     from worker.training.adapt_labels import LabelRule
     from worker.training.adapt_options import AdaptOptions
 
-    data = _rated_csv(tmp_path / "rated.csv", hotel_reviews(400))
-    out = tmp_path / "killed"
-    argv = [
-        "adapt", str(data), "--output-dir", str(out), "--base", str(tiny_model_dir), "--text-field", "评论",
-        "--rating-field", "评分", "--learning-rate", "1e-3", "--device", "cpu", "--no-int8", "--epochs", "3",
-    ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "worker", *argv], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
-    )
+    data, out, argv = _adapt_argv(tmp_path, tiny_model_dir, "killed")
+    proc = _spawn(argv, subprocess.DEVNULL)
     state = out / "checkpoint" / "state.json"
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and proc.poll() is None:
