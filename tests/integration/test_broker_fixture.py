@@ -94,7 +94,7 @@ def create_topic(bootstrap: str, topic: str) -> None:
 
 
 def _process_exists(pid: int) -> bool:
-    return bool(load_launcher().pid_alive(pid))
+    return bool(load_launcher().launch_common.pid_alive(pid))
 
 
 def test_launcher_up_status_produce_consume_down(tmp_path: Path) -> None:
