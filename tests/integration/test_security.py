@@ -167,7 +167,7 @@ def test_doctor_connects_with_credentials_and_fails_with_a_wrong_password_withou
     )
     assert good.returncode == 0, good.stdout + good.stderr
     assert f"[OK  ] broker: {sasl_broker.sasl} answered" in good.stdout
-    assert f"[OK  ] topic {names['results']}: 1 partitions" in good.stdout
+    assert f"[OK  ] topic {names['results']}: 1 partition" in good.stdout
     wrong_password = "wrong-" + uuid.uuid4().hex
     bad = _doctor(
         sasl_env(sasl_broker, names, tiny_model_dir, mechanism="SCRAM-SHA-512", password=wrong_password)
