@@ -9,12 +9,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Producer
-
-from schemas.control import DESIRED_KEY, DesiredState, ModelChoice
+from schemas.control import DesiredState, ModelChoice
 from worker.bench.topic_io import create_run_topics
 from worker.errors import ConfigurationError
-from worker.model.manifest import UnverifiedModelError, verify_model_dir
+from worker.labelling import control
+from worker.model.manifest import UnverifiedModelError
 
 __all__ = [
     "create_control_topics",
@@ -35,13 +34,12 @@ def create_control_topics(common: dict[str, Any], group: str) -> str:
 
 
 def model_choice(directory: Path) -> ModelChoice:
-    """`directory` as a control record names it (the path as given, its content hash), verified here first
-    as `models shadow|promote` verify it. ConfigurationError when it fails."""
+    """`directory` as a control record names it, verified first as `models shadow|promote` verify it.
+    ConfigurationError when it fails."""
     try:
-        verified = verify_model_dir(directory)
+        return control.model_choice(directory)
     except UnverifiedModelError as exc:
         raise ConfigurationError(f"{directory} cannot be named in a control record: {exc}") from None
-    return ModelChoice(path=str(directory), content_hash=verified.content_hash)
 
 
 def write_desired(
@@ -54,21 +52,11 @@ def write_desired(
     timeout_s: float = 30.0,
 ) -> None:
     """Produces a desired state (`primary` None: the worker's configured model; `shadow` None: no shadow) to
-    control topic `topic` and waits for its acknowledgement (ConfigurationError when it is not)."""
+    control topic `topic`, as `models shadow|promote` write it (ConfigurationError when not acknowledged)."""
     desired = DesiredState(
         primary=primary, shadow=shadow, changed_at_ms=int(time.time() * 1000), changed_by=by
     )
-    errors: list[str] = []
-
-    def delivered(error: Any, _message: Any) -> None:
-        if error is not None:
-            errors.append(str(error))
-
-    # acks=all + idempotence, as `models` writes the one record a group follows.
-    producer = Producer({**common, "enable.idempotence": True, "linger.ms": 0})
-    producer.produce(topic, desired.model_dump_json().encode(), DESIRED_KEY, on_delivery=delivered)
-    if producer.flush(timeout_s) or errors:
-        raise ConfigurationError(f"the desired state was not written to {topic}: {errors[:1] or 'timed out'}")
+    control.produce_desired(common, topic, desired, timeout_s=timeout_s)
 
 
 def metric_labels(scrape: dict[str, float], name: str) -> list[dict[str, str]]:

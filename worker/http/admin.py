@@ -25,8 +25,8 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from schemas.control import DesiredState, ModelChoice, ModelsChange
-from worker.labelling.control import ModelControl
-from worker.model.manifest import UnverifiedModelError, verify_model_dir
+from worker.labelling.control import ModelControl, model_choice
+from worker.model.manifest import UnverifiedModelError
 
 __all__ = ["ADMIN_MODELS_PATH", "ModelsAdmin"]
 
@@ -115,11 +115,8 @@ class ModelsAdmin:
 
 
 def _choice(path: str | None) -> ModelChoice | None:
-    """`path` as a control record names it, verified here first (UnverifiedModelError says why not)."""
-    if path is None:
-        return None
-    verified = verify_model_dir(Path(path))
-    return ModelChoice(path=path, content_hash=verified.content_hash)
+    """`path` as a control record names it, verified first (UnverifiedModelError says why not)."""
+    return None if path is None else model_choice(Path(path))
 
 
 def _error(status: int, error: str, reason: str) -> JSONResponse:

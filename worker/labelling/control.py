@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
@@ -40,7 +41,15 @@ from worker.labelling.labeller import Labeller, ModelChangeRefused
 from worker.labelling.loading import LoadedModel, load_model
 from worker.model.manifest import UnverifiedModelError, verify_model_dir
 
-__all__ = ["ControlReader", "ModelControl", "load_choice", "model_control_mode", "served_ref"]
+__all__ = [
+    "ControlReader",
+    "ModelControl",
+    "load_choice",
+    "model_choice",
+    "model_control_mode",
+    "produce_desired",
+    "served_ref",
+]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +66,33 @@ def model_control_mode(sections: Sections, command: str) -> str:
     if command == "run":
         return "topic"
     return "api" if sections.http.api_token is not None else "off"
+
+
+def model_choice(directory: Path) -> ModelChoice:
+    """`directory` as a control record names it (the path as given, the content hash of its files), verified
+    first. Raises UnverifiedModelError saying why it cannot be named."""
+    verified = verify_model_dir(directory)
+    return ModelChoice(path=str(directory), content_hash=verified.content_hash)
+
+
+def produce_desired(
+    conf: dict[str, Any], topic: str, desired: DesiredState, *, timeout_s: float = 30.0
+) -> None:
+    """Produces `desired` under the `desired` key of control topic `topic` (librdkafka settings `conf`) and
+    waits for its acknowledgement. Raises ConfigurationError when it is not acknowledged."""
+    errors: list[str] = []
+
+    def delivered(error: KafkaError | None, _message: object) -> None:
+        if error is not None:
+            errors.append(str(error))
+
+    # acks=all + idempotence: the one record the whole fleet follows is written once, durably.
+    producer = Producer({**conf, "enable.idempotence": True, "linger.ms": 0})
+    producer.produce(topic, desired.model_dump_json().encode(), DESIRED_KEY, on_delivery=delivered)
+    left = producer.flush(timeout_s)
+    if left or errors:
+        reason = errors[0] if errors else f"not acknowledged within {timeout_s:g} s"
+        raise ConfigurationError(f"the desired state was not written to {topic}: {reason}")
 
 
 def load_choice(sections: Sections, choice: ModelChoice, role: str) -> LoadedModel:

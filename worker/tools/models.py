@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from schemas.control import (
     DESIRED_KEY,
@@ -38,7 +38,8 @@ from schemas.control import (
 )
 from worker.config import Sections, librdkafka_common
 from worker.errors import ConfigurationError, OperationError
-from worker.model.manifest import UnverifiedModelError, verify_model_dir
+from worker.labelling.control import model_choice, produce_desired
+from worker.model.manifest import UnverifiedModelError
 
 __all__ = [
     "FleetView",
@@ -282,13 +283,11 @@ def agreement_figures(agreement: Agreement) -> dict[str, Any]:
 
 # ----- writing the control topic -----
 def choice_of(directory: Path) -> ModelChoice:
-    """`directory` as a control record names it (the path as given, its content hash), after it was
-    verified here. Raises ModelRefused saying why not."""
+    """`directory` as a control record names it, verified first. Raises ModelRefused saying why not."""
     try:
-        verified = verify_model_dir(directory)
+        return model_choice(directory)
     except UnverifiedModelError as exc:
         raise ModelRefused(f"{directory} is refused, nothing was written: {exc}") from None
-    return ModelChoice(path=str(directory), content_hash=verified.content_hash)
 
 
 def changed_by(command: str) -> str:
@@ -301,24 +300,10 @@ def changed_by(command: str) -> str:
 
 
 def write_desired(sections: Sections, desired: DesiredState, *, timeout_s: float = 30.0) -> None:
-    """Produces `desired` under the `desired` key of the group's control topic and waits for its
-    acknowledgement. Raises ConfigurationError when it is not acknowledged."""
+    """Writes `desired` to the group's control topic and waits for its acknowledgement
+    (ConfigurationError when it is not)."""
     topic = sections.live.control_topic_of(sections.kafka.group_id)
-    # acks=all + idempotence: the one record the whole fleet follows is written once, durably.
-    conf = librdkafka_common(sections.kafka, sections.security)
-    conf.update({"enable.idempotence": True, "linger.ms": 0})
-    errors: list[str] = []
-
-    def delivered(error: Any, _message: Any) -> None:
-        if error is not None:
-            errors.append(str(error))
-
-    producer = Producer(conf)
-    producer.produce(topic, desired.model_dump_json().encode(), DESIRED_KEY, on_delivery=delivered)
-    left = producer.flush(timeout_s)
-    if left or errors:
-        reason = errors[0] if errors else f"not acknowledged within {timeout_s:g} s"
-        raise ConfigurationError(f"the desired state was not written to {topic}: {reason}")
+    produce_desired(librdkafka_common(sections.kafka, sections.security), topic, desired, timeout_s=timeout_s)
 
 
 def set_shadow(sections: Sections, directory: Path | None, *, by: str) -> DesiredState:
