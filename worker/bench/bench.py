@@ -377,17 +377,18 @@ def bench_latency(
         extra={
             "offered_rate_per_s": rate,
             "achieved_offered_rate_per_s": len(texts) / offered_s if offered_s else None,
-            "latency_ms": _percentiles(ack_ms or processed_ms),
+            "latency_ms": latency_percentiles(ack_ms or processed_ms),
             "latency_measured_as": "result broker append time − input timestamp"
             if ack_ms
             else "result processed_at_ms − input timestamp",
-            "processed_latency_ms": _percentiles(processed_ms),
+            "processed_latency_ms": latency_percentiles(processed_ms),
             "conservation": check,
         },
     )
 
 
-def _percentiles(values: Sequence[float]) -> dict[str, float | None]:
+def latency_percentiles(values: Sequence[float]) -> dict[str, float | None]:
+    """p50, p95, p99 and max of `values` (numpy's linear interpolation; None when empty)."""
     if not values:
         return {"p50": None, "p95": None, "p99": None, "max": None}
     array = np.asarray(values, dtype=np.float64)

@@ -20,7 +20,6 @@ __all__ = [
     "metric_labels",
     "metric_value",
     "model_choice",
-    "percentiles",
     "write_desired",
 ]
 
@@ -76,11 +75,3 @@ def metric_value(scrape: dict[str, float], name: str, **labels: str) -> float:
         if all(theirs.get(k) == v for k, v in labels.items()):
             total += value
     return total
-
-
-def percentiles(values: list[float], qs: tuple[int, ...] = (50, 95)) -> dict[str, float | None]:
-    """{"p50": …, "p95": …} of `values` (nearest-rank on the sorted values; None when empty)."""
-    ordered = sorted(values)
-    if not ordered:
-        return {f"p{q}": None for q in qs}
-    return {f"p{q}": ordered[min(len(ordered) - 1, max(0, -(-q * len(ordered) // 100) - 1))] for q in qs}

@@ -29,13 +29,12 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from schemas.control import ModelChoice
-from worker.bench.bench import review_texts
+from worker.bench.bench import latency_percentiles, review_texts
 from worker.bench.live_control import (
     create_control_topics,
     metric_labels,
     metric_value,
     model_choice,
-    percentiles,
     write_desired,
 )
 from worker.bench.options import DrainOptions
@@ -175,7 +174,7 @@ def drain_arm(
         "dead_letters": len(dead),
         "seconds": round(seconds, 3),
         "messages_per_second": round(len(texts) / seconds, 1) if seconds > 0 else None,
-        "latency_ms": percentiles([float(r["processing_time_ms"]) for r, _ in results]),
+        "latency_ms": latency_percentiles([float(r["processing_time_ms"]) for r, _ in results]),
         "latency_measured_as": "consume → result produced (processing_time_ms), backlog drain",
         "shadow_groups": _shadow_groups(scrape) if shadow is not None else None,
         "primary_model": primary[0] if primary else None,

@@ -1,10 +1,11 @@
-"""The live-model benches' pure parts: reading /metrics samples, percentiles, the swap report's verdict."""
+"""The live-model benches' pure parts: reading /metrics samples, latency percentiles, the swap verdict."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from worker.bench.live_control import metric_labels, metric_value, percentiles
+from worker.bench.bench import latency_percentiles
+from worker.bench.live_control import metric_labels, metric_value
 from worker.bench.model_swaps import swaps_conserved
 
 SCRAPE = {
@@ -30,10 +31,10 @@ def test_metric_labels_names_what_an_info_metric_says() -> None:
     assert metric_labels(SCRAPE, "sentiment_shadow_model_info") == []
 
 
-def test_percentiles_are_nearest_rank() -> None:
-    assert percentiles([float(v) for v in range(1, 101)]) == {"p50": 50.0, "p95": 95.0}
-    assert percentiles([7.0]) == {"p50": 7.0, "p95": 7.0}
-    assert percentiles([]) == {"p50": None, "p95": None}
+def test_the_shadow_bench_reports_latency_as_the_drain_bench_does() -> None:
+    got = latency_percentiles([float(v) for v in range(1, 101)])
+    assert got == {"p50": 50.5, "p95": 95.05, "p99": 99.01, "max": 100.0}
+    assert latency_percentiles([]) == {"p50": None, "p95": None, "p99": None, "max": None}
 
 
 def swap_report(served: list[str], by_partition: dict[str, list[str]], ok: bool = True) -> dict[str, Any]:
