@@ -86,11 +86,12 @@ def main() -> None:
     parser.add_argument("--work-dir", type=Path, default=Path("var/adapt-study"))
     parser.add_argument("--user-rows", type=int, default=2000)
     parser.add_argument("--domain-test", type=int, default=1000)
-    parser.add_argument("--keep-layers", default="0,1")
+    parser.add_argument("--keep-layers", default="0,1", help="encoder layers kept (all: the default's size)")
     parser.add_argument("--max-seq-len", type=int, default=64)
     parser.add_argument("--base-epochs", type=int, default=1)
     parser.add_argument("--recipes", default="recipe,naive,rehearsal-only,recipe-user-dev")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--max-minutes", type=float, default=15.0, help="adapt's time cap per recipe")
     args = parser.parse_args()
     work: Path = args.work_dir
     work.mkdir(parents=True, exist_ok=True)
@@ -117,10 +118,11 @@ def main() -> None:
         report = train(
             TrainOptions(
                 output_dir=base, init="bge-small-zh", data=str(work / "corpus-minus-domain.csv"),
-                keep_layers=args.keep_layers, max_seq_len=args.max_seq_len, truncation="head_tail",
+                keep_layers=None if args.keep_layers == "all" else args.keep_layers,
+                max_seq_len=args.max_seq_len, truncation="head_tail",
                 epochs=args.base_epochs, learning_rate=1e-4, seed=args.seed, name="adapt-study-base",
             ),
-            progress=lambda _line: None,
+            progress=lambda line: say(f"  [base] {line}"),
         )  # fmt: skip
         say(
             f"base: held-out (other domains) {report.test_accuracy:.4f}, {report.train_size} train reviews, "
@@ -134,7 +136,7 @@ def main() -> None:
         out = work / name
         options = AdaptOptions(
             output_dir=out, base=base, seed=args.seed, int8=False, max_seq_len=args.max_seq_len,
-            max_minutes=20, **RECIPES[name],
+            max_minutes=args.max_minutes, **RECIPES[name],
         )  # fmt: skip
         say(f"--- {name}: {RECIPES[name] or 'the default recipe'}")
         result = adapt(options, user, progress=lambda line, n=name: say(f"  [{n}] {line}"))
