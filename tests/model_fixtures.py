@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from worker.model.device import choose_device
+from worker.model.loading import InferenceOptions, load_classifier
 from worker.training.export import PARITY_TOLERANCE
 from worker.training.onnx_export import export_onnx
 from worker.training.options import TrainOptions, TrainReport
@@ -79,6 +82,15 @@ def tiny_model_report(tiny_model_training: TinyTraining) -> TrainReport:
 def tiny_model_dir(tiny_model_report: TrainReport) -> Path:
     """A tiny trained model directory: ``save_pretrained`` layout + sentiment_model.json, metrics.json."""
     return tiny_model_report.output_dir
+
+
+@pytest.fixture(scope="module")
+def tiny_dynamic(tiny_model_dir: Path) -> Any:
+    """``tiny_model_dir`` loaded by the dynamic (dygraph) backend on CPU with the slow tokenizer: the
+    reference the exported backends are compared with."""
+    return load_classifier(
+        str(tiny_model_dir), choose_device("cpu"), options=InferenceOptions(tokenizer="slow")
+    )
 
 
 @pytest.fixture(scope="session")

@@ -5,13 +5,12 @@ model may be replaced). No model is loaded: the generator runs the real one, thi
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
-from types import ModuleType
 
 from schemas.http_api import SentimentResponse
 from schemas.sentiment_result import SentimentResult
+from tests.kafka_fixtures import load_script
 from worker.model.metadata import ModelMetadata
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,16 +19,7 @@ SHIPPED = ModelMetadata.read(ROOT / "models" / "default" / "sentiment_model.json
 STALE_HINT = "run `make readme-examples`"
 
 
-def _load_generator() -> ModuleType:
-    # docs/ is not a package: load the script by its path, as `python docs/readme_examples.py` runs it.
-    spec = importlib.util.spec_from_file_location("readme_examples", ROOT / "docs" / "readme_examples.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _load_generator()
+gen = load_script("readme_examples", ROOT / "docs" / "readme_examples.py")
 
 
 def test_the_result_example_is_the_workers_result_for_the_input_example() -> None:

@@ -4,29 +4,19 @@ environment variables and defaults as pydantic-settings reads them."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from tests.kafka_fixtures import load_script
 from worker.config import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load_generator() -> ModuleType:
-    # docs/ is not a package: load the script by its path, as `python docs/settings_table.py` runs it.
-    spec = importlib.util.spec_from_file_location("settings_table", ROOT / "docs" / "settings_table.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _load_generator()
+gen = load_script("settings_table", ROOT / "docs" / "settings_table.py")
 
 
 def test_committed_settings_docs_are_current() -> None:

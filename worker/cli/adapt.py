@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from types import FrameType
 
-from worker.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Subparsers
+from worker.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, Subparsers, add_device_flag
 from worker.errors import ConfigurationError
 from worker.files.review_files import ReviewFile
 from worker.runtime.logs import configure_logging
@@ -73,7 +73,7 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--epochs", type=int, default=None, help="default: sized from the data")
     parser.add_argument("--max-minutes", type=float, default=60.0, help="cap on the training time")
     parser.add_argument("--micro-batch", type=int, default=None, help="reviews per pass (accumulate to 32)")
-    parser.add_argument("--device", choices=["gpu", "cpu", "auto"], default="auto")
+    add_device_flag(parser)
     parser.add_argument("--resume", action="store_true", help="continue an interrupted run (same flags)")
     parser.add_argument(
         "--force", action="store_true", help="mark the model promotable though the gate refuses"

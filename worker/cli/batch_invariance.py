@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from worker.cli.common import EXIT_FAILED, EXIT_OK, Subparsers
+from worker.cli.common import EXIT_FAILED, EXIT_OK, Subparsers, add_model_dirs_flag
 from worker.errors import ConfigurationError
 from worker.runtime.logs import configure_logging
 
@@ -19,9 +19,7 @@ def register(subparsers: Subparsers) -> None:
         "batch-invariance",
         help="do a served form's labels depend on batch-mates? (each review alone vs in mixed batches)",
     )
-    parser.add_argument(
-        "--model", required=True, type=Path, action="append", help="a served model directory (repeatable)"
-    )
+    add_model_dirs_flag(parser, "a served model directory")
     parser.add_argument(
         "--heldout",
         required=True,

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from worker.cli.common import EXIT_OK, Subparsers, settings_for_model
+from worker.cli.common import EXIT_OK, Subparsers, add_device_flag, settings_for_model
 from worker.labelling.loading import load_classifier_for
 from worker.runtime.logs import configure_logging
 from worker.runtime.process import use_all_cores
@@ -25,7 +25,7 @@ def register(subparsers: Subparsers) -> None:
         "the held-out calibration error before and after; run once, after `train` and before `promote`.",
     )
     calibrate.add_argument("--model", required=True, type=Path, help="a directory made by `train`")
-    calibrate.add_argument("--device", default="auto", choices=["gpu", "cpu", "auto"])
+    add_device_flag(calibrate)
     calibrate.add_argument("--batch-size", type=int, default=64)
     calibrate.set_defaults(func=cmd_calibrate)
 

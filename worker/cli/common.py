@@ -28,6 +28,9 @@ __all__ = [
     "SETTING_FLAGS",
     "Subparsers",
     "add_column_flags",
+    "add_cpu_threads_flag",
+    "add_device_flag",
+    "add_model_dirs_flag",
     "add_settings_flags",
     "env_config_file",
     "evaluate_model",
@@ -84,6 +87,22 @@ def add_column_flags(parser: argparse.ArgumentParser) -> None:
         help="the file's encoding (default auto: UTF-8, UTF-8 with BOM, then GB18030, which reads GBK and "
         "GB2312 as Excel exports them); any Python codec name",
     )
+
+
+def add_device_flag(parser: argparse.ArgumentParser) -> None:
+    """--device gpu|cpu|auto (default auto): where a command that names its model by its own flags runs it."""
+    parser.add_argument("--device", default="auto", choices=["gpu", "cpu", "auto"])
+
+
+def add_model_dirs_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    """--model DIR, required and repeatable: the models a measuring command puts side by side (`what` each
+    one is)."""
+    parser.add_argument("--model", required=True, type=Path, action="append", help=f"{what} (repeatable)")
+
+
+def add_cpu_threads_flag(parser: argparse.ArgumentParser) -> None:
+    """--cpu-threads N: the math threads a measuring command runs the models on (default: all cores)."""
+    parser.add_argument("--cpu-threads", type=int, default=None, help="math threads (default: all cores)")
 
 
 def settings_from_args(args: argparse.Namespace) -> WorkerSettings:

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from worker.cli.common import EXIT_OK, Subparsers
+from worker.cli.common import EXIT_OK, Subparsers, add_cpu_threads_flag, add_model_dirs_flag
 from worker.errors import ConfigurationError
 from worker.runtime.logs import configure_logging
 
@@ -19,9 +19,7 @@ def register(subparsers: Subparsers) -> None:
         "compare-backends",
         help="accuracy, its delta from fp32, model-only throughput and peak RSS of every backend per model",
     )
-    parser.add_argument(
-        "--model", required=True, type=Path, action="append", help="a training directory (repeatable)"
-    )
+    add_model_dirs_flag(parser, "a training directory")
     parser.add_argument(
         "--work-dir",
         type=Path,
@@ -38,7 +36,7 @@ def register(subparsers: Subparsers) -> None:
         choices=("ort-dynamic", "ort-static"),
         help="INT8 methods to measure (repeatable; default ort-dynamic)",
     )
-    parser.add_argument("--cpu-threads", type=int, default=None, help="math threads (default: all cores)")
+    add_cpu_threads_flag(parser)
     parser.add_argument(
         "--record",
         action="store_true",

@@ -7,7 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-from worker.cli.common import EXIT_FAILED, EXIT_OK, Subparsers, evaluate_model
+from worker.cli.common import EXIT_FAILED, EXIT_OK, Subparsers, add_device_flag, evaluate_model
 from worker.errors import ConfigurationError
 from worker.runtime.logs import configure_logging
 from worker.runtime.process import use_all_cores
@@ -22,7 +22,7 @@ def register(subparsers: Subparsers) -> None:
     source = evaluate.add_mutually_exclusive_group(required=True)
     source.add_argument("--data", type=Path, help=".csv or .jsonl with text,label (0/1 or negative/positive)")
     source.add_argument("--heldout", action="store_true", help="the model directory's heldout.jsonl")
-    evaluate.add_argument("--device", default="auto", choices=["gpu", "cpu", "auto"])
+    add_device_flag(evaluate)
     evaluate.add_argument("--batch-size", type=int, default=32)
     evaluate.add_argument("--max-seq-len", type=int, default=None, help="default: the model's")
     evaluate.add_argument("--limit", type=int, default=None, help="evaluate only the first N reviews")

@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from worker.cli.common import EXIT_OK, Subparsers
+from worker.cli.common import EXIT_OK, Subparsers, add_cpu_threads_flag
 from worker.errors import ConfigurationError
 from worker.runtime.logs import configure_logging
 from worker.runtime.process import use_all_cores
@@ -27,7 +27,7 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--int8", required=True, type=Path, help="its INT8 form (`quantize`)")
     parser.add_argument("--texts", type=int, default=512, help="corpus reviews per pass")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved timed passes (median reported)")
-    parser.add_argument("--cpu-threads", type=int, default=None, help="math threads (default: all cores)")
+    add_cpu_threads_flag(parser)
     parser.add_argument("--json", type=Path, default=None, help="also write the report here as JSON")
     parser.set_defaults(func=cmd_int8_ceiling)
 

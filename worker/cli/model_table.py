@@ -8,7 +8,14 @@ import json
 import sys
 from pathlib import Path
 
-from worker.cli.common import EXIT_OK, Subparsers, env_config_file, load_settings
+from worker.cli.common import (
+    EXIT_OK,
+    Subparsers,
+    add_cpu_threads_flag,
+    add_model_dirs_flag,
+    env_config_file,
+    load_settings,
+)
 from worker.config import WorkerSettings
 from worker.errors import ConfigurationError
 from worker.runtime.logs import configure_logging
@@ -29,15 +36,13 @@ def register(subparsers: Subparsers) -> None:
         "model-table",
         help="accuracy, macro-F1, ECE, CPU throughput and size of each model, one run (the README's table)",
     )
-    parser.add_argument(
-        "--model", required=True, type=Path, action="append", help="a training directory (repeatable)"
-    )
+    add_model_dirs_flag(parser, "a training directory")
     parser.add_argument(
         "--heldout", type=Path, default=None, help="held-out file for all (default: the first model's)"
     )
     parser.add_argument("--texts", type=int, default=2048, help="corpus reviews per timed pass")
     parser.add_argument("--repeats", type=int, default=3, help="timed passes per model (median reported)")
-    parser.add_argument("--cpu-threads", type=int, default=None, help="math threads (default: all cores)")
+    add_cpu_threads_flag(parser)
     parser.add_argument(
         "--bootstrap-servers",
         default=None,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from worker.cli.common import EXIT_FAILED, EXIT_OK, Subparsers, evaluate_model
+from worker.cli.common import EXIT_FAILED, EXIT_OK, Subparsers, add_device_flag, evaluate_model
 from worker.errors import ConfigurationError
 from worker.runtime.logs import configure_logging
 from worker.runtime.process import use_all_cores
@@ -30,7 +30,7 @@ def register(subparsers: Subparsers) -> None:
     promote.add_argument(
         "--force", action="store_true", help="promote a candidate its own run marked not promotable (adapt)"
     )
-    promote.add_argument("--device", default="auto", choices=["gpu", "cpu", "auto"])
+    add_device_flag(promote)
     promote.set_defaults(func=cmd_promote)
 
 

