@@ -23,7 +23,7 @@ from tests.labellers import labeller_for
 from worker.config import WorkerSettings
 from worker.inference.token_budget import StartupError
 from worker.kafka.app import SentimentWorker
-from worker.kafka.producer import ResultPublisher
+from worker.kafka.producer import ResultProducer
 from worker.kafka.run_tracker import RunSummary
 
 pytestmark = pytest.mark.integration
@@ -131,13 +131,13 @@ def test_exactly_once_a_record_the_broker_refuses_in_a_transaction_costs_one_abo
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     names = default_topics
-    real = ResultPublisher.topic_max_message_bytes
+    real = ResultProducer.topic_max_message_bytes
 
-    def overstated(self: ResultPublisher, topic: str, timeout_s: float = 10.0) -> int:
+    def overstated(self: ResultProducer, topic: str, timeout_s: float = 10.0) -> int:
         # The worker's estimate is wrong: it believes the output topics take 4 MiB; the broker says no.
         return real(self, topic, timeout_s) if topic == names["reviews"] else 4 * 1024 * 1024
 
-    monkeypatch.setattr(ResultPublisher, "topic_max_message_bytes", overstated)
+    monkeypatch.setattr(ResultProducer, "topic_max_message_bytes", overstated)
     produce_huge_key_then_good_review(kafka_bootstrap, names["reviews"])
     settings = make_settings(kafka_bootstrap, names, delivery="exactly_once")
 

@@ -34,7 +34,7 @@ from worker.kafka.loop_context import LoopContext
 from worker.kafka.loop_observer import LoopObserver
 from worker.kafka.partitions import PartitionBook, PartitionKey
 from worker.kafka.port import PortApi, open_port
-from worker.kafka.producer import ResultPublisher, SourcePosition
+from worker.kafka.producer import ResultProducer, SourcePosition
 from worker.kafka.publisher import Publisher
 from worker.kafka.records import InputMessage, OutboundRecords, headers_of
 from worker.kafka.recovery import Recovery
@@ -62,7 +62,7 @@ class _StartedParts(NamedTuple):
     """What `_start()` builds, once: the loop, the drain and the callbacks use these."""
 
     context: LoopContext  # the consumer, the window and the books the helpers share
-    producer: ResultPublisher
+    producer: ResultProducer
     records: OutboundRecords
     publisher: Publisher  # sends the records, takes their delivery reports in
     windows: InOrder[PreparedWindow]  # submitted to the Labeller, collected in order (bounded)
@@ -159,7 +159,7 @@ class SentimentWorker:
         s = self._settings
         self._export_metrics()
         api, self.http_address = open_port(stack, s, self._api, self._registry, self._health)
-        producer = self._clients.open_publisher(s.kafka, s.security, s.delivery)
+        producer = self._clients.open_producer(s.kafka, s.security, s.delivery)
         # Closed last, on every exit path (a StartupError too): hands librdkafka's queued log lines over.
         stack.callback(producer.close)
         records = self._outbound_records(producer, self._result_encoder())
@@ -214,7 +214,7 @@ class SentimentWorker:
     def _helpers(
         self,
         context: LoopContext,
-        producer: ResultPublisher,
+        producer: ResultProducer,
         records: OutboundRecords,
         publisher: Publisher,
         windows: InOrder[PreparedWindow],
@@ -271,12 +271,10 @@ class SentimentWorker:
                 )
             return encoder
 
-    def _outbound_records(self, publisher: ResultPublisher, encode: ResultEncoder | None) -> OutboundRecords:
+    def _outbound_records(self, producer: ResultProducer, encode: ResultEncoder | None) -> OutboundRecords:
         """How results and dead letters are built, for the output topics as the broker describes them."""
         s = self._settings
-        partition_counts, max_message_bytes = kafka_clients.output_topic_limits(
-            publisher, s.kafka, s.security
-        )
+        partition_counts, max_message_bytes = kafka_clients.output_topic_limits(producer, s.kafka, s.security)
         return OutboundRecords(
             labels=self._labeller.labels,
             output_topic=s.kafka.output_topic,

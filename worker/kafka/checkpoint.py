@@ -34,7 +34,7 @@ from worker.kafka.authorization import is_authorization_error, publish_refusal
 from worker.kafka.deadline_calls import CallAbandoned
 from worker.kafka.loop_context import LoopContext
 from worker.kafka.partitions import PartitionKey, format_offsets, format_partitions
-from worker.kafka.producer import AbortedTransaction, OutboundRecord, ResultPublisher
+from worker.kafka.producer import AbortedTransaction, OutboundRecord, ResultProducer
 from worker.kafka.publisher import Publisher, delivery_failure
 from worker.kafka.run_tracker import drain_budget_s
 
@@ -117,7 +117,7 @@ class Checkpoint(ABC):
     @classmethod
     def prepare(
         cls,
-        producer: ResultPublisher,
+        producer: ResultProducer,
         kafka: KafkaSettings,
         security: SecuritySettings,
         delivery: DeliverySettings,

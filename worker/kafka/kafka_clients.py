@@ -19,7 +19,7 @@ from worker.kafka.authorization import is_authorization_error, refusal
 from worker.kafka.consumer import ReviewConsumer
 from worker.kafka.deadline_calls import CallAbandoned
 from worker.kafka.partitions import PartitionKey
-from worker.kafka.producer import PRODUCER_MAX_MESSAGE_BYTES, ResultPublisher
+from worker.kafka.producer import PRODUCER_MAX_MESSAGE_BYTES, ResultProducer
 from worker.kafka.topic_checks import TopicFacts, TopicFinding, topic_findings
 
 log = logging.getLogger(__name__)
@@ -56,13 +56,13 @@ def delivery_description(kafka: KafkaSettings, delivery: DeliverySettings) -> st
     return "delivery at_least_once: idempotent producer, offsets committed after acknowledgement"
 
 
-def open_publisher(
+def open_producer(
     kafka: KafkaSettings, security: SecuritySettings, delivery: DeliverySettings
-) -> ResultPublisher:
+) -> ResultProducer:
     """The producer; transactional (``sentiment-worker.<group>.<worker id>``) in exactly_once mode."""
     exactly_once = delivery.delivery == "exactly_once"
     try:
-        return ResultPublisher(
+        return ResultProducer(
             librdkafka_common(kafka, security),
             transactional_id=transactional_id(kafka) if exactly_once else None,
             transaction_timeout_ms=delivery.transaction_timeout_ms,
@@ -72,12 +72,12 @@ def open_publisher(
 
 
 def init_transactions(
-    publisher: ResultPublisher, kafka: KafkaSettings, security: SecuritySettings, delivery: DeliverySettings
+    producer: ResultProducer, kafka: KafkaSettings, security: SecuritySettings, delivery: DeliverySettings
 ) -> None:
     """exactly_once: registers the transactional id (fencing an older instance that used it), within
     `transaction_call_timeout_s`."""
     try:
-        publisher.init_transactions(timeout_s=delivery.transaction_call_timeout_s)
+        producer.init_transactions(timeout_s=delivery.transaction_call_timeout_s)
     except CallAbandoned as exc:
         raise StartupError(
             f"exactly_once: cannot initialise transactions: {exc} (bootstrap servers: "
@@ -87,43 +87,43 @@ def init_transactions(
     except KafkaException as exc:
         error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
         if error is not None and is_authorization_error(error):
-            resource = f"transactional id {publisher.transactional_id!r}"
+            resource = f"transactional id {producer.transactional_id!r}"
             raise refusal(security, "WRITE", resource, error) from exc
         raise StartupError(f"exactly_once: cannot initialise transactions: {exc.args[0]}") from exc
 
 
 def output_topic_limits(
-    publisher: ResultPublisher, kafka: KafkaSettings, security: SecuritySettings
+    producer: ResultProducer, kafka: KafkaSettings, security: SecuritySettings
 ) -> tuple[dict[str, int], dict[str, int]]:
     """Partition counts and max.message.bytes of the output and dead-letter topics (which must exist; the
     limits capped at the producer's own), after the start-up topic checks (`worker.kafka.topic_checks`: a
     refusal is a StartupError, a warning a log line)."""
-    check_input_topic(publisher, kafka, security)
+    check_input_topic(producer, kafka, security)
     partition_counts: dict[str, int] = {}
     max_message_bytes: dict[str, int] = {}
     for topic in (kafka.output_topic, kafka.dlq_topic):
         try:
-            partition_counts[topic] = publisher.partition_count(topic)
-            limit = publisher.topic_max_message_bytes(topic)
+            partition_counts[topic] = producer.partition_count(topic)
+            limit = producer.topic_max_message_bytes(topic)
             max_message_bytes[topic] = min(limit, PRODUCER_MAX_MESSAGE_BYTES)
         except KafkaException as exc:
             error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
             if error is not None and is_authorization_error(error):
                 raise refusal(security, "WRITE", f"topic {topic!r}", error) from exc
             # librdkafka's own lines saying why (e.g. "SASL authentication error") reach the log when the
-            # worker's exit closes the publisher (ResultPublisher.close).
+            # worker's exit closes the producer (ResultProducer.close).
             raise StartupError(
                 f"{exc.args[0]} (bootstrap servers: {kafka.bootstrap_servers}): check the topic's name, or "
                 "create it (`sentiment-worker topics create --bootstrap-servers "
                 f"{kafka.bootstrap_servers}`). Nothing was consumed."
             ) from exc
     facts = {
-        topic: TopicFacts(publisher.partition_count(topic), publisher.topic_configs(topic))
+        topic: TopicFacts(producer.partition_count(topic), producer.topic_configs(topic))
         for topic in dict.fromkeys([kafka.input_topic, kafka.output_topic, kafka.dlq_topic])
     }
-    input_limit = publisher.topic_max_message_bytes(kafka.input_topic)
+    input_limit = producer.topic_max_message_bytes(kafka.input_topic)
     facts[kafka.input_topic] = _with_limit(facts[kafka.input_topic], input_limit)
-    dlq_limit = publisher.topic_max_message_bytes(kafka.dlq_topic)
+    dlq_limit = producer.topic_max_message_bytes(kafka.dlq_topic)
     facts[kafka.dlq_topic] = _with_limit(facts[kafka.dlq_topic], dlq_limit)
     settle_topic_findings(topic_findings(kafka, facts))
     return partition_counts, max_message_bytes
@@ -169,11 +169,11 @@ def unreachable(kafka: KafkaSettings, exc: KafkaException) -> StartupError | Non
     )
 
 
-def check_input_topic(publisher: ResultPublisher, kafka: KafkaSettings, security: SecuritySettings) -> None:
+def check_input_topic(producer: ResultProducer, kafka: KafkaSettings, security: SecuritySettings) -> None:
     """Refuses to start (StartupError, exit 2) when no broker answers or the input topic does not exist: a
     consumer would subscribe to nothing and idle, saying so once."""
     try:
-        publisher.partition_count(kafka.input_topic)
+        producer.partition_count(kafka.input_topic)
     except KafkaException as exc:
         error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
         if error is not None and is_authorization_error(error):
@@ -218,7 +218,7 @@ def open_consumer(
 class KafkaClients:
     """How the worker opens its producer and consumer: the real clients unless a test passes others."""
 
-    open_publisher: Callable[[KafkaSettings, SecuritySettings, DeliverySettings], ResultPublisher] = (
-        open_publisher
+    open_producer: Callable[[KafkaSettings, SecuritySettings, DeliverySettings], ResultProducer] = (
+        open_producer
     )
     open_consumer: Callable[..., ReviewConsumer] = open_consumer

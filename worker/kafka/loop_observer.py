@@ -7,7 +7,7 @@ import time
 
 from worker.kafka.lag_gauges import LagGauges
 from worker.kafka.loop_context import LoopContext
-from worker.kafka.producer import ResultPublisher
+from worker.kafka.producer import ResultProducer
 
 __all__ = ["LoopObserver"]
 
@@ -22,7 +22,7 @@ class LoopObserver:
     and says the progress every `_BROKER_CHECK_EVERY_S`, on the poll thread."""
 
     def __init__(
-        self, context: LoopContext, producer: ResultPublisher, lag_gauges: LagGauges, stuck_partition_s: float
+        self, context: LoopContext, producer: ResultProducer, lag_gauges: LagGauges, stuck_partition_s: float
     ) -> None:
         """`producer` is asked whether a broker answers; `stuck_partition_s` is when a stalled partition fails
         /readyz."""

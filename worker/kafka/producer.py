@@ -102,7 +102,7 @@ def record_size(record: OutboundRecord) -> int:
     return len(record.key or b"") + len(record.value or b"") + headers + _RECORD_OVERHEAD_BYTES
 
 
-class ResultPublisher:
+class ResultProducer:
     """An idempotent producer for the output and dead-letter topics."""
 
     def __init__(

@@ -24,7 +24,7 @@ from worker.kafka.producer import (
     GiveUp,
     OnWait,
     OutboundRecord,
-    ResultPublisher,
+    ResultProducer,
     record_size,
 )
 from worker.kafka.records import OutboundRecords
@@ -66,7 +66,7 @@ class Publisher:
 
     def __init__(
         self,
-        producer: ResultPublisher,
+        producer: ResultProducer,
         records: OutboundRecords,
         context: LoopContext,
         refusal: Callable[[KafkaError, list[str]], Exception],
@@ -96,7 +96,7 @@ class Publisher:
         on_wait: OnWait,
     ) -> AbortedTransaction | None:
         """Produces one window's records (replaced as in `publish`) and the offsets after them in one
-        transaction (`ResultPublisher.publish_transaction`): None once committed, else what was aborted."""
+        transaction (`ResultProducer.publish_transaction`): None once committed, else what was aborted."""
         self.raise_for_error()
         return self.producer.publish_transaction(
             self._replaced(records), group_metadata, timeout_s, give_up=give_up, on_wait=on_wait

@@ -1,4 +1,4 @@
-"""Stand-ins for the worker's Kafka clients (`ReviewConsumer`, `ResultPublisher`), in memory: the poll loop's
+"""Stand-ins for the worker's Kafka clients (`ReviewConsumer`, `ResultProducer`), in memory: the poll loop's
 unit tests run on them through `KafkaClients`. The real-broker evidence is tests/integration and tests/faults.
 """
 
@@ -217,4 +217,4 @@ def fake_clients(
         consumers.append(consumer)
         return consumer
 
-    return KafkaClients(open_publisher=lambda *_sections: publisher, open_consumer=open_consumer), consumers
+    return KafkaClients(open_producer=lambda *_sections: publisher, open_consumer=open_consumer), consumers

@@ -162,7 +162,7 @@ def test_offsets_are_stored_only_after_everything_before_them_was_acknowledged()
         consumers.append(consumer)
         return consumer
 
-    clients = KafkaClients(open_publisher=lambda *_sections: publisher, open_consumer=open_checking)
+    clients = KafkaClients(open_producer=lambda *_sections: publisher, open_consumer=open_checking)
     summary = SentimentWorker(
         settings().sections, labeller_for(FakeLengthClassifier(), settings(), MODEL), clients=clients
     ).run(max_messages=120, idle_exit_s=5)

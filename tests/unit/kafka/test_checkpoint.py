@@ -37,7 +37,7 @@ from worker.kafka.producer import (
     AbortedTransaction,
     Delivery,
     OutboundRecord,
-    ResultPublisher,
+    ResultProducer,
     SourcePosition,
 )
 from worker.kafka.publisher import DeliveryFailedError, Publisher
@@ -137,7 +137,7 @@ def make(
         create_metrics(CollectorRegistry()),
         lambda: 0.0,
     )
-    sender = Publisher(cast(ResultPublisher, publisher), records, context, options.refusal)
+    sender = Publisher(cast(ResultProducer, publisher), records, context, options.refusal)
     checkpoint = checkpoint_for(s.delivery.delivery)(options, sender, context)
     return checkpoint, consumer, publisher, book, run
 
