@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from enum import Enum
-from typing import Annotated, ClassVar, Final
+from typing import Annotated, Any, ClassVar, Final
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
@@ -84,6 +84,13 @@ _DecimalInt = Annotated[
 ]
 
 
+def _header(name: str, title: str, description: str, **default: Any) -> Any:
+    """A field read from and written to the header `name`."""
+    return Field(
+        validation_alias=name, serialization_alias=name, title=title, description=description, **default
+    )
+
+
 class DeadLetterInfo(BaseModel):
     """The worker's headers on one dead letter, decoded (v1).
 
@@ -108,54 +115,28 @@ class DeadLetterInfo(BaseModel):
         },
     )
 
-    kind: DeadLetterKind = Field(
-        validation_alias=HEADER_ERROR_KIND,
-        serialization_alias=HEADER_ERROR_KIND,
-        title="Error kind",
-        description="Machine-readable error kind; see the enum values.",
+    kind: DeadLetterKind = _header(
+        HEADER_ERROR_KIND, "Error kind", "Machine-readable error kind; see the enum values."
     )
-    reason: str = Field(
-        validation_alias=HEADER_ERROR_REASON,
-        serialization_alias=HEADER_ERROR_REASON,
-        title="Error reason",
-        description="Human-readable reason telling the producer what to fix.",
+    reason: str = _header(
+        HEADER_ERROR_REASON, "Error reason", "Human-readable reason telling the producer what to fix."
     )
-    source_topic: str = Field(
-        validation_alias=HEADER_SOURCE_TOPIC,
-        serialization_alias=HEADER_SOURCE_TOPIC,
-        title="Source topic",
-        description="Topic of the original record.",
+    source_topic: str = _header(HEADER_SOURCE_TOPIC, "Source topic", "Topic of the original record.")
+    source_partition: _DecimalInt = _header(
+        HEADER_SOURCE_PARTITION, "Source partition", "Partition of the original record (decimal)."
     )
-    source_partition: _DecimalInt = Field(
-        validation_alias=HEADER_SOURCE_PARTITION,
-        serialization_alias=HEADER_SOURCE_PARTITION,
-        title="Source partition",
-        description="Partition of the original record (decimal).",
+    source_offset: _DecimalInt = _header(
+        HEADER_SOURCE_OFFSET, "Source offset", "Offset of the original record (decimal)."
     )
-    source_offset: _DecimalInt = Field(
-        validation_alias=HEADER_SOURCE_OFFSET,
-        serialization_alias=HEADER_SOURCE_OFFSET,
-        title="Source offset",
-        description="Offset of the original record (decimal).",
-    )
-    source_timestamp_ms: _DecimalInt | None = Field(
+    source_timestamp_ms: _DecimalInt | None = _header(
+        HEADER_SOURCE_TIMESTAMP_MS,
+        "Source timestamp (ms)",
+        "Timestamp of the original record, epoch ms (decimal); absent when it had none.",
         default=None,
-        validation_alias=HEADER_SOURCE_TIMESTAMP_MS,
-        serialization_alias=HEADER_SOURCE_TIMESTAMP_MS,
-        title="Source timestamp (ms)",
-        description="Timestamp of the original record, epoch ms (decimal); absent when it had none.",
     )
-    worker_id: str = Field(
-        validation_alias=HEADER_WORKER_ID,
-        serialization_alias=HEADER_WORKER_ID,
-        title="Worker id",
-        description="Id of the worker that dead-lettered it.",
-    )
-    dlq_version: _DecimalInt = Field(
-        validation_alias=HEADER_DLQ_VERSION,
-        serialization_alias=HEADER_DLQ_VERSION,
-        title="DLQ header version",
-        description="Version of this header contract (decimal).",
+    worker_id: str = _header(HEADER_WORKER_ID, "Worker id", "Id of the worker that dead-lettered it.")
+    dlq_version: _DecimalInt = _header(
+        HEADER_DLQ_VERSION, "DLQ header version", "Version of this header contract (decimal)."
     )
 
 
