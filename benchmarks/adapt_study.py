@@ -49,6 +49,8 @@ RECIPES: dict[str, dict[str, Any]] = {
     },
     "rehearsal-only": {"distill_weight": 0.0},
     "recipe-user-dev": {"select": "user", "corpus_tolerance": 1.0},  # early stopping on the user dev alone
+    "recipe-lr6e-5": {"learning_rate": 6e-5},  # the recipe at twice the peak learning rate
+    "recipe-lr1e-4": {"learning_rate": 1e-4},  # the dev base's own learning rate
 }
 
 
