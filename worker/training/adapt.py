@@ -13,7 +13,8 @@ The recipe (docs/adapt.md; the alternatives measured in docs/model-history.md):
    accuracy (`select="both"`; `"user"`: the user dev alone), an evaluation whose corpus dev accuracy falls
    more than `corpus_tolerance` below the base's does not count, and the best score is kept (the base
    itself, step 0, included: a run that never beats it keeps it, and the gate says so).
-4. A temperature fitted on the user's dev split is folded into the classification layer.
+4. A temperature fitted on both dev splits (the user's and the corpus's) is folded into the classification
+   layer.
 Then the report and the gate (`adapt_report`) and the model directory (`adapt_output`).
 
 Long work: an estimate before the first step, a progress line with ETA, a checkpoint every
@@ -417,12 +418,19 @@ class _Run:
 
         o, state = self.options, self.state
         self.model.set_state_dict(paddle.load(str(self.ckpt / "best.pdparams")))
-        dev = predict_probs(self.model, self.ids["user_dev"], self.pad_id)
-        temperature = fit_temperature(dev, self.labels["user_dev"])
+        # Both devs: the user's alone (a few hundred reviews, the step selected on it) gave a temperature
+        # that left the adapted model overconfident on both held-out sets (docs/model-history.md).
+        devs = ("user_dev", "corpus_dev")
+        temperature = fit_temperature(
+            np.concatenate([predict_probs(self.model, self.ids[name], self.pad_id) for name in devs]),
+            np.concatenate([self.labels[name] for name in devs]),
+        )
         classifier = self.model.classifier
         classifier.weight.set_value(classifier.weight / temperature)
         classifier.bias.set_value(classifier.bias / temperature)
-        self.say(f"kept step {state.best_step}; temperature {temperature:.3f} fitted on the user dev split")
+        self.say(
+            f"kept step {state.best_step}; temperature {temperature:.3f} fitted on the user and corpus devs"
+        )
         adapted = {
             USER: predict_probs(self.model, self.ids["user_heldout"], self.pad_id),
             CORPUS: predict_probs(self.model, self.ids["corpus_heldout"], self.pad_id),
