@@ -43,33 +43,44 @@ def _reviews(n: int) -> list[dict[str, Any]]:
     return reviews
 
 
+def _label_on_the_broker(
+    bootstrap: str, names: dict[str, str], model_dir: Path, reviews: list[dict[str, Any]], **extra: Any
+) -> tuple[Any, Any, list[Any]]:
+    """Produces `reviews`, loads the exported model as the worker would (CPU, settings `extra`) and runs the
+    worker over them: the classifier, its model ref and the results, checked to be one per review (no dead
+    letters) in each partition's input order."""
+    produce(bootstrap, names["reviews"], review_records(reviews))
+    settings = make_settings(bootstrap, names, model=str(model_dir), device="cpu", **extra)
+    classifier, model_ref, _ = load_model(settings.sections.model, settings.sections.batching)
+    assert isinstance(classifier, StaticClassifier)
+
+    summary = run_worker(settings, classifier, max_messages=len(reviews))
+
+    n = len(reviews)
+    assert (summary.consumed, summary.results, summary.dead_letters) == (n, n, 0)
+    out = read_topic(bootstrap, names["results"], expected=n)
+    assert_partition_order(out)
+    return classifier, model_ref, out
+
+
 def test_static_worker_labels_like_the_dynamic_model(
     kafka_bootstrap: str, topics: Any, tiny_classifier: Any, exported_by_cli: Path
 ) -> None:
-    names = topics()
     reviews = _reviews(75)
-    produce(kafka_bootstrap, names["reviews"], review_records(reviews))
-    settings = make_settings(
+    classifier, model_ref, out = _label_on_the_broker(
         kafka_bootstrap,
-        names,
-        model=str(exported_by_cli),
-        device="cpu",
+        topics(),
+        exported_by_cli,
+        reviews,
         backend="static",
         cpu_threads=2,
         max_batch_size=8,
         max_window_messages=30,
     )
-    classifier, model_ref, _ = load_model(settings.sections.model, settings.sections.batching)
-    assert isinstance(classifier, StaticClassifier)
+
     assert (model_ref.name, model_ref.version) == (tiny_classifier.name, tiny_classifier.version)
-
-    summary = run_worker(settings, classifier, max_messages=len(reviews))
-
-    assert (summary.consumed, summary.results, summary.dead_letters) == (75, 75, 0)
-    out = read_topic(kafka_bootstrap, names["results"], expected=75)
     results = results_of(out)
     assert sorted(r["id"] for r in results) == sorted(r["id"] for r in reviews)  # each id exactly once
-    assert_partition_order(out)
     by_id = {r["id"]: r for r in results}
     dynamic = tiny_classifier.predict_texts([r["text"] for r in reviews])
     for review, probs in zip(reviews, dynamic, strict=True):
@@ -84,30 +95,22 @@ def test_static_worker_labels_like_the_dynamic_model(
 def test_static_worker_with_chunked_long_reviews(
     kafka_bootstrap: str, topics: Any, exported_by_cli: Path
 ) -> None:
-    names = topics(input_partitions=2, output_partitions=2)
     reviews = _reviews(30)
-    produce(kafka_bootstrap, names["reviews"], review_records(reviews))
-    settings = make_settings(
+    # backend=auto on an exported directory: static
+    classifier, _, out = _label_on_the_broker(
         kafka_bootstrap,
-        names,
-        model=str(exported_by_cli),
-        device="cpu",
+        topics(input_partitions=2, output_partitions=2),
+        exported_by_cli,
+        reviews,
         long_text="chunk",
         chunk_stride_tokens=20,
         max_batch_size=4,
         max_window_messages=12,
     )
-    s = settings.sections
-    classifier, _, _ = load_model(s.model, s.batching)  # backend=auto on an exported directory: static
-    assert isinstance(classifier, StaticClassifier) and classifier.long_text == "chunk"
+
+    assert classifier.long_text == "chunk" and len(reviews) == 30
     chunks = classifier.token_id_chunks([r["text"] for r in reviews])
     assert sorted(i for i, c in enumerate(chunks) if len(c) > 1) == [0, 7, 14]  # the long ones
-
-    summary = run_worker(settings, classifier, max_messages=len(reviews))
-
-    assert (summary.consumed, summary.results, summary.dead_letters) == (30, 30, 0)
-    out = read_topic(kafka_bootstrap, names["results"], expected=30)
-    assert_partition_order(out)
     by_id = {r["id"]: r for r in results_of(out)}
     assert len(by_id) == 30
     for review, per_text in zip(reviews, chunks, strict=True):
