@@ -30,6 +30,18 @@ def conf(bootstrap: str) -> dict[str, Any]:
     return {"bootstrap.servers": bootstrap, "client.id": "test-tools"}
 
 
+@pytest.fixture
+def new_topic(kafka_bootstrap: str, unique_name: Callable[[str], str]) -> Callable[[str], str]:
+    """`new_topic(prefix)` creates a one-partition topic with a unique name from `prefix` and returns it."""
+
+    def create(prefix: str) -> str:
+        topic = unique_name(prefix)
+        topics.create_topics(conf(kafka_bootstrap), [topic], partitions=1)
+        return topic
+
+    return create
+
+
 def tail_all(bootstrap: str, topic: str, expected: int, **kwargs: Any) -> list[TailedRecord]:
     """Read the topic from the start; stops after `expected` records + 1 extra (so surplus shows) or idle."""
     return list(tail_records(conf(bootstrap), topic, max_messages=expected + 1, idle_exit_s=IDLE_S, **kwargs))
@@ -100,10 +112,9 @@ def test_produce_jsonl_and_tail_it_back_in_order(
 
 
 def test_produce_csv_with_limit_and_rate(
-    kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
+    kafka_bootstrap: str, new_topic: Callable[[str], str], tmp_path: Path
 ) -> None:
-    topic = unique_name("tools-csv")
-    topics.create_topics(conf(kafka_bootstrap), [topic], partitions=1)
+    topic = new_topic("tools-csv")
     path = tmp_path / "reviews.csv"
     rows = ["id,text,stars"] + [f"c{i},评论{i}，还不错,{i % 5 + 1}" for i in range(30)]
     path.write_text("\ufeff" + "\n".join(rows) + "\n", encoding="utf-8")
@@ -127,10 +138,9 @@ def test_produce_csv_with_limit_and_rate(
 
 
 def test_a_resume_from_a_line_sends_only_the_rest(
-    kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
+    kafka_bootstrap: str, new_topic: Callable[[str], str], tmp_path: Path
 ) -> None:
-    topic = unique_name("tools-resume")
-    topics.create_topics(conf(kafka_bootstrap), [topic], partitions=1)
+    topic = new_topic("tools-resume")
     path = tmp_path / "reviews.jsonl"
     path.write_text('{"text": "一"}\n{"text": "二"}\n{"text": "三"}\n{"text": "四"}\n', encoding="utf-8")
 
@@ -143,10 +153,9 @@ def test_a_resume_from_a_line_sends_only_the_rest(
 
 
 def test_tail_does_not_commit_and_can_start_at_the_end(
-    kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
+    kafka_bootstrap: str, unique_name: Callable[[str], str], new_topic: Callable[[str], str], tmp_path: Path
 ) -> None:
-    topic, group = unique_name("tools-tail"), unique_name("tools-group")
-    topics.create_topics(conf(kafka_bootstrap), [topic], partitions=1)
+    topic, group = new_topic("tools-tail"), unique_name("tools-group")
     path = tmp_path / "reviews.txt"
     path.write_text("好\n坏\n一般\n", encoding="utf-8")
     produce_reviews(conf(kafka_bootstrap), topic, read_reviews(path, raw_text=True))
@@ -166,10 +175,9 @@ def test_tail_of_a_missing_topic_says_so(kafka_bootstrap: str, unique_name: Call
 
 
 def test_full_local_queue_is_waited_out_not_lost(
-    kafka_bootstrap: str, unique_name: Callable[[str], str], tmp_path: Path
+    kafka_bootstrap: str, new_topic: Callable[[str], str], tmp_path: Path
 ) -> None:
-    topic = unique_name("tools-buffer")
-    topics.create_topics(conf(kafka_bootstrap), [topic], partitions=1)
+    topic = new_topic("tools-buffer")
     path = tmp_path / "reviews.txt"
     path.write_text("".join(f"评论 {i}\n" for i in range(300)), encoding="utf-8")
     # A 10-record local queue: produce() raises BufferError many times during this run.
