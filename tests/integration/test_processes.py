@@ -9,7 +9,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -27,10 +26,10 @@ from tests.integration.kafka_io import (
     results_of,
     review_records,
 )
+from tests.worker_commands import run_command, start_command
 from worker.tools.lag import measure_lag
 
 pytestmark = pytest.mark.integration
-REPO = Path(__file__).resolve().parents[2]
 PARTITIONS = 4
 GOOD_PER_PARTITION = 100
 BAD = (b"not json", b'{"id": "no-text"}', b"\xff\xfe not utf-8")  # three dead letters per partition
@@ -45,13 +44,7 @@ def test_two_processes_share_the_partitions_lose_nothing_and_stop_on_sigterm(
     )
     out_path, err_path = tmp_path / "stdout", tmp_path / "stderr"
     with out_path.open("w") as out, err_path.open("w") as err:  # files: a full pipe would block the parent
-        parent = subprocess.Popen(
-            [sys.executable, "-m", "worker", "run", "--processes", "2"],
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=err,
-        )
+        parent = start_command(env, "run", "--processes", "2", stdout=out, stderr=err)
     try:
 
         def owners() -> Counter[str]:
@@ -127,14 +120,7 @@ def test_two_processes_share_the_partitions_lose_nothing_and_stop_on_sigterm(
 def test_a_process_that_cannot_start_is_named_and_the_parent_exits_with_its_code(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SENTIMENT_")}
     env.update({"SENTIMENT_MODEL": str(tmp_path / "no-such-model"), "SENTIMENT_DEVICE": "cpu"})
-    proc = subprocess.run(
-        [sys.executable, "-m", "worker", "run", "--processes", "2", "--http-port", "0"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    proc = run_command("run", "--processes", "2", "--http-port", "0", env=env, timeout=180)
     assert proc.returncode == 2, proc.stderr[-3000:]  # the process's own category: its settings
     last = proc.stderr.strip().splitlines()[-1]
     assert re.fullmatch(

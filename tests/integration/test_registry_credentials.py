@@ -11,8 +11,6 @@ import base64
 import json
 import logging
 import os
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -30,6 +28,7 @@ from tests.integration.helpers import make_settings
 from tests.integration.kafka_io import produce, read_topic
 from tests.labellers import labeller_for
 from tests.polling import wait_until
+from tests.worker_commands import run_command
 from worker.bench.worker_process import free_port
 from worker.config import WorkerSettings
 from worker.health import endpoint_answer
@@ -172,14 +171,7 @@ def test_doctor_with_user_info_in_the_url_and_the_variable_says_so_in_one_line()
         "SENTIMENT_SCHEMA_REGISTRY_BASIC_AUTH_USER_INFO": "bob:another-secret",
         "SENTIMENT_INPUT_FORMAT": "avro",
     }
-    proc = subprocess.run(
-        [sys.executable, "-m", "worker", "doctor"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
+    proc = run_command("doctor", env=env)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,10 +19,11 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from tests.faults.harness import REPO, WorkerProcess, make_topics, produce_all, review, worker_env
+from tests.faults.harness import WorkerProcess, make_topics, produce_all, review, worker_env
 from tests.integration.helpers import http_get
 from tests.integration.kafka_io import read_topic, results_of
 from tests.kafka_fixtures import free_port, private_broker
+from tests.worker_commands import run_command
 from worker.config import WorkerSettings, load_settings
 
 pytestmark = pytest.mark.integration
@@ -148,15 +148,7 @@ def test_worker_without_valid_credentials_is_refused_with_a_clear_error(
 
 
 def _doctor(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "worker", "doctor"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        stdin=subprocess.DEVNULL,
-    )
+    return run_command("doctor", env=env, timeout=180)
 
 
 def test_doctor_connects_with_credentials_and_fails_with_a_wrong_password_without_showing_either(

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -25,22 +24,11 @@ from tests.integration.kafka_io import (
     review_records,
 )
 from tests.labellers import labeller_for
+from tests.worker_commands import start_command
 from worker.bench.worker_process import free_port
 from worker.kafka.app import SentimentWorker
 
 pytestmark = pytest.mark.integration
-REPO = Path(__file__).resolve().parents[2]
-
-
-def start_worker(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "worker", "run", *args],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def test_sigterm_mid_stream_loses_nothing(kafka_bootstrap: str, topics: Any, tiny_model_dir: Path) -> None:
@@ -48,7 +36,7 @@ def test_sigterm_mid_stream_loses_nothing(kafka_bootstrap: str, topics: Any, tin
     reviews = sample_reviews(600)
     records = review_records(reviews)
     env = worker_env(kafka_bootstrap, names, tiny_model_dir, SENTIMENT_MAX_WINDOW_MESSAGES="16")
-    first = start_worker(env)
+    first = start_command(env, "run")
 
     # Feed at a steady pace while the worker runs, so the signal lands mid-stream.
     def feed() -> None:
@@ -75,7 +63,7 @@ def test_sigterm_mid_stream_loses_nothing(kafka_bootstrap: str, topics: Any, tin
     assert summary["consumed"] == summary["results"] + summary["dead_letters"]
     assert summary["consumed"] < len(records), "the signal should have landed mid-stream"
 
-    second = start_worker(env, "--idle-exit-s", "4")
+    second = start_command(env, "run", "--idle-exit-s", "4")
     out2, err2 = second.communicate(timeout=300)
     assert second.returncode == 0, err2[-3000:]
 
@@ -88,7 +76,7 @@ def test_gpu_requested_without_cuda_exits_non_zero_with_a_clear_message(
     kafka_bootstrap: str, topics: Any, tiny_model_dir: Path
 ) -> None:
     names = topics()
-    proc = start_worker(worker_env(kafka_bootstrap, names, tiny_model_dir, SENTIMENT_DEVICE="gpu"))
+    proc = start_command(worker_env(kafka_bootstrap, names, tiny_model_dir, SENTIMENT_DEVICE="gpu"), "run")
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 2
     assert "device" in err and "cpu" in err.lower(), err  # says what to do: use cpu or install the GPU build

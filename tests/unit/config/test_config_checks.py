@@ -7,12 +7,11 @@ import argparse
 import json
 import logging
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.worker_commands import run_command
 from worker.cli.common import settings_from_args
 from worker.cli.main import exit_code
 from worker.config import OTHER_ENVIRONMENT, WorkerSettings, environment_warnings, load_settings
@@ -145,14 +144,7 @@ def test_a_refused_kafka_extra_key_exits_2_with_one_line() -> None:
         **{f"SENTIMENT_{name.upper()}": value for name, value in SASL_SSL.items()},
         "SENTIMENT_KAFKA_EXTRA": '{"enable.ssl.certificate.verification": false}',
     }
-    proc = subprocess.run(
-        [sys.executable, "-m", "worker", "run"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
+    proc = run_command("run", env=env)
     assert proc.returncode == 2, proc.stderr
     [line] = proc.stderr.strip().splitlines()
     assert "SENTIMENT_KAFKA_EXTRA sets enable.ssl.certificate.verification" in line
@@ -203,14 +195,7 @@ def test_a_typo_is_one_line_on_stderr_of_the_command(tmp_path: Path) -> None:
     """Before: SENTIMENT_API_TOKN=typo left the API open with no word in the log."""
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("SENTIMENT_")}
     env["SENTIMENT_API_TOKN"] = "typo"
-    out = subprocess.run(
-        [sys.executable, "-m", "worker", "serve", "--http-port", "0"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    out = run_command("serve", "--http-port", "0", env=env)
     assert out.returncode == 2  # serve refuses port 0; the warning came first
     lines = out.stderr.splitlines()
     assert "SENTIMENT_API_TOKN is not a setting and is ignored: did you mean SENTIMENT_API_TOKEN?" in lines
