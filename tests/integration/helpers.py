@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from schemas.sentiment_result import ModelRef
+from tests.integration.kafka_io import produce, review_records
 from tests.labellers import labeller_for
 from worker.config import WorkerSettings
 from worker.kafka.app import SentimentWorker
@@ -28,6 +29,15 @@ def sample_reviews(n: int) -> list[dict[str, Any]]:
         row["seq"] = i
         out.append(row)
     return out
+
+
+def produce_samples(
+    bootstrap: str, topic: str, n: int, *, partition: int | None = None
+) -> list[dict[str, Any]]:
+    """`sample_reviews(n)` produced to `topic` (keyed by id, in order, each acknowledged); returns them."""
+    reviews = sample_reviews(n)
+    produce(bootstrap, topic, review_records(reviews), partition=partition)
+    return reviews
 
 
 def make_settings(bootstrap: str, names: dict[str, str], **extra: Any) -> WorkerSettings:

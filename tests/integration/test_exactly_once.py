@@ -11,7 +11,13 @@ import pytest
 from confluent_kafka import Consumer
 
 from schemas.dead_letter import parse_dead_letter_headers
-from tests.integration.helpers import assert_partition_order, make_settings, run_worker, sample_reviews
+from tests.integration.helpers import (
+    assert_partition_order,
+    make_settings,
+    produce_samples,
+    run_worker,
+    sample_reviews,
+)
 from tests.integration.kafka_io import (
     assert_all_committed,
     committed_offsets,
@@ -76,7 +82,7 @@ def test_records_of_an_unfinished_transaction_are_invisible_to_read_committed_re
     producer.produce(names["results"], value=json.dumps({"id": "ghost"}).encode())
     producer.flush(10)
     producer.abort_transaction(30)
-    produce(kafka_bootstrap, names["reviews"], review_records(sample_reviews(3)))
+    produce_samples(kafka_bootstrap, names["reviews"], 3)
     run_worker(
         make_settings(kafka_bootstrap, names, delivery="exactly_once"), tiny_classifier, max_messages=3
     )

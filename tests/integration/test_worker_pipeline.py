@@ -11,7 +11,13 @@ from confluent_kafka import Producer
 
 from schemas.dead_letter import DeadLetterKind, parse_dead_letter_headers
 from schemas.sentiment_result import SentimentResult
-from tests.integration.helpers import assert_partition_order, make_settings, run_worker, sample_reviews
+from tests.integration.helpers import (
+    assert_partition_order,
+    make_settings,
+    produce_samples,
+    run_worker,
+    sample_reviews,
+)
 from tests.integration.kafka_io import (
     assert_all_committed,
     committed_offsets,
@@ -30,8 +36,7 @@ def test_happy_path_every_review_labelled_once_in_order(
     kafka_bootstrap: str, topics: Any, tiny_classifier: Any
 ) -> None:
     names = topics()
-    reviews = sample_reviews(90)
-    produce(kafka_bootstrap, names["reviews"], review_records(reviews))
+    reviews = produce_samples(kafka_bootstrap, names["reviews"], 90)
     settings = make_settings(kafka_bootstrap, names, max_batch_size=8, max_window_messages=40)
 
     summary = run_worker(settings, tiny_classifier, max_messages=len(reviews))
@@ -113,8 +118,7 @@ def test_restart_resumes_from_committed_offsets(
     kafka_bootstrap: str, topics: Any, tiny_classifier: Any
 ) -> None:
     names = topics()
-    reviews = sample_reviews(60)
-    produce(kafka_bootstrap, names["reviews"], review_records(reviews))
+    reviews = produce_samples(kafka_bootstrap, names["reviews"], 60)
     settings = make_settings(kafka_bootstrap, names, max_window_messages=10)
 
     first = run_worker(settings, tiny_classifier, max_messages=25)
@@ -140,7 +144,7 @@ def test_missing_output_topic_refuses_to_start_and_commits_nothing(
     kafka_bootstrap: str, topics: Any, tiny_classifier: Any
 ) -> None:
     names = topics()
-    produce(kafka_bootstrap, names["reviews"], review_records(sample_reviews(5)))
+    produce_samples(kafka_bootstrap, names["reviews"], 5)
     settings = make_settings(kafka_bootstrap, {**names, "results": names["results"] + "-missing"})
     with pytest.raises(StartupError, match="create it"):
         run_worker(settings, tiny_classifier, idle_exit_s=2)
@@ -188,8 +192,7 @@ def test_a_window_longer_than_max_poll_interval_keeps_the_partitions(
     from worker.kafka.app import SentimentWorker
 
     names = topics(input_partitions=1, output_partitions=1)
-    reviews = sample_reviews(14)
-    produce(kafka_bootstrap, names["reviews"], review_records(reviews), partition=0)
+    reviews = produce_samples(kafka_bootstrap, names["reviews"], 14, partition=0)
     # 14 single-review batches of 1 s each: one window takes ~14 s, beyond max.poll.interval.ms = 10 s.
     settings = make_settings(
         kafka_bootstrap,
@@ -273,7 +276,7 @@ def test_lag_seconds_is_the_age_of_the_oldest_unfinished_message(
         while lag_seconds() != 0 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert lag_seconds() == 0
-        produce(kafka_bootstrap, names["reviews"], review_records(sample_reviews(1)))
+        produce_samples(kafka_bootstrap, names["reviews"], 1)
         assert watch_lag_until(4) < 30  # a fresh message is seconds behind, not an hour
     finally:
         worker.request_stop()
@@ -291,7 +294,7 @@ def test_auto_token_budget_is_calibrated_at_start_up_then_read_from_the_cache(
     from worker.kafka.app import SentimentWorker
 
     names = topics()
-    produce(kafka_bootstrap, names["reviews"], review_records(sample_reviews(10)))
+    produce_samples(kafka_bootstrap, names["reviews"], 10)
     settings = make_settings(kafka_bootstrap, names, max_batch_tokens_auto=True, tuning_cache_dir=tmp_path)
     budgets = []
     for _ in range(2):

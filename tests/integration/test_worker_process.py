@@ -14,7 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from schemas.sentiment_result import ModelRef
-from tests.integration.helpers import http_get, make_settings, sample_reviews, worker_env
+from tests.integration.helpers import http_get, make_settings, produce_samples, sample_reviews, worker_env
 from tests.integration.kafka_io import (
     assert_all_committed,
     committed_offsets,
@@ -109,7 +109,7 @@ def test_readyz_flips_after_warm_up_and_assignment_and_metrics_count(
         ready = json.loads(body)
         assert ready["model_warm"] is True and ready["partitions_assigned"] == 3
         assert http_get(base + "/healthz")[0] == 200
-        produce(kafka_bootstrap, names["reviews"], review_records(sample_reviews(20)))
+        produce_samples(kafka_bootstrap, names["reviews"], 20)
         read_topic(kafka_bootstrap, names["results"], expected=20)
 
         def published_and_lag() -> tuple[float, dict[str, float]]:
