@@ -80,5 +80,11 @@ def assert_all_committed(bootstrap: str, names: dict[str, str], partitions: int)
     assert committed == end_offsets(bootstrap, names["reviews"], partitions), committed
 
 
+def assert_nothing_committed(bootstrap: str, names: dict[str, str], partitions: int) -> None:
+    """The group of `names` has committed no offset of its reviews topic: it did no work."""
+    committed = committed_offsets(bootstrap, names["group"], names["reviews"], partitions)
+    assert all(o < 0 for o in committed.values()), committed
+
+
 def results_of(messages: Sequence[Message]) -> list[dict[str, Any]]:
     return [json.loads(m.value()) for m in messages]

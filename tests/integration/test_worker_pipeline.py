@@ -20,6 +20,7 @@ from tests.integration.helpers import (
 )
 from tests.integration.kafka_io import (
     assert_all_committed,
+    assert_nothing_committed,
     committed_offsets,
     produce,
     read_topic,
@@ -148,9 +149,7 @@ def test_missing_output_topic_refuses_to_start_and_commits_nothing(
     settings = make_settings(kafka_bootstrap, {**names, "results": names["results"] + "-missing"})
     with pytest.raises(StartupError, match="create it"):
         run_worker(settings, tiny_classifier, idle_exit_s=2)
-    assert all(
-        o < 0 for o in committed_offsets(kafka_bootstrap, names["group"], names["reviews"], 3).values()
-    )
+    assert_nothing_committed(kafka_bootstrap, names, 3)
 
 
 def test_a_missing_input_topic_refuses_to_start_naming_the_setting(
