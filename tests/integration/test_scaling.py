@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from tests.integration.helpers import assert_partition_order, sample_reviews
+from tests.integration.helpers import assert_partition_order, sample_reviews, worker_env
 from tests.integration.kafka_io import end_offsets, produce, read_topic, results_of, review_records
-from tests.integration.test_worker_process import start_worker, worker_env
+from tests.worker_commands import start_command
 from worker.tools.lag import GroupLag, measure_lag
 
 pytestmark = pytest.mark.integration
@@ -125,13 +125,13 @@ def test_three_replicas_join_late_and_leave_without_losing_or_doubling(
     feeder = Feeder(kafka_bootstrap, names["reviews"])
     procs: dict[str, subprocess.Popen[str]] = {}
     try:
-        procs["a"] = start_worker(env("worker-a"))
-        procs["b"] = start_worker(env("worker-b"))
+        procs["a"] = start_command(env("worker-a"), "run")
+        procs["b"] = start_command(env("worker-b"), "run")
         feeder.start()
         _wait(lambda: set(owners()) == {"worker-a", "worker-b"}, "partitions shared by a and b", procs, 180)
         _wait(lambda: results_count() >= 100, "100 results from a and b", procs, 180)
 
-        procs["c"] = start_worker(env("worker-c"))  # joins late, while reviews flow
+        procs["c"] = start_command(env("worker-c"), "run")  # joins late, while reviews flow
         shared = _wait(
             lambda: o if set(o := owners()) == {"worker-a", "worker-b", "worker-c"} else None,
             "partitions moved to the late joiner",
