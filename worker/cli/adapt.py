@@ -50,7 +50,7 @@ def register(subparsers: Subparsers) -> None:
     )
     parser.add_argument("--base", type=Path, default=Path("models/default"), help="the model to adapt")
     parser.add_argument("--seed", type=int, default=42, help="seed of the split, samples, order and dropout")
-    parser.add_argument("--learning-rate", type=float, default=3e-5, help="peak learning rate")
+    parser.add_argument("--learning-rate", type=float, default=6e-5, help="peak learning rate")
     parser.add_argument(
         "--rehearsal", type=float, default=1.0, help="corpus reviews rehearsed per user train review (0: off)"
     )

@@ -8,7 +8,7 @@ The recipe (docs/adapt.md; the alternatives measured in docs/model-history.md):
    own train split, `rehearsal` per user row). The user rows' cross-entropy is weighted by class (the file's
    label prior is not learnt); the rehearsal rows' loss is their cross-entropy plus `distill_weight` times
    KL(base ‖ adapted), the base's probabilities computed once before training.
-3. AdamW at 3e-5, linear warm-up and decay, a schedule sized to the data and cut to `max_minutes` by a
+3. AdamW at 6e-5, linear warm-up and decay, a schedule sized to the data and cut to `max_minutes` by a
    measured step. Early stopping on both devs: each evaluation scores user dev accuracy + corpus dev
    accuracy (`select="both"`; `"user"`: the user dev alone), an evaluation whose corpus dev accuracy falls
    more than `corpus_tolerance` below the base's does not count, and the best score is kept (the base

@@ -26,7 +26,7 @@ class AdaptOptions:
     output_dir: Path
     base: Path = DEFAULT_BASE
     seed: int = 42
-    learning_rate: float = 3e-5
+    learning_rate: float = 6e-5
     """Peak learning rate (linear warm-up over `warmup_fraction` of the steps, then linear decay)."""
     warmup_fraction: float = 0.1
     weight_decay: float = 0.01
