@@ -71,7 +71,9 @@ def register(subparsers: Subparsers) -> None:
     )
     parser.add_argument("--no-balance", action="store_true", help="do not weight the loss by class")
     parser.add_argument("--epochs", type=int, default=None, help="default: sized from the data")
-    parser.add_argument("--max-minutes", type=float, default=60.0, help="cap on the training time")
+    parser.add_argument(
+        "--max-minutes", type=float, default=60.0, help="the whole run fits this (the INT8 form aside)"
+    )
     parser.add_argument("--micro-batch", type=int, default=None, help="reviews per pass (accumulate to 32)")
     add_device_flag(parser)
     parser.add_argument("--resume", action="store_true", help="continue an interrupted run (same flags)")

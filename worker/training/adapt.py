@@ -8,11 +8,12 @@ The recipe (docs/adapt.md; the alternatives measured in docs/model-history.md):
    own train split, `rehearsal` per user row). The user rows' cross-entropy is weighted by class (the file's
    label prior is not learnt); the rehearsal rows' loss is their cross-entropy plus `distill_weight` times
    KL(base ‖ adapted), the base's probabilities computed once before training.
-3. AdamW at 6e-5, linear warm-up and decay, a schedule sized to the data and cut to `max_minutes` by a
-   measured step. Early stopping on both devs: each evaluation scores user dev accuracy + corpus dev
-   accuracy (`select="both"`; `"user"`: the user dev alone), an evaluation whose corpus dev accuracy falls
-   more than `corpus_tolerance` below the base's does not count, and the best score is kept (the base
-   itself, step 0, included: a run that never beats it keeps it, and the gate says so).
+3. AdamW at 6e-5, linear warm-up and decay, a schedule sized to the data and cut so that the run fits
+   `max_minutes` by a measured step. Early stopping on both devs: each evaluation scores user dev
+   accuracy + corpus dev accuracy (`select="both"`; `"user"`: the user dev alone), an evaluation whose
+   corpus dev accuracy falls more than `corpus_tolerance` below the base's does not count, and the best
+   score is kept (the base itself, step 0, included: a run that never beats it keeps it, and the gate says
+   so).
 4. A temperature fitted on both dev splits (the user's and the corpus's) is folded into the classification
    layer.
 Then the report and the gate (`adapt_report`) and the model directory (`adapt_output`).
@@ -220,13 +221,15 @@ class _Run:
         sample = max(first, key=len)
         self.model.train()
         step_seconds = measure(lambda: self._backward(sample, measure_only=True), repeats=1)
-        self.schedule: Schedule = plan_schedule(o, len(self.train_ids), step_seconds)
+        eval_rows = len(self.ids["user_dev"]) + len(self.ids["corpus_dev"])
+        final_rows = eval_rows + len(self.ids["user_heldout"]) + len(self.ids["corpus_heldout"])
+        self.schedule: Schedule = plan_schedule(
+            o, len(self.train_ids), step_seconds,
+            eval_seconds=eval_rows / max(self.eval_rate, 1e-9),
+            spent_seconds=time.monotonic() - self.started + final_rows / max(self.eval_rate, 1e-9),
+        )  # fmt: skip
         s = self.schedule
         evaluations = -(-s.total_steps // s.eval_every)
-        eval_rows = len(self.ids["user_dev"]) + len(self.ids["corpus_dev"])
-        final_rows = (
-            len(self.ids["user_dev"]) + len(self.ids["user_heldout"]) + len(self.ids["corpus_heldout"])
-        )
         self.estimate = Estimate(
             step_seconds, s.total_steps, evaluations, eval_rows, self.eval_rate, final_rows
         )

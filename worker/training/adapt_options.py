@@ -48,7 +48,8 @@ class AdaptOptions:
     epochs: int | None = None
     """None: sized from the data (Schedule)."""
     max_minutes: float = 60.0
-    """Cap on the training time: the steps are cut to what fits, by the measured step time."""
+    """Cap on the whole run (the INT8 form aside): the steps are cut to what fits, by the measured step and
+    evaluation times."""
     evals_per_epoch: int = 4
     patience: int = 5
     """Early stopping: evaluations without a better score (4 per epoch: more than an epoch)."""
@@ -125,16 +126,26 @@ class Schedule:
         return full if self.capped_steps is None else min(full, self.capped_steps)
 
 
-def plan_schedule(options: AdaptOptions, rows_per_epoch: int, step_seconds: float | None) -> Schedule:
-    """The schedule for `rows_per_epoch` (user train + rehearsal), cut to `max_minutes` by a measured
-    `step_seconds` (None: not measured, no cap)."""
+def plan_schedule(
+    options: AdaptOptions,
+    rows_per_epoch: int,
+    step_seconds: float | None,
+    *,
+    eval_seconds: float = 0.0,
+    spent_seconds: float = 0.0,
+) -> Schedule:
+    """The schedule for `rows_per_epoch` (user train + rehearsal), cut so that the whole run fits
+    `max_minutes`: the `spent_seconds` already gone and those still to come besides training (the closing
+    evaluation, `eval_seconds` long like each evaluation) are taken off, then each step costs a measured
+    `step_seconds` plus its share of an evaluation (None: not measured, no cap)."""
     steps = max(1, math.ceil(rows_per_epoch / options.batch_size))
     user_rows = rows_per_epoch / (1.0 + options.rehearsal)
     epochs = options.epochs or sized_epochs(int(user_rows))
     eval_every = max(1, steps // options.evals_per_epoch)
     capped = None
     if step_seconds and step_seconds > 0:
-        fits = int(options.max_minutes * 60 / step_seconds)
+        left = options.max_minutes * 60 - spent_seconds - eval_seconds
+        fits = int(left / (step_seconds + eval_seconds / eval_every))
         if fits < steps * epochs:
             capped = max(1, fits)
     return Schedule(steps, epochs, eval_every, capped)
