@@ -233,13 +233,7 @@ def _check_dir(directory: Path) -> ModelMetadata | None:
                 raise ModelLoadError(
                     f"{path} is not valid JSON ({exc}); the directory is corrupt: {TRAIN_HINT}"
                 ) from exc
-    meta_path = directory / METADATA_FILE
-    if not meta_path.is_file():
-        return None
-    try:
-        return ModelMetadata.read(meta_path)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ModelLoadError(f"{meta_path} is invalid ({exc}); fix or delete it, or re-run training") from exc
+    return _read_meta(directory, made_by="training")
 
 
 def _verified(directory: Path) -> VerifiedModel:
@@ -643,14 +637,15 @@ def _metadata_section(directory: Path, key: str) -> dict[str, Any]:
     return dict(value) if isinstance(value, dict) else {}
 
 
-def _read_meta(directory: Path) -> ModelMetadata | None:
+def _read_meta(directory: Path, *, made_by: str = "export") -> ModelMetadata | None:
+    """The directory's metadata file, None without one; an invalid one names ``made_by`` to re-run."""
     path = directory / METADATA_FILE
     if not path.is_file():
         return None
     try:
         return ModelMetadata.read(path)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ModelLoadError(f"{path} is invalid ({exc}); fix or delete it, or re-run export") from exc
+        raise ModelLoadError(f"{path} is invalid ({exc}); fix or delete it, or re-run {made_by}") from exc
 
 
 def _choose_max_seq_len(requested: int | None, meta: ModelMetadata | None, limit: int | None) -> int:
