@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -13,6 +13,8 @@ from worker.model.fast_tokenizer import SlowErnieTokenizer, SpecialIds
 from worker.model.long_text import SequenceEncoder, flatten_chunks, merge_chunk_outputs
 
 DEFAULT_LABELS = ["negative", "positive"]
+INPUT_NAMES = ("input_ids", "attention_mask")
+"""What an exported graph (static or ONNX) takes: int64 [batch, seq], both dims dynamic."""
 
 
 class OutputWidthError(OperationError):
@@ -22,6 +24,19 @@ class OutputWidthError(OperationError):
         super().__init__(f"model returned {shape} for {n} inputs and {len(labels)} labels")
         self.width = shape[-1] if len(shape) == 2 else None
         """Outputs per text, when the model gave one row per text."""
+
+
+class ExportedParts(NamedTuple):
+    """What every exported directory gives its classifier, whatever runs the graph."""
+
+    tokenizer: Any
+    """PaddleNLP's ErnieTokenizer; None when the export's checked fast tokenizer serves (no PaddleNLP)."""
+    encoder: SequenceEncoder
+    pad_id: int
+    max_seq_len: int
+    name: str
+    version: str
+    labels: list[str]
 
 
 class TextClassifierBase:
@@ -72,6 +87,15 @@ class TextClassifierBase:
         self._encoder = encoder
         self._tokenizer = tokenizer
         self._pad_id = pad_id
+
+    def _identify_export(
+        self, parts: ExportedParts, device: DeviceChoice, graph: str, inputs: Sequence[str]
+    ) -> None:
+        """`_identify` for an exported backend from its directory's ``parts``; raises ValueError when the
+        ``graph`` (what to call it in the message) takes other ``inputs`` than `INPUT_NAMES`."""
+        self._identify(device=device, **parts._asdict())
+        if sorted(inputs) != sorted(INPUT_NAMES):
+            raise ValueError(f"{graph} takes {list(inputs)}, expected {list(INPUT_NAMES)}")
 
     @property
     def pad_id(self) -> int:
