@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -140,6 +140,18 @@ class TextClassifierBase:
             return np.zeros((0, len(self.labels)), dtype=np.float32)
         return np.stack(merged).astype(np.float32, copy=False)
 
+    def _predict_padded(
+        self, batch: Sequence[Sequence[int]], run: Callable[[np.ndarray, np.ndarray], Any]
+    ) -> np.ndarray:
+        """What a model backend's ``predict_ids`` does around its model call ``run(ids, mask)`` (which
+        returns the probabilities): nothing for an empty batch, else `_check_batch`'s padding, and the
+        result as float32 checked by `_checked`."""
+        n = len(batch)
+        if n == 0:
+            return np.zeros((0, len(self.labels)), dtype=np.float32)
+        ids, mask = self._check_batch(batch)
+        return self._checked(np.asarray(run(ids, mask), dtype=np.float32), n)
+
     def _checked(self, probs: np.ndarray, n: int) -> np.ndarray:
         """``probs`` if it is [n, len(labels)]; raises OutputWidthError otherwise."""
         if probs.shape != (n, len(self.labels)):
@@ -206,12 +218,11 @@ class SentimentClassifier(TextClassifierBase):
         Sequences are right-padded to the batch's longest with the pad id; padding is masked out, so a
         text's probabilities do not depend on what it is batched with.
         """
+        return self._predict_padded(batch, self._call_model)
+
+    def _call_model(self, ids: np.ndarray, mask: np.ndarray) -> Any:
         import paddle
 
-        n = len(batch)
-        if n == 0:
-            return np.zeros((0, len(self.labels)), dtype=np.float32)
-        ids, mask = self._check_batch(batch)
         with paddle.no_grad():
             input_ids = paddle.to_tensor(ids)
             logits = self._model(
@@ -221,8 +232,7 @@ class SentimentClassifier(TextClassifierBase):
             )
             if isinstance(logits, (tuple, list)):
                 logits = logits[0]
-            probs = paddle.nn.functional.softmax(logits.astype("float32"), axis=-1).numpy()
-        return self._checked(np.asarray(probs, dtype=np.float32), n)
+            return paddle.nn.functional.softmax(logits.astype("float32"), axis=-1).numpy()
 
     def __repr__(self) -> str:
         return (

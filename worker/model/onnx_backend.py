@@ -128,14 +128,12 @@ class OnnxClassifier(TextClassifierBase):
 
     def predict_ids(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
         """Label probabilities for already-tokenized inputs, float32 [n, num_labels] (padding masked)."""
-        n = len(batch)
-        if n == 0:
-            return np.zeros((0, len(self.labels)), dtype=np.float32)
-        ids, mask = self._check_batch(batch)
+        return self._predict_padded(batch, self._call_model)
+
+    def _call_model(self, ids: np.ndarray, mask: np.ndarray) -> Any:
         with self._calls:
             (out,) = self._session.run([self._output], {"input_ids": ids, "attention_mask": mask})
-        probs = np.asarray(out, dtype=np.float32)
-        return self._checked(probs, n)
+        return out
 
     def __repr__(self) -> str:
         return (

@@ -138,18 +138,16 @@ class StaticClassifier(TextClassifierBase):
 
     def predict_ids(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
         """Label probabilities for already-tokenized inputs, float32 [n, num_labels] (padding masked)."""
-        n = len(batch)
-        if n == 0:
-            return np.zeros((0, len(self.labels)), dtype=np.float32)
-        ids, mask = self._check_batch(batch)
+        return self._predict_padded(batch, self._call_model)
+
+    def _call_model(self, ids: np.ndarray, mask: np.ndarray) -> Any:
         with self._lock:
             for name, array in (("input_ids", ids), ("attention_mask", mask)):
                 handle = self._inputs[name]
                 handle.reshape(list(array.shape))
                 handle.copy_from_cpu(array)
             self._predictor.run()
-            probs = np.asarray(self._output.copy_to_cpu(), dtype=np.float32)
-        return self._checked(probs, n)
+            return self._output.copy_to_cpu()
 
     def __repr__(self) -> str:
         return (
