@@ -20,6 +20,7 @@ from pathlib import Path
 
 MARKER_NAME = ".complete"
 LOG_TAIL_LINES = 40
+EXIT_NOT_RUNNING = 3  # LSB status code for "program is not running"
 
 Say = Callable[[str], None]
 
@@ -301,3 +302,25 @@ def report_failure(exc: LauncherError, log_file: Path | None = None) -> int:
     if exc.hint:
         print(f"hint: {exc.hint}", file=sys.stderr)
     return 1
+
+
+def print_started(start: Callable[[], str], log_file: Path) -> int:
+    """The `up` command: ``start`` the service and print the address it returns; exit code 0, or 1 after
+    `report_failure` (with the tail of ``log_file``) when the start failed."""
+    try:
+        address = start()
+    except LauncherError as exc:
+        return report_failure(exc, log_file)
+    print(address, flush=True)
+    return 0
+
+
+def print_status(pid: int | None, address: str, pid_file: Path, answers: Callable[[], bool]) -> int:
+    """The `status` command: whether the service of ``pid`` (None: none runs) is running at ``address`` and
+    ``answers``; exit code 0 when running, `EXIT_NOT_RUNNING` when not."""
+    if pid is None:
+        print(f"not running ({address}, pid file {pid_file})")
+        return EXIT_NOT_RUNNING
+    state = "answers" if answers() else "NOT answering yet"
+    print(f"running pid {pid} at {address} ({state})")
+    return 0

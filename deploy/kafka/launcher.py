@@ -42,6 +42,8 @@ from launch_common import (  # noqa: E402
     fetch_into_place,
     marker_matches,
     port_in_use,
+    print_started,
+    print_status,
     report_failure,
     running_pid,
     start_detached,
@@ -63,7 +65,6 @@ JVM_OPTS = (
     "-Djava.awt.headless=true",
     "-Dlog4j2.shutdownHookEnabled=false",
 )
-EXIT_NOT_RUNNING = 3  # LSB status code for "program is not running"
 # Mechanisms of the optional SASL_PLAINTEXT listener; every --sasl-user gets both.
 SASL_MECHANISMS = ("SCRAM-SHA-512", "PLAIN")
 SASL_LISTENER = "SASL_PLAINTEXT"
@@ -741,21 +742,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     return KafkaHome(Path(kafka_home))
                 return MavenJars(ensure_jars(cache_dir, say=say))
 
-            try:
-                bootstrap = up(cfg, runtime_factory, args.timeout_s, say)
-            except LauncherError as exc:
-                return report_failure(exc, cfg.log_file)
-            print(bootstrap, flush=True)
-            return 0
+            return print_started(lambda: up(cfg, runtime_factory, args.timeout_s, say), cfg.log_file)
         if args.command == "down":
             return 0 if stop(cfg.pid_file, args.timeout_s, say) else 1
-        pid = running_broker(cfg)
-        if pid is None:
-            print(f"not running ({cfg.bootstrap}, pid file {cfg.pid_file})")
-            return EXIT_NOT_RUNNING
-        answers = "answers" if broker_answers(cfg.bootstrap, 5.0) else "NOT answering yet"
-        print(f"running pid {pid} at {cfg.bootstrap} ({answers})")
-        return 0
+        return print_status(
+            running_broker(cfg), cfg.bootstrap, cfg.pid_file, lambda: broker_answers(cfg.bootstrap, 5.0)
+        )
     except LauncherError as exc:
         return report_failure(exc)
 

@@ -34,6 +34,8 @@ from launch_common import (  # noqa: E402
     fetch_into_place,
     marker_matches,
     port_in_use,
+    print_started,
+    print_status,
     report_failure,
     running_pid,
     start_detached,
@@ -50,7 +52,6 @@ HERE = Path(__file__).resolve().parent
 POM = HERE / "pom.xml"
 REPO_ROOT = HERE.parent.parent
 DEFAULT_HEAP_OPTS = ("-Xmx512m", "-Xms128m")
-EXIT_NOT_RUNNING = 3  # LSB status code for "program is not running"
 
 
 @dataclass(frozen=True)
@@ -316,21 +317,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "up":
             cache_dir = args.cache_dir.resolve() if args.cache_dir else default_cache_dir(os.environ)
-            try:
-                url = up(cfg, lambda: ensure_app(cache_dir, say=say), args.timeout_s, say)
-            except LauncherError as exc:
-                return report_failure(exc, cfg.log_file)
-            print(url, flush=True)
-            return 0
+            return print_started(
+                lambda: up(cfg, lambda: ensure_app(cache_dir, say=say), args.timeout_s, say), cfg.log_file
+            )
         if args.command == "down":
             return 0 if stop(cfg, args.timeout_s, say, kill=args.kill) else 1
-        pid = running_registry(cfg)
-        if pid is None:
-            print(f"not running ({cfg.url}, pid file {cfg.pid_file})")
-            return EXIT_NOT_RUNNING
-        answers = "answers" if registry_answers(cfg.local_url) else "NOT answering yet"
-        print(f"running pid {pid} at {cfg.url} ({answers})")
-        return 0
+        return print_status(
+            running_registry(cfg), cfg.url, cfg.pid_file, lambda: registry_answers(cfg.local_url)
+        )
     except LauncherError as exc:
         return report_failure(exc)
 

@@ -50,6 +50,11 @@ _DESCEND_ONE: Final = (
 )
 _DESCEND_LISTS: Final = ("items", "prefixItems")
 _DESCEND_MAPS: Final = ("properties", "patternProperties", "$defs", "definitions")
+# (applies to the same value, keywords holding one subschema, a list of them, a map of them)
+_SUBSCHEMA_KEYWORDS: Final = (
+    (True, _IN_PLACE_ONE, _IN_PLACE_LISTS, _IN_PLACE_MAPS),
+    (False, _DESCEND_ONE, _DESCEND_LISTS, _DESCEND_MAPS),
+)
 
 
 class JsonSchemaValues:
@@ -133,24 +138,16 @@ def _canonical(item: Any) -> Any:
 
 def _subschemas(node: dict[str, Any]) -> Iterator[tuple[Any, bool]]:
     """A schema's direct subschemas, each with True when it applies to the same value (in place)."""
-    for name in _IN_PLACE_ONE:
-        if name in node:
-            yield node[name], True
-    for name in _IN_PLACE_LISTS:
-        if isinstance(node.get(name), list):
-            yield from ((item, True) for item in node[name])
-    for name in _IN_PLACE_MAPS:
-        if isinstance(node.get(name), dict):
-            yield from ((item, True) for item in node[name].values() if isinstance(item, (dict, bool)))
-    for name in _DESCEND_ONE:
-        if isinstance(node.get(name), (dict, bool)):
-            yield node[name], False
-    for name in _DESCEND_LISTS:
-        if isinstance(node.get(name), list):
-            yield from ((item, False) for item in node[name])
-    for name in _DESCEND_MAPS:
-        if isinstance(node.get(name), dict):
-            yield from ((item, False) for item in node[name].values())
+    for same, ones, lists, maps in _SUBSCHEMA_KEYWORDS:
+        for name in ones:
+            if isinstance(node.get(name), (dict, bool)):
+                yield node[name], same
+        for name in lists:
+            if isinstance(node.get(name), list):
+                yield from ((item, same) for item in node[name])
+        for name in maps:
+            if isinstance(node.get(name), dict):
+                yield from ((item, same) for item in node[name].values() if isinstance(item, (dict, bool)))
 
 
 def _longest_chain(root: Any) -> int:

