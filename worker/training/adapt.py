@@ -226,7 +226,8 @@ class _Run:
         self.schedule: Schedule = plan_schedule(
             o, len(self.train_ids), step_seconds,
             eval_seconds=eval_rows / max(self.eval_rate, 1e-9),
-            spent_seconds=time.monotonic() - self.started + final_rows / max(self.eval_rate, 1e-9),
+            spent_seconds=time.monotonic() - self.started,
+            closing_seconds=final_rows / max(self.eval_rate, 1e-9),
         )  # fmt: skip
         s = self.schedule
         evaluations = -(-s.total_steps // s.eval_every)

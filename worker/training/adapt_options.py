@@ -133,18 +133,19 @@ def plan_schedule(
     *,
     eval_seconds: float = 0.0,
     spent_seconds: float = 0.0,
+    closing_seconds: float = 0.0,
 ) -> Schedule:
     """The schedule for `rows_per_epoch` (user train + rehearsal), cut so that the whole run fits
-    `max_minutes`: the `spent_seconds` already gone and those still to come besides training (the closing
-    evaluation, `eval_seconds` long like each evaluation) are taken off, then each step costs a measured
-    `step_seconds` plus its share of an evaluation (None: not measured, no cap)."""
+    `max_minutes`: the `spent_seconds` already gone, the `closing_seconds` of the closing evaluation and one
+    evaluation (the last, which the steps' shares below round down) are taken off, then each step costs a
+    measured `step_seconds` plus its share of an `eval_seconds` evaluation (None: not measured, no cap)."""
     steps = max(1, math.ceil(rows_per_epoch / options.batch_size))
     user_rows = rows_per_epoch / (1.0 + options.rehearsal)
     epochs = options.epochs or sized_epochs(int(user_rows))
     eval_every = max(1, steps // options.evals_per_epoch)
     capped = None
     if step_seconds and step_seconds > 0:
-        left = options.max_minutes * 60 - spent_seconds - eval_seconds
+        left = options.max_minutes * 60 - spent_seconds - closing_seconds - eval_seconds
         fits = int(left / (step_seconds + eval_seconds / eval_every))
         if fits < steps * epochs:
             capped = max(1, fits)

@@ -203,9 +203,7 @@ def staged_directory(output_dir: Path, tag: str = "") -> Iterator[Path]:
     try:
         yield staging
         write_manifest(staging)
-        if output_dir.exists():
-            shutil.rmtree(output_dir)
-        staging.rename(output_dir)
+        swap_into_place(staging, output_dir)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)

@@ -205,11 +205,12 @@ def test_the_schedule_is_sized_to_the_data_and_capped_in_time(tmp_path: Path) ->
     assert (small.steps_per_epoch, small.epochs, small.total_steps, small.eval_every) == (125, 3, 375, 31)
     big = plan_schedule(options, rows_per_epoch=2 * 70_000, step_seconds=1.0)
     assert big.epochs == 1 and big.capped_steps == 3600 and big.total_steps == 3600
-    # The whole run fits max_minutes: 750 s spent or still due (labelling, the closing evaluation) and one
-    # evaluation leave 2,713.5 s; a step costs 1 s plus 1/1,093 of a 136.5 s evaluation: 2,412 steps.
+    # The whole run fits max_minutes: 600 s spent, a 150 s closing evaluation and one 136.5 s evaluation
+    # leave 2,713.5 s; a step costs 1 s plus 1/1,093 of an evaluation: 2,412 steps.
     timed = plan_schedule(
-        options, rows_per_epoch=2 * 70_000, step_seconds=1.0, eval_seconds=136.5, spent_seconds=750.0
-    )
+        options, rows_per_epoch=2 * 70_000, step_seconds=1.0, eval_seconds=136.5, spent_seconds=600.0,
+        closing_seconds=150.0,
+    )  # fmt: skip
     assert (timed.eval_every, timed.capped_steps) == (1093, 2412)
     assert timed.total_steps < big.total_steps
 
