@@ -106,6 +106,10 @@ class Publisher:
         """`record` was refused as too large in an aborted transaction: its stand-in goes next time."""
         self._records.refused_in_aborted_transaction(record)
 
+    def transaction_committed(self, records: list[OutboundRecord]) -> None:
+        """A transaction of `records` committed: the stand-ins it carried are no longer owed."""
+        self._records.committed(records)
+
     def flush(self, timeout_s: float) -> int:
         """Waits up to `timeout_s` for every queued record; returns how many are still unacknowledged."""
         return self.producer.flush(timeout_s)

@@ -261,9 +261,7 @@ class OutboundRecords:
             return None
         if refusal is not None:
             return self.too_large(record) if refusal.code() == KafkaError.MSG_SIZE_TOO_LARGE else None
-        refused = (record.topic, record.source)
-        if refused in self._refused:
-            self._refused.discard(refused)
+        if (record.topic, record.source) in self._refused:
             return self.too_large(record)
         if record_size(record) <= self._max_message_bytes[record.topic]:
             return None
@@ -272,8 +270,16 @@ class OutboundRecords:
     def refused_in_aborted_transaction(self, record: OutboundRecord) -> None:
         """exactly_once: the broker refused `record` as too large (its size was estimated wrong) and the
         transaction was aborted; when its window is published again, its stand-in goes instead. So each
-        such record costs one abort, never an endless abort-and-rewind loop."""
+        such record costs one abort, never an endless abort-and-rewind loop. It is remembered until a
+        transaction holding its stand-in commits (`committed`): another abort before that (librdkafka may
+        abort the next transaction too, to bump its epoch) sends the stand-in again, not the record."""
         self._refused.add((record.topic, record.source))
+
+    def committed(self, records: list[OutboundRecord]) -> None:
+        """exactly_once: a transaction of `records` committed; the refusals of their inputs are done with."""
+        if self._refused:
+            sources = {r.source for r in records}
+            self._refused = {refused for refused in self._refused if refused[1] not in sources}
 
     def too_large(self, record: OutboundRecord) -> OutboundRecord:
         """Stands in for a result or dead letter too large for its topic: a dead letter with no key and no

@@ -256,10 +256,12 @@ class FakeSizeRefusingPublisher(FakeDeliveringPublisher):
     """A transactional FakePublisher whose broker refuses records of more than `limit` bytes of key and value
     (as if the worker's estimate were wrong): the transaction holding one is aborted, naming it."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, bumps_after_refusal: int = 0) -> None:
         super().__init__()
         self.limit = limit
         self.aborts = 0
+        self.bumps_after_refusal = bumps_after_refusal  # transactions aborted after a refusal (epoch bumps)
+        self._bumps_due = 0
 
     def publish_transaction(
         self, records: list[OutboundRecord], metadata: Any, _t: float, **_waits: Any
@@ -267,7 +269,12 @@ class FakeSizeRefusingPublisher(FakeDeliveringPublisher):
         too_large = tuple(r for r in records if len(r.key or b"") + len(r.value or b"") > self.limit)
         if too_large:
             self.aborts += 1
+            self._bumps_due = self.bumps_after_refusal
             return AbortedTransaction(KafkaError(KafkaError._STATE), too_large)
+        if self._bumps_due:  # as librdkafka after a refused record: OUT_OF_ORDER_SEQUENCE_NUMBER, abort
+            self._bumps_due -= 1
+            self.aborts += 1
+            return AbortedTransaction(KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER))
         return super().publish_transaction(records, metadata, _t)
 
 
@@ -291,6 +298,25 @@ def test_exactly_once_a_window_aborted_for_a_too_large_record_sends_its_stand_in
         (2, "result", None, b"{}"),
     ]
     assert publisher.aborts == 1 and book.positions([(T, 0)]) == {(T, 0): 3}
+    assert (run.summary.results, run.summary.dead_letters_by_kind) == (2, {"value_too_large": 1})
+
+
+def test_exactly_once_a_refused_record_is_sent_once_even_when_its_stand_in_s_transaction_aborts_too() -> None:
+    publisher = FakeSizeRefusingPublisher(limit=1000, bumps_after_refusal=2)
+    checkpoint, _, _, book, run = make("exactly_once", publisher)
+    source = SourcePosition(T, 0, 1, None)
+    huge_key = OutboundRecord("results", b"{}", b"k" * 5000, None, None, source, "result")
+    window = [record(0, 0), huge_key, record(0, 2)]
+    outcomes = []
+    for _attempt in range(4):
+        for offset in range(3):
+            book.consumed((T, 0), offset, None)
+        outcomes.append(checkpoint.publish(window))
+        book.rewind(outcomes[-1])
+    # Refused once; two aborts of the stand-in's transaction; committed; then nothing is owed any more.
+    assert outcomes == [[(T, 0)], [(T, 0)], [(T, 0)], []]
+    assert publisher.aborts == 3 and len(publisher.transactions) == 1
+    assert [r.kind for r in publisher.transactions[0]] == ["result", "value_too_large", "result"]
     assert (run.summary.results, run.summary.dead_letters_by_kind) == (2, {"value_too_large": 1})
 
 
