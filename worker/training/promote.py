@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from worker.model.metadata import (
     weights_version,
 )
 from worker.model.weights import read_weights, save_weights
-from worker.training.export import swap_into_place
+from worker.training.export import staged_directory
 from worker.training.vocab import VocabularyError, prune_vocabulary, read_vocab
 
 HALVING_TOLERANCE = 1e-3
@@ -96,8 +95,7 @@ def ship(
         raise PromotionError(f"{candidate} is not a model directory made by `sentiment-worker train`")
     verify_model_dir(candidate)  # what is copied is what its run wrote
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
+    with staged_directory(target) as staging:
         shutil.copytree(candidate, staging, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*SKIPPED))
         before = _weights_bytes(staging)
         rows_before = rows_after = _vocab_rows(staging)
@@ -123,10 +121,7 @@ def ship(
         report = ShipReport(
             target, version, before, _weights_bytes(staging), diff, len(texts), rows_before, rows_after
         )
-        swap_into_place(staging, target)
-        return report
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    return report
 
 
 def _vocab_rows(directory: Path) -> int:
