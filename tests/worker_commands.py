@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,17 +11,19 @@ from typing import IO, Any
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_command(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Runs `python -m worker ARGS` to its end; stdin closed, stdout and stderr captured as text."""
-    return subprocess.run(
-        [sys.executable, "-m", "worker", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
+def without_sentiment_env(**extra: str) -> dict[str, str]:
+    """This process's environment without the developer's `SENTIMENT_*` settings, plus `extra`."""
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("SENTIMENT_")}, **extra}
+
+
+def run_command(
+    *args: str, env: dict[str, str], timeout: float = 120, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Runs `python -m worker ARGS` to its end; stdin is `input` (closed when None), stdout and stderr
+    captured as text."""
+    stdin: dict[str, Any] = {"stdin": subprocess.DEVNULL} if input is None else {"input": input}
+    argv = [sys.executable, "-m", "worker", *args]
+    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, **stdin)
 
 
 def start_command(

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,26 +14,17 @@ from confluent_kafka import Consumer, TopicPartition
 
 from tests.integration.helpers import SAMPLES, cli_env
 from tests.kafka_fixtures import DLQ_CONFIG
+from tests.worker_commands import run_command, without_sentiment_env
 from worker.bench.worker_process import free_port
 from worker.files.predict import predict_lines
 from worker.labelling.labeller import Labeller
 from worker.model.manifest import model_content_hash
 
 pytestmark = pytest.mark.integration
-REPO = Path(__file__).resolve().parents[2]
 
 
 def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None, timeout: float = 180) -> Any:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("SENTIMENT_")}
-    return subprocess.run(
-        [sys.executable, "-m", "worker", *args],
-        cwd=REPO,
-        env={**base, **(env or {})},
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_command(*args, env=without_sentiment_env(**(env or {})), timeout=timeout, input=stdin)
 
 
 def test_predict_gives_one_line_per_input_line_in_order(tiny_model_dir: Path, tiny_classifier: Any) -> None:

@@ -5,21 +5,18 @@ librdkafka is told, start-up names each key, and `doctor` checks what the client
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.worker_commands import run_command, without_sentiment_env
 from worker.config import WorkerSettings
 from worker.tools.doctor import kafka_checks
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[2]
 NOWHERE = "localhost:1"  # nothing listens there
 SASL_SSL = {
     "SENTIMENT_SECURITY_PROTOCOL": "SASL_SSL",
@@ -30,14 +27,8 @@ SASL_SSL = {
 
 
 def _topics_list(topic: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "worker", "topics", "list", "--topic", topic],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "SENTIMENT_BOOTSTRAP_SERVERS": NOWHERE, **env},
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
+    env = without_sentiment_env(SENTIMENT_BOOTSTRAP_SERVERS=NOWHERE, **env)
+    return run_command("topics", "list", "--topic", topic, env=env)
 
 
 def test_plaintext_to_another_broker_next_to_sasl_settings_is_refused_unless_allowed_and_then_named(

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
 import subprocess
-import sys
 import threading
 from collections import defaultdict
 from pathlib import Path
@@ -32,6 +30,7 @@ from tests.integration.kafka_io import produce, read_topic
 from tests.labellers import labeller_for
 from tests.polling import wait_until
 from tests.registry_fixtures import run_registry_launcher
+from tests.worker_commands import run_command, without_sentiment_env
 from worker.bench.worker_process import free_port
 from worker.kafka.app import SentimentWorker
 from worker.kafka.result_encoding import register_result_schema, result_schema
@@ -331,16 +330,7 @@ def test_a_java_client_reads_the_avro_results(
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("SENTIMENT_")}
-    return subprocess.run(
-        [sys.executable, "-m", "worker", *args],
-        cwd=ROOT,
-        env={**base, **env},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return run_command(*args, env=without_sentiment_env(**env), timeout=300)
 
 
 def test_the_readme_round_trip_produce_run_tail_and_doctor_in_avro(

@@ -19,8 +19,6 @@ import json
 import math
 import signal
 import struct
-import subprocess
-import sys
 import threading
 import uuid
 from collections import defaultdict
@@ -39,12 +37,12 @@ from tests.labellers import labeller_for
 from tests.polling import wait_until
 from tests.registry_fixtures import FakeRegistry
 from tests.wire_values import NODE_AVRO, varint, zigzag
+from tests.worker_commands import run_command, start_command
 from worker.bench.worker_process import free_port
 from worker.kafka.app import SentimentWorker
 from worker.kafka.wire_format import wire_header
 
 pytestmark = pytest.mark.integration
-REPO = Path(__file__).resolve().parents[2]
 
 K = DeadLetterKind
 REVIEW_AVRO = {
@@ -218,15 +216,7 @@ def test_poison_values_of_every_registry_format_are_dead_letters_and_the_worker_
         SENTIMENT_DELIVERY=delivery,
         SENTIMENT_MAX_WINDOW_MESSAGES="8",
     )
-    run = subprocess.run(
-        [sys.executable, "-m", "worker", "run", "--max-messages", str(len(expected))],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    run = run_command("run", "--max-messages", str(len(expected)), env=env, timeout=600)
     assert run.returncode == 0, f"the worker exited {run.returncode}: {run.stderr[-3000:]}"
     summary = json.loads(run.stdout.strip().splitlines()[-1])
     assert (summary["results"], summary["dead_letters"]) == (len(good), len(poison))
@@ -276,14 +266,7 @@ def test_a_registry_trickling_its_answer_is_given_up_per_answer_readyz_names_it_
             SENTIMENT_SHUTDOWN_TIMEOUT_S="10",
             SENTIMENT_HTTP_PORT=str(port),
         )
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "worker", "run"],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        proc = start_command(env, "run")
         try:
             body = wait_until(
                 lambda: (

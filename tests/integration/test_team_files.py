@@ -4,9 +4,6 @@ reaches the topic as UTF-8 JSON; a command whose reader goes away (`tail --dlq |
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +11,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer
 
-from tests.integration.test_cli import REPO, cli
+from tests.integration.test_cli import cli
+from tests.worker_commands import start_command, without_sentiment_env
 
 pytestmark = pytest.mark.integration
 
@@ -69,19 +67,14 @@ def test_a_closed_pipe_ends_a_command_quietly_with_141(
     for i in range(3000):  # more than a pipe's buffer holds (64 KiB), so the writer meets the closed end
         producer.produce(topic, json.dumps({"id": f"r{i}", "text": "质量很好，非常满意" * 3}).encode())
     assert producer.flush(30) == 0
-    base = {k: v for k, v in os.environ.items() if not k.startswith("SENTIMENT_")}
-    tail = subprocess.Popen(
-        [sys.executable, "-m", "worker", "tail", "--topic", topic, "--bootstrap-servers", kafka_bootstrap],
-        cwd=REPO,
-        env=base,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+    tail = start_command(
+        without_sentiment_env(), "tail", "--topic", topic, "--bootstrap-servers", kafka_bootstrap
     )
     assert tail.stdout is not None and tail.stderr is not None
     first = [tail.stdout.readline(), tail.stdout.readline()]  # what `head -2` takes
     tail.stdout.close()
     returncode = tail.wait(timeout=120)
-    stderr = tail.stderr.read().decode()
+    stderr = tail.stderr.read()
     assert all(json.loads(line)["id"].startswith("r") for line in first)
     assert returncode == 141, stderr
     assert "Traceback" not in stderr and "BrokenPipe" not in stderr and "Exception ignored" not in stderr

@@ -4,18 +4,15 @@ continues; that command finishes the run."""
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 from tests.unit.training.test_adapt import _rated_csv, hotel_reviews
+from tests.worker_commands import start_command, without_sentiment_env
 from worker.cli.main import main
 from worker.model.manifest import verify_model_dir
-
-ROOT = Path(__file__).resolve().parents[3]
 
 
 def _adapt_argv(tmp_path: Path, base: Path, out_name: str) -> tuple[Path, Path, list[str]]:
@@ -31,9 +28,7 @@ def _adapt_argv(tmp_path: Path, base: Path, out_name: str) -> tuple[Path, Path, 
 
 def _spawn(argv: list[str], stdout: int) -> subprocess.Popen[str]:
     """`python -m worker *argv` from this checkout, stderr dropped."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "worker", *argv]
-    return subprocess.Popen(command, stdout=stdout, stderr=subprocess.DEVNULL, text=True, env=env)
+    return start_command(without_sentiment_env(), *argv, stdout=stdout, stderr=subprocess.DEVNULL)
 
 
 def test_sigint_checkpoints_exits_130_and_the_printed_command_resumes(
