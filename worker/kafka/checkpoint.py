@@ -242,7 +242,6 @@ class ExactlyOnceCheckpoint(Checkpoint):
             # Step 4.
             return self._aborted(aborted, records)
         # Step 5.
-        self._publisher.transaction_committed(records)
         self._metrics.transactions.labels("committed").inc()
         if self._reported:
             self._reported = False

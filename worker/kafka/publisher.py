@@ -96,19 +96,19 @@ class Publisher:
         on_wait: OnWait,
     ) -> AbortedTransaction | None:
         """Produces one window's records (replaced as in `publish`) and the offsets after them in one
-        transaction (`ResultProducer.publish_transaction`): None once committed, else what was aborted."""
+        transaction (`ResultProducer.publish_transaction`): None once committed (the stand-ins owed for
+        its inputs are then done with), else what was aborted."""
         self.raise_for_error()
-        return self.producer.publish_transaction(
+        aborted = self.producer.publish_transaction(
             self._replaced(records), group_metadata, timeout_s, give_up=give_up, on_wait=on_wait
         )
+        if aborted is None:
+            self._records.committed(records)
+        return aborted
 
     def refused_in_aborted_transaction(self, record: OutboundRecord) -> None:
         """`record` was refused as too large in an aborted transaction: its stand-in goes next time."""
         self._records.refused_in_aborted_transaction(record)
-
-    def transaction_committed(self, records: list[OutboundRecord]) -> None:
-        """A transaction of `records` committed: the stand-ins it carried are no longer owed."""
-        self._records.committed(records)
 
     def flush(self, timeout_s: float) -> int:
         """Waits up to `timeout_s` for every queued record; returns how many are still unacknowledged."""
