@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,16 +10,12 @@ from typing import IO, Any
 REPO = Path(__file__).resolve().parents[1]
 
 
-def without_sentiment_env(**extra: str) -> dict[str, str]:
-    """This process's environment without the developer's `SENTIMENT_*` settings, plus `extra`."""
-    return {**{k: v for k, v in os.environ.items() if not k.startswith("SENTIMENT_")}, **extra}
-
-
 def run_command(
-    *args: str, env: dict[str, str], timeout: float = 120, input: str | None = None
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120, input: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Runs `python -m worker ARGS` to its end; stdin is `input` (closed when None), stdout and stderr
-    captured as text."""
+    """Runs `python -m worker ARGS` to its end with `env` (None: this process's, which tests/conftest.py
+    cleared of the developer's SENTIMENT_* settings); stdin is `input` (closed when None), stdout and
+    stderr captured as text."""
     stdin: dict[str, Any] = {"stdin": subprocess.DEVNULL} if input is None else {"input": input}
     argv = [sys.executable, "-m", "worker", *args]
     return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, **stdin)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from tests.integration.helpers import SAMPLES, cli_env
 from tests.kafka_fixtures import DLQ_CONFIG
-from tests.worker_commands import run_command, without_sentiment_env
+from tests.worker_commands import run_command
 from worker.bench.worker_process import free_port
 from worker.files.predict import predict_lines
 from worker.labelling.labeller import Labeller
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.integration
 
 
 def cli(*args: str, env: dict[str, str] | None = None, stdin: str | None = None, timeout: float = 180) -> Any:
-    return run_command(*args, env=without_sentiment_env(**(env or {})), timeout=timeout, input=stdin)
+    return run_command(*args, env={**os.environ, **(env or {})}, timeout=timeout, input=stdin)
 
 
 def test_predict_gives_one_line_per_input_line_in_order(tiny_model_dir: Path, tiny_classifier: Any) -> None:

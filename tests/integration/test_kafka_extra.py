@@ -5,13 +5,14 @@ librdkafka is told, start-up names each key, and `doctor` checks what the client
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from tests.worker_commands import run_command, without_sentiment_env
+from tests.worker_commands import run_command
 from worker.config import WorkerSettings
 from worker.tools.doctor import kafka_checks
 
@@ -27,7 +28,7 @@ SASL_SSL = {
 
 
 def _topics_list(topic: str, **env: str) -> subprocess.CompletedProcess[str]:
-    env = without_sentiment_env(SENTIMENT_BOOTSTRAP_SERVERS=NOWHERE, **env)
+    env = {**os.environ, "SENTIMENT_BOOTSTRAP_SERVERS": NOWHERE, **env}
     return run_command("topics", "list", "--topic", topic, env=env)
 
 

@@ -20,7 +20,7 @@ from tests.integration.helpers import make_settings, sample_reviews
 from tests.integration.kafka_io import committed_offsets, end_offsets, produce, read_topic, review_records
 from tests.labellers import labeller_for
 from tests.polling import wait_until
-from tests.worker_commands import run_command, without_sentiment_env
+from tests.worker_commands import run_command
 from worker.bench.worker_process import free_port
 from worker.kafka.app import SentimentWorker
 from worker.tools.lag import GroupLag, format_table, measure_lag
@@ -84,7 +84,7 @@ def test_lag_reads_offsets_like_the_broker_and_ages_the_first_unconsumed_message
 
     # The command prints the same numbers (JSON), and a table with one line per partition.
     env_args = ["--bootstrap-servers", kafka_bootstrap, "--input-topic", topic, "--group-id", group]
-    out = run_command("lag", *env_args, "--json", env=without_sentiment_env(), timeout=60)
+    out = run_command("lag", *env_args, "--json", timeout=60)
     assert out.returncode == 0, out.stderr
     printed = json.loads(out.stdout)
     assert [
@@ -98,7 +98,7 @@ def test_lag_reads_offsets_like_the_broker_and_ages_the_first_unconsumed_message
         for p in printed["partitions"]
     ] == [(0, 4, 10, 6, stamps[0][4]), (1, 10, 10, 0, None), (2, None, 10, 10, stamps[2][0])]
     assert printed["total_lag_messages"] == 16 and printed["max_lag_seconds"] > 500
-    table = run_command("lag", *env_args, env=without_sentiment_env(), timeout=60)
+    table = run_command("lag", *env_args, timeout=60)
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     assert lines[1].split()[:6] == [
@@ -119,7 +119,7 @@ def test_lag_reads_offsets_like_the_broker_and_ages_the_first_unconsumed_message
 
 def test_lag_of_a_missing_topic_is_a_clear_error(kafka_bootstrap: str, unique_name: Any) -> None:
     args = ["--bootstrap-servers", kafka_bootstrap, "--input-topic", unique_name("absent")]
-    out = run_command("lag", *args, env=without_sentiment_env(), timeout=60)
+    out = run_command("lag", *args, timeout=60)
     assert out.returncode == 2  # cannot start as configured (README's exit codes); it was 1
     assert "does not exist" in out.stderr and "SENTIMENT_INPUT_TOPIC" in out.stderr
     assert "Traceback" not in out.stderr

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import subprocess
 import threading
@@ -30,7 +31,7 @@ from tests.integration.kafka_io import produce, read_topic
 from tests.labellers import labeller_for
 from tests.polling import wait_until
 from tests.registry_fixtures import run_registry_launcher
-from tests.worker_commands import run_command, without_sentiment_env
+from tests.worker_commands import run_command
 from worker.bench.worker_process import free_port
 from worker.kafka.app import SentimentWorker
 from worker.kafka.result_encoding import register_result_schema, result_schema
@@ -330,7 +331,7 @@ def test_a_java_client_reads_the_avro_results(
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return run_command(*args, env=without_sentiment_env(**env), timeout=300)
+    return run_command(*args, env={**os.environ, **env}, timeout=300)
 
 
 def test_the_readme_round_trip_produce_run_tail_and_doctor_in_avro(

@@ -4,6 +4,7 @@ reaches the topic as UTF-8 JSON; a command whose reader goes away (`tail --dlq |
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from tests.integration.test_cli import cli
-from tests.worker_commands import start_command, without_sentiment_env
+from tests.worker_commands import start_command
 
 pytestmark = pytest.mark.integration
 
@@ -67,9 +68,7 @@ def test_a_closed_pipe_ends_a_command_quietly_with_141(
     for i in range(3000):  # more than a pipe's buffer holds (64 KiB), so the writer meets the closed end
         producer.produce(topic, json.dumps({"id": f"r{i}", "text": "质量很好，非常满意" * 3}).encode())
     assert producer.flush(30) == 0
-    tail = start_command(
-        without_sentiment_env(), "tail", "--topic", topic, "--bootstrap-servers", kafka_bootstrap
-    )
+    tail = start_command(dict(os.environ), "tail", "--topic", topic, "--bootstrap-servers", kafka_bootstrap)
     assert tail.stdout is not None and tail.stderr is not None
     first = [tail.stdout.readline(), tail.stdout.readline()]  # what `head -2` takes
     tail.stdout.close()

@@ -4,13 +4,14 @@ continues; that command finishes the run."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import signal
 import subprocess
 from pathlib import Path
 
 from tests.unit.training.test_adapt import _rated_csv, hotel_reviews
-from tests.worker_commands import start_command, without_sentiment_env
+from tests.worker_commands import start_command
 from worker.cli.main import main
 from worker.model.manifest import verify_model_dir
 
@@ -28,7 +29,7 @@ def _adapt_argv(tmp_path: Path, base: Path, out_name: str) -> tuple[Path, Path, 
 
 def _spawn(argv: list[str], stdout: int) -> subprocess.Popen[str]:
     """`python -m worker *argv` from this checkout, stderr dropped."""
-    return start_command(without_sentiment_env(), *argv, stdout=stdout, stderr=subprocess.DEVNULL)
+    return start_command(dict(os.environ), *argv, stdout=stdout, stderr=subprocess.DEVNULL)
 
 
 def test_sigint_checkpoints_exits_130_and_the_printed_command_resumes(
